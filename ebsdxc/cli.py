@@ -1,0 +1,212 @@
+"""Command line: ``ebsdxc process``, ``ebsdxc info``.
+
+Every failure the user can fix prints one line ``ebsdxc: error: FILE: problem`` and
+exits with status 2; an interrupted run exits with 130 and can be continued with
+``--resume``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import shlex
+import sys
+
+import numpy as np
+
+from . import __version__
+from .errors import InputError
+
+__all__ = ["main"]
+
+
+def _positive_int(text):
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if v < 1:
+        raise argparse.ArgumentTypeError(f"expected a number >= 1, got {v}")
+    return v
+
+
+def _ref_index(text):
+    parts = text.split(",")
+    try:
+        vals = tuple(int(p) for p in parts)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected N or ROW,COL, got {text!r}") from None
+    if len(vals) == 1:
+        return vals[0]
+    if len(vals) == 2:
+        return vals
+    raise argparse.ArgumentTypeError(f"expected N or ROW,COL, got {text!r}")
+
+
+def _parser():
+    from .peaks import SUBPIXEL_METHODS
+
+    p = argparse.ArgumentParser(prog="ebsdxc", description="Fast cross-correlation of EBSD patterns.")
+    p.add_argument("--version", action="version", version=f"ebsdxc {__version__}")
+    sub = p.add_subparsers(dest="command", required=True)
+
+    pp = sub.add_parser("process", help="correlate every pattern of a scan with a reference",
+                        description="Correlate every pattern of SCAN with a reference pattern and write "
+                                    "displacement maps to an HDF5 results file.")
+    pp.add_argument("scan", help="scan file (HDF5 with a pattern dataset, kikuchipy h5ebsd)")
+    g = pp.add_mutually_exclusive_group()
+    g.add_argument("--ref", help="reference pattern image (TIFF, 8/16-bit or float)")
+    g.add_argument("--ref-index", type=_ref_index, metavar="N|ROW,COL",
+                   help="use this scan point as the reference")
+    pp.add_argument("-o", "--output", help="results file (default: SCAN_STEM.ebsdxc.h5 beside the scan)")
+    pp.add_argument("--dataset", help="HDF5 dataset holding the patterns (when the file has several)")
+    pp.add_argument("--pipeline", metavar="RECIPE.toml",
+                    help="recipe file, or the name of a shipped one (see 'ebsdxc recipes')")
+    pp.add_argument("--roi-size", type=_positive_int, metavar="N", help="ROI side in px")
+    pp.add_argument("--roi-grid", metavar="RxC", help="regular grid of R rows x C columns of ROIs")
+    pp.add_argument("--roi-ring", type=_positive_int, metavar="N",
+                    help="N ROIs on a ring about the pattern centre (plus one at the centre)")
+    pp.add_argument("--roi-centres", metavar="FILE", help="ROI centres, one 'x y' per line")
+    pp.add_argument("--max-shift", type=_positive_int, metavar="PX",
+                    help="search only shifts up to PX (window mode); default: all shifts (full mode)")
+    pp.add_argument("--subpixel", choices=SUBPIXEL_METHODS, help="subpixel peak method")
+    pp.add_argument("--dynamic-background", type=float, metavar="SIGMA",
+                    help="divide each pattern by its Gaussian blur of SIGMA px")
+    pp.add_argument("--static-background", metavar="FILE|mean",
+                    help="subtract a static background (an image, or 'mean' of the scan)")
+    pp.add_argument("--bandpass", type=float, nargs=2, metavar=("LOW", "HIGH"),
+                    help="Gaussian band-pass: smooth by LOW px, remove features broader than HIGH px")
+    pp.add_argument("--device", default=None, help="auto (default), cpu, cuda or cuda:N")
+    pp.add_argument("--batch", type=_positive_int, metavar="N", help="patterns per batch (default: auto)")
+    g2 = pp.add_mutually_exclusive_group()
+    g2.add_argument("--resume", action="store_true", help="continue an interrupted run")
+    g2.add_argument("--overwrite", action="store_true", help="replace an existing results file")
+    pp.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
+
+    pi = sub.add_parser("info", help="what a scan or results file holds")
+    pi.add_argument("file")
+    pi.add_argument("--dataset", help="HDF5 dataset holding the patterns")
+    pi.add_argument("--json", action="store_true", help="print JSON")
+
+    sub.add_parser("recipes", help="list the shipped recipes")
+    return p
+
+
+def _config_from_args(a):
+    from .recipes import ProcessConfig, load_recipe
+    from .rois import parse_grid
+
+    cfg = load_recipe(a.pipeline) if a.pipeline else ProcessConfig()
+    roi = cfg.roi
+    layouts = [x for x in (a.roi_grid, a.roi_ring, a.roi_centres) if x]
+    if len(layouts) > 1:
+        raise InputError("give only one of --roi-grid, --roi-ring, --roi-centres")
+    if a.roi_grid:
+        try:
+            roi = dataclasses.replace(roi, layout="grid", grid=parse_grid(a.roi_grid))
+        except ValueError as e:
+            raise InputError(str(e)) from None
+    if a.roi_ring:
+        roi = dataclasses.replace(roi, layout="ring", n=a.roi_ring)
+    if a.roi_centres:
+        roi = dataclasses.replace(roi, layout="file", centres=a.roi_centres)
+    if a.roi_size:
+        roi = dataclasses.replace(roi, size=a.roi_size)
+    corr = cfg.correlation
+    if a.max_shift:
+        corr = dataclasses.replace(corr, mode="window", max_shift=a.max_shift)
+    if a.subpixel:
+        corr = dataclasses.replace(corr, subpixel=a.subpixel)
+    pre = cfg.preprocess
+    if a.dynamic_background is not None:
+        pre = dataclasses.replace(pre, dynamic_sigma=a.dynamic_background)
+    if a.bandpass:
+        pre = dataclasses.replace(pre, bandpass=tuple(a.bandpass))
+    try:
+        cfg = cfg.replace(roi=roi, correlation=corr, preprocess=pre)
+        dataclasses.replace(cfg.preprocess)  # re-validate
+    except ValueError as e:
+        raise InputError(str(e)) from None
+    if a.static_background:
+        cfg = cfg.replace(static_background=a.static_background)
+    if a.device:
+        cfg = cfg.replace(device=a.device)
+    if a.batch:
+        cfg = cfg.replace(batch=a.batch)
+    return cfg
+
+
+def _cmd_process(a):
+    from .progress import BarProgress, NullProgress
+    from .runner import process
+
+    cfg = _config_from_args(a)
+    out = process(a.scan, ref=a.ref, ref_index=a.ref_index, output=a.output, config=cfg,
+                  dataset=a.dataset, resume=a.resume, overwrite=a.overwrite,
+                  progress=NullProgress() if a.quiet else BarProgress(),
+                  command_line=shlex.join(["ebsdxc", *sys.argv[1:]]))
+    from .io.results import read_summary
+
+    s = read_summary(out)
+    print(f"{out}: {s['points_done']}/{s['points']} points, {s['n_roi']} ROIs, "
+          f"{s['ok_fraction']:.1%} of matches ok, median peak height {s['median_peak_height']:.3f}")
+    return 0
+
+
+def _cmd_info(a):
+    from .io import describe_file
+
+    d = describe_file(a.file, dataset=a.dataset)
+    if a.json:
+        print(json.dumps(d, indent=2, default=_json_default))
+    else:
+        _print_tree(d)
+    return 0
+
+
+def _json_default(x):
+    if isinstance(x, np.generic):
+        return x.item()
+    if isinstance(x, np.ndarray):
+        return x.tolist()
+    return str(x)
+
+
+def _print_tree(d, indent=0):
+    for k, v in d.items():
+        if isinstance(v, dict):
+            print(" " * indent + f"{k}:")
+            _print_tree(v, indent + 2)
+        else:
+            if isinstance(v, (list, tuple, np.ndarray)):
+                v = json.dumps(v, default=_json_default)
+            print(" " * indent + f"{k}: {v}")
+
+
+def _cmd_recipes(a):
+    from .recipes import shipped_recipes
+
+    for name, path in sorted(shipped_recipes().items()):
+        with open(path) as f:
+            first = f.readline().strip().lstrip("# ")
+        print(f"{name:24s} {first}")
+    return 0
+
+
+def main(argv=None) -> int:
+    parser = _parser()
+    a = parser.parse_args(argv)
+    try:
+        return {"process": _cmd_process, "info": _cmd_info, "recipes": _cmd_recipes}[a.command](a)
+    except InputError as e:
+        print(f"ebsdxc: error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("ebsdxc: interrupted; the results file is marked incomplete, continue with --resume",
+              file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,98 @@
+"""FFT correlation engine (scipy.fft on the CPU, cuFFT through CuPy on the GPU).
+
+The reference spectra are computed once and stay on the device; each batch costs
+one forward real FFT per scan tile, a product, and one inverse FFT. FFT sizes are
+the smallest fast sizes that avoid wrap-around for the shifts searched:
+``2w - 1`` in full mode, ``w + max_shift`` in window mode (a lag ``l`` aliases to
+``l - N``, which must stay outside the ``w - 1`` lags with any overlap).
+"""
+
+from __future__ import annotations
+
+import scipy.fft
+
+import numpy as np
+
+from ..peaks import locate_peaks, upsampled_dft_peak, window_autocorrelation, window_power_spectrum
+from .base import CorrelationEngine
+
+__all__ = ["FFTEngine", "fft_shape"]
+
+
+def fft_shape(tile_shape, max_lag, mode):
+    """(Ny, Nx) FFT size for tiles of (h, w) searched up to ``max_lag`` = (ry, rx)."""
+    h, w = tile_shape
+    ry, rx = max_lag
+    if mode == "full":
+        need = (2 * h - 1, 2 * w - 1)
+    else:
+        need = (h + ry, w + rx)
+    return tuple(scipy.fft.next_fast_len(n, real=True) for n in need)
+
+
+class FFTEngine(CorrelationEngine):
+    """Cross-correlation through real FFTs, same code on NumPy and CuPy."""
+
+    name = "fft"
+
+    def __init__(self, backend, tile_shape, config, *, window_1d=None):
+        super().__init__(backend, tile_shape, config)
+        self.fft_shape = fft_shape(self.tile_shape, self.max_lag, config.mode)
+        self._ref_conj = None
+        self._window_spectra = None
+        self._lags = False  # computed on first use
+        if config.compensate and window_1d is not None:
+            wy, wx = window_1d
+            self._window_spectra = (window_power_spectrum(wy, self.fft_shape[0], self.xp),
+                                    window_power_spectrum(wx, self.fft_shape[1], self.xp))
+
+    @property
+    def input_shape(self):
+        return self.fft_shape
+
+    def _window_lags(self):
+        # Compensation weights at integer lags, indexed by lag mod N (fused peak kernel).
+        if self._window_spectra is None:
+            return None
+        xp = self.xp
+        return tuple(window_autocorrelation(S, xp.asarray(np.fft.fftfreq(n, 1.0 / n)), xp)
+                     for S, n in zip(self._window_spectra, self.fft_shape))
+
+    def _set_reference(self, tiles):
+        self._ref_conj = self.xp.conj(self.backend.rfft2(tiles, s=self.fft_shape)).astype(self.xp.complex64)
+
+    def cross_power(self, tiles):
+        """(B, n, Ny, Nx//2+1) spectrum of the correlation maps."""
+        spec = self.backend.rfft2(tiles, s=self.fft_shape)
+        spec *= self._ref_conj
+        return spec
+
+    def correlation_maps(self, tiles):
+        return self.backend.irfft2(self.cross_power(tiles), s=self.fft_shape, overwrite=True)
+
+    def _locate(self, tiles):
+        cps = self.cross_power(tiles)
+        keep = self.config.subpixel == "upsampled"
+        corr = self.backend.irfft2(cps, s=self.fft_shape, overwrite=not keep)
+        T = tiles.shape[0] * tiles.shape[1]
+        if self.backend.is_gpu:
+            return self._locate_fused(corr.reshape(T, *self.fft_shape),
+                                      cps.reshape(T, *cps.shape[2:]) if keep else None)
+        return locate_peaks(corr.reshape(T, *self.fft_shape), max_lag=self.max_lag,
+                            method=self.config.subpixel,
+                            cross_power=cps.reshape(T, *cps.shape[2:]) if keep else None,
+                            upsample=self.config.upsample,
+                            window_spectra=self._window_spectra, xp=self.xp)
+
+    def _locate_fused(self, corr, cps):
+        from .gpu_ops import find_peaks
+
+        method = self.config.subpixel
+        if self._lags is False:
+            self._lags = self._window_lags()
+        y, x, value, border, ly, lx = find_peaks(corr, self.max_lag, "none" if cps is not None else method,
+                                                 self._lags)
+        if cps is not None:
+            y, x, _ = upsampled_dft_peak(cps, ly, lx, self.fft_shape, upsample=self.config.upsample,
+                                         window_spectra=self._window_spectra, xp=self.xp)
+        return y, x, value, border

@@ -1,0 +1,94 @@
+"""CuPy launchers for the fused CUDA kernels of ``kernels/`` (tile preparation, peak search).
+
+They compute what :func:`ebsdxc.preprocess.prepare_tiles` and
+:func:`ebsdxc.peaks.locate_peaks` compute, in one pass each, and are tested against them.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..kernel_loader import get_function
+
+_TILE_TYPES = {np.dtype(np.uint8): "unsigned char", np.dtype(np.uint16): "unsigned short",
+               np.dtype(np.int16): "short", np.dtype(np.int32): "int",
+               np.dtype(np.float32): "float", np.dtype(np.float64): "double"}
+_TILE_NAMES = tuple(f"prepare_tiles<{t}>" for t in _TILE_TYPES.values())
+_METHODS = {"none": 0, "parabolic": 1, "gaussian": 2, "quadratic": 3}
+_PEAK_NAMES = tuple(f"find_peaks<{m}>" for m in _METHODS.values())
+
+__all__ = ["prepare_tiles_padded", "find_peaks", "PaddedTileBuffer"]
+
+
+class PaddedTileBuffer:
+    """A (capacity, Ny, Nx) float32 FFT input buffer whose padding is zeroed once and kept."""
+
+    def __init__(self, fft_shape):
+        self.fft_shape = tuple(fft_shape)
+        self._buf = None
+
+    def get(self, n_tiles):
+        import cupy as cp
+
+        if self._buf is None or self._buf.shape[0] < n_tiles:
+            self._buf = cp.zeros((n_tiles, *self.fft_shape), dtype=cp.float32)
+        return self._buf[:n_tiles]
+
+
+def prepare_tiles_padded(patterns, origins, tile_shape, window, out):
+    """Cut, zero-mean, window ROIs of (B, H, W) ``patterns`` into ``out`` (B*n, Ny, Nx).
+
+    Returns (energy (B*n,), status (B*n,) uint8). Only the h x w corner of each frame
+    of ``out`` is written; the caller keeps the rest at zero.
+    """
+    import cupy as cp
+
+    dt = np.dtype(patterns.dtype)
+    if dt not in _TILE_TYPES:
+        patterns = patterns.astype(cp.float32)
+        dt = np.dtype(np.float32)
+    patterns = cp.ascontiguousarray(patterns)
+    B, H, W = patterns.shape
+    n = origins.shape[0]
+    h, w = tile_shape
+    T = B * n
+    Ny, Nx = out.shape[-2:]
+    energy = cp.empty(T, dtype=cp.float32)
+    status = cp.empty(T, dtype=cp.uint8)
+    if T == 0:
+        return energy, status
+    fn = get_function("tiles.cu", f"prepare_tiles<{_TILE_TYPES[dt]}>", name_expressions=_TILE_NAMES)
+    threads = 256 if h * w >= 2048 else 128
+    fn((T,), (threads,), (patterns, np.int32(H), np.int32(W), origins, np.int32(n), np.int32(h),
+                          np.int32(w), window, out, np.int32(Ny), np.int32(Nx), energy, status))
+    return energy, status
+
+
+def find_peaks(corr, max_lag, method, window_lags=None):
+    """Fused integer search + 3x3 fit on (T, Ny, Nx) maps.
+
+    ``window_lags`` = (wy (Ny,), wx (Nx,)) float64 window autocorrelation by lag mod N,
+    or None (no compensation). Returns (y, x, value, on_border, ly, lx).
+    """
+    import cupy as cp
+
+    corr = cp.ascontiguousarray(corr, dtype=cp.float32)
+    T, Ny, Nx = corr.shape
+    ry, rx = max_lag
+    y = cp.empty(T, dtype=cp.float64)
+    x = cp.empty(T, dtype=cp.float64)
+    value = cp.empty(T, dtype=cp.float32)
+    border = cp.empty(T, dtype=cp.uint8)
+    ly = cp.empty(T, dtype=cp.int64)
+    lx = cp.empty(T, dtype=cp.int64)
+    if T:
+        m = _METHODS[method]
+        fn = get_function("peaks.cu", f"find_peaks<{m}>", name_expressions=_PEAK_NAMES)
+        if window_lags is None:  # no compensation: divide by ones
+            window_lags = (cp.ones(Ny), cp.ones(Nx))
+        wy, wx = (cp.ascontiguousarray(a, dtype=cp.float64) for a in window_lags)
+        n = (2 * ry + 1) * (2 * rx + 1)
+        threads = 256 if n >= 1024 else 64
+        fn((T,), (threads,), (corr, np.int32(Ny), np.int32(Nx), np.int32(ry), np.int32(rx),
+                              wy, wx, y, x, value, border, ly, lx))
+    return y, x, value, border.astype(bool), ly, lx

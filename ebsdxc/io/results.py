@@ -1,0 +1,230 @@
+"""The results file, schema v1 (HDF5; readable with plain h5py).
+
+Group ``/ebsdxc`` holds ``displacement`` (rows, cols, n_roi, 2) [dx, dy] px,
+``peak_height`` (rows, cols, n_roi), ``status`` (rows, cols, n_roi) uint8, ``done``
+(rows, cols) bool and ``roi/centers``, ``roi/size``; attributes record the schema,
+package version, command line, parameters (JSON), inputs (name, size, modification
+time), creation time and ``complete``. Datasets are chunked along scan rows and
+written batch by batch; ``complete`` turns true only after the last batch, and
+unprocessed points keep NaN displacement and status ``NOT_PROCESSED``.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+
+import h5py
+import numpy as np
+
+from .. import __version__
+from .. import status as st
+from ..errors import InputError
+
+SCHEMA = 1
+GROUP = "ebsdxc"
+
+__all__ = ["ResultsWriter", "read_results", "is_results_file", "input_record", "SCHEMA"]
+
+
+def input_record(path) -> dict:
+    """Name, absolute path, size and modification time of an input file."""
+    s = os.stat(path)
+    return {"name": os.path.basename(path), "path": os.path.abspath(path), "size": s.st_size,
+            "mtime": datetime.datetime.fromtimestamp(s.st_mtime, datetime.timezone.utc).isoformat()}
+
+
+def is_results_file(path) -> bool:
+    try:
+        with h5py.File(path, "r") as f:
+            return GROUP in f and "schema" in f[GROUP].attrs
+    except OSError:
+        return False
+
+
+class ResultsWriter:
+    """Creates (or reopens for ``--resume``) a results file and writes batches into it."""
+
+    def __init__(self, f: h5py.File, path: str):
+        self._f = f
+        self.path = path
+        g = f[GROUP]
+        self._g = g
+        self.rows, self.cols = g["done"].shape
+
+    # -- opening -----------------------------------------------------------------------
+    @classmethod
+    def create(cls, path, *, grid, centres, roi_size, parameters: dict, inputs: list,
+               command_line: str = "", overwrite=False) -> "ResultsWriter":
+        path = os.fspath(path)
+        if os.path.exists(path):
+            if not overwrite:
+                raise InputError("output already exists; pass --overwrite to replace it "
+                                 "or --resume to continue it", path)
+            if not is_results_file(path):
+                raise InputError("output exists and is not an ebsdxc results file; "
+                                 "refusing to replace it", path)
+            os.remove(path)
+        rows, cols = grid.rows, grid.cols
+        n = len(centres)
+        try:
+            f = h5py.File(path, "w-")
+        except OSError as e:
+            raise InputError(f"cannot create the output file ({e})", path) from None
+        g = f.create_group(GROUP)
+        a = g.attrs
+        a["schema"] = SCHEMA
+        a["version"] = __version__
+        a["command_line"] = command_line
+        a["parameters"] = json.dumps(parameters, sort_keys=True)
+        a["inputs"] = json.dumps(inputs)
+        a["created"] = datetime.datetime.now(datetime.timezone.utc).isoformat()
+        a["complete"] = False
+        a["grid_kind"] = grid.kind
+        if grid.step is not None:
+            a["step"] = np.asarray(grid.step, dtype=np.float64)
+        g.create_dataset("displacement", (rows, cols, n, 2), np.float32, chunks=(1, cols, n, 2),
+                         fillvalue=np.nan)
+        g["displacement"].attrs["units"] = "px"
+        g["displacement"].attrs["components"] = "dx, dy: position in the scan pattern minus position in the reference"
+        g.create_dataset("peak_height", (rows, cols, n), np.float32, chunks=(1, cols, n), fillvalue=np.nan)
+        g["peak_height"].attrs["meaning"] = "normalised cross-correlation at the peak, in [-1, 1]"
+        g.create_dataset("status", (rows, cols, n), np.uint8, chunks=(1, cols, n),
+                         fillvalue=st.NOT_PROCESSED)
+        g["status"].attrs["codes"] = json.dumps({str(k): v for k, v in st.DESCRIPTIONS.items()})
+        g.create_dataset("done", (rows, cols), bool, chunks=(1, cols), fillvalue=False)
+        r = g.create_group("roi")
+        r.create_dataset("centers", data=np.asarray(centres, dtype=np.float64))
+        r["centers"].attrs["components"] = "x, y (px, origin at the centre of pixel (0, 0))"
+        r.create_dataset("size", data=np.asarray(roi_size, dtype=np.int64))
+        r["size"].attrs["components"] = "w, h (px)"
+        f.flush()
+        return cls(f, path)
+
+    @classmethod
+    def resume(cls, path, *, grid, parameters: dict, inputs: list) -> "ResultsWriter":
+        path = os.fspath(path)
+        if not os.path.exists(path):
+            raise InputError("--resume given but there is no output to continue", path)
+        if not is_results_file(path):
+            raise InputError("--resume given but the output is not an ebsdxc results file", path)
+        f = h5py.File(path, "r+")
+        g = f[GROUP]
+        try:
+            if int(g.attrs["schema"]) != SCHEMA:
+                raise InputError(f"results schema {g.attrs['schema']} cannot be resumed by schema {SCHEMA}",
+                                 path)
+            if g["done"].shape != (grid.rows, grid.cols):
+                raise InputError(f"results grid {g['done'].shape} differs from the scan grid "
+                                 f"{(grid.rows, grid.cols)}", path)
+            old = json.loads(g.attrs["parameters"])
+            if old != json.loads(json.dumps(parameters, sort_keys=True)):
+                diff = sorted(k for k in set(old) | set(parameters) if old.get(k) != parameters.get(k))
+                raise InputError("was made with other parameters (" + ", ".join(diff) +
+                                 "); resume with the same options or pass --overwrite", path)
+            old_inputs = {i["name"]: (i["size"], i["mtime"]) for i in json.loads(g.attrs["inputs"])}
+            for i in inputs:
+                if i["name"] in old_inputs and old_inputs[i["name"]] != (i["size"], i["mtime"]):
+                    raise InputError(f"input {i['name']} changed since the run started; "
+                                     "pass --overwrite to start again", path)
+        except Exception:
+            f.close()
+            raise
+        g.attrs["complete"] = False
+        return cls(f, path)
+
+    # -- writing -----------------------------------------------------------------------
+    @property
+    def done(self) -> np.ndarray:
+        return self._g["done"][...]
+
+    def write(self, start: int, displacement, peak_height, status) -> None:
+        """Write results of flat scan points ``start : start + len(displacement)``."""
+        stop = start + len(displacement)
+        g, cols = self._g, self.cols
+        i = start
+        while i < stop:
+            r, c0 = divmod(i, cols)
+            c1 = min(cols, c0 + (stop - i))
+            sl = slice(i - start, i - start + (c1 - c0))
+            g["displacement"][r, c0:c1] = displacement[sl]
+            g["peak_height"][r, c0:c1] = peak_height[sl]
+            g["status"][r, c0:c1] = status[sl]
+            g["done"][r, c0:c1] = True  # after the data: a crash never marks unwritten points done
+            i += c1 - c0
+        self._f.flush()
+
+    def set_attr(self, name, value):
+        self._g.attrs[name] = value
+
+    def finish(self) -> None:
+        self._g.attrs["complete"] = bool(self._g["done"][...].all())
+        self._g.attrs["finished"] = datetime.datetime.now(datetime.timezone.utc).isoformat()
+        self._f.flush()
+
+    def close(self) -> None:
+        if self._f.id.valid:
+            self._f.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+def read_results(path) -> dict:
+    """Everything in a results file as NumPy arrays plus an ``attrs`` dict (small scans)."""
+    path = os.fspath(path)
+    if not is_results_file(path):
+        raise InputError("not an ebsdxc results file", path)
+    with h5py.File(path, "r") as f:
+        g = f[GROUP]
+        out = {k: g[k][...] for k in ("displacement", "peak_height", "status", "done")}
+        out["roi_centers"] = g["roi/centers"][...]
+        out["roi_size"] = g["roi/size"][...]
+        attrs = dict(g.attrs)
+        for k in ("parameters", "inputs"):
+            attrs[k] = json.loads(attrs[k])
+        attrs["complete"] = bool(attrs["complete"])
+        out["attrs"] = attrs
+    return out
+
+
+def read_summary(path) -> dict:
+    """Counts and medians for a one-line report and ``ebsdxc info`` (reads row by row)."""
+    path = os.fspath(path)
+    if not is_results_file(path):
+        raise InputError("not an ebsdxc results file", path)
+    with h5py.File(path, "r") as f:
+        g = f[GROUP]
+        rows, cols, n = g["status"].shape
+        ok = 0
+        counts = np.zeros(256, dtype=np.int64)
+        heights = []
+        for r in range(rows):
+            s = g["status"][r]
+            counts += np.bincount(s.ravel(), minlength=256)
+            h = g["peak_height"][r]
+            heights.append(np.nanmedian(h) if np.isfinite(h).any() else np.nan)
+        done = int(g["done"][...].sum())
+        ok = int(counts[st.OK])
+        a = g.attrs
+        return {
+            "schema": int(a["schema"]),
+            "version": str(a["version"]),
+            "complete": bool(a["complete"]),
+            "points": rows * cols,
+            "points_done": done,
+            "grid": [rows, cols],
+            "n_roi": n,
+            "roi_size": g["roi/size"][...].tolist(),
+            "ok_fraction": ok / max(done * n, 1),
+            "status_counts": {st.DESCRIPTIONS.get(k, str(k)): int(c) for k, c in enumerate(counts) if c},
+            "median_peak_height": float(np.nanmedian(heights)) if np.isfinite(heights).any() else float("nan"),
+            "created": str(a["created"]),
+            "command_line": str(a["command_line"]),
+            "device": str(a.get("device", "")),
+            "parameters": json.loads(a["parameters"]),
+        }

@@ -1,0 +1,58 @@
+"""Loads the CUDA sources in ``kernels/`` (package ``ebsdxc.kernels``) through CuPy.
+
+Sources are read relative to the installed package, so a wheel and an editable
+install both find them. Modules are compiled once per (device, source, names,
+defines) and memoised; CuPy keeps the compiled binaries in its on-disk cache
+(``~/.cupy/kernel_cache`` or ``$CUPY_CACHE_DIR``), so a second process skips NVRTC.
+"""
+
+from __future__ import annotations
+
+import functools
+from importlib import resources
+
+__all__ = ["kernel_source", "get_function"]
+
+
+@functools.lru_cache(maxsize=None)
+def kernel_source(name: str) -> str:
+    """Text of ``kernels/<name>`` with local ``#include "x.cuh"`` lines inlined."""
+    root = resources.files("ebsdxc.kernels")
+    lines = []
+    for line in (root / name).read_text().splitlines():
+        s = line.strip()
+        if s.startswith('#include "') and s.endswith('"'):
+            lines.append(kernel_source(s[len('#include "'):-1]))
+        elif s == "#pragma once":
+            continue
+        else:
+            lines.append(line)
+    return "\n".join(lines)
+
+
+@functools.lru_cache(maxsize=None)
+def _module(device_id: int, source_name: str, name_expressions: tuple, defines: tuple):
+    import cupy as cp
+
+    prelude = "".join(f"#define {k} {v}\n" for k, v in defines)
+    with cp.cuda.Device(device_id):
+        mod = cp.RawModule(code=prelude + kernel_source(source_name), options=("-std=c++17",),
+                           name_expressions=name_expressions)
+        mod.compile()
+    return mod
+
+
+def get_function(source_name: str, name_expression: str, *, name_expressions=None, defines=()):
+    """The compiled kernel ``name_expression`` of ``kernels/<source_name>`` on the current device.
+
+    ``name_expressions`` lists every specialisation compiled into the same module
+    (so one NVRTC call serves them all); ``defines`` is a tuple of (name, value)
+    pairs emitted as a ``#define`` prelude.
+    """
+    import cupy as cp
+
+    names = tuple(name_expressions or (name_expression,))
+    if name_expression not in names:
+        names = names + (name_expression,)
+    mod = _module(cp.cuda.Device().id, source_name, names, tuple(defines))
+    return mod.get_function(name_expression)

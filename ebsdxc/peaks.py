@@ -1,0 +1,262 @@
+"""Peak location in correlation maps: integer search and subpixel refinement.
+
+All functions are array-in/array-out and take the array module ``xp`` (NumPy or
+CuPy), so the CPU and GPU share one code path. Correlation maps are circular lag
+maps as an inverse FFT leaves them: element ``[ly % Ny, lx % Nx]`` holds the
+correlation at shift (dy, dx) = (ly, lx) of the scan subregion against the
+reference, so the peak lag *is* the displacement (design conventions).
+
+Subpixel methods
+----------------
+``parabolic``
+    3-point parabola through the peak and its neighbours, separately in x and y.
+``gaussian``
+    3-point Gaussian (parabola through log values); falls back to ``parabolic``
+    where a neighbour is not positive.
+``quadratic``
+    2-D quadratic surface fitted by least squares to the 3x3 neighbourhood; falls
+    back to ``parabolic`` where the surface has no maximum.
+``upsampled``
+    Guizar-Sicairos et al. (2008): the correlation is evaluated by a matrix DFT on
+    an ``upsample``-times finer grid over 1.5 px about the integer peak, then a
+    parabolic fit on that grid removes its quantisation.
+``none``
+    Integer peak only.
+
+Window compensation
+-------------------
+Windowing both subregions multiplies their correlation by the autocorrelation of
+the window, W(lag), which peaks at zero shift and pulls every fitted peak towards
+zero (about 5 % of the shift for Hann-windowed Kikuchi subregions). Dividing the
+correlation by W near the peak before the subpixel fit removes most of that bias
+(see ``BENCHMARKS.md``). The window is separable, so W = Wy(dy) Wx(dx), and each
+factor is evaluated at any fractional lag from its power spectrum.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+__all__ = ["SUBPIXEL_METHODS", "integer_peak", "neighbourhood", "fit_3x3",
+           "upsampled_dft_peak", "locate_peaks", "window_power_spectrum", "window_autocorrelation"]
+
+SUBPIXEL_METHODS = ("upsampled", "quadratic", "gaussian", "parabolic", "none")
+
+
+def window_power_spectrum(window_1d, n, xp=np):
+    """(n,) float64 power spectrum of a 1-D window zero-padded to ``n`` samples."""
+    f = np.fft.fft(np.asarray(window_1d, dtype=np.float64), n)
+    return xp.asarray((f * f.conj()).real)
+
+
+def window_autocorrelation(power, lags, xp=np):
+    """Autocorrelation of a window at (fractional) ``lags``, normalised to 1 at lag 0.
+
+    ``power`` is :func:`window_power_spectrum`; fractional lags use the same
+    trigonometric interpolation as the upsampled DFT, so compensated values on a
+    fine grid stay consistent with the integer ones.
+    """
+    n = power.shape[0]
+    k = xp.fft.fftfreq(n)
+    lags = xp.asarray(lags, dtype=xp.float64)
+    phase = (2 * np.pi) * lags[..., None] * k
+    return (xp.cos(phase) @ power) / power.sum()
+
+
+def _wrap_index(lags, n, xp):
+    return xp.remainder(lags, n)
+
+
+def integer_peak(corr, max_lag, xp=np):
+    """Integer peak of circular lag maps within ``|lag| <= max_lag``.
+
+    Parameters
+    ----------
+    corr : (T, Ny, Nx) real array
+    max_lag : (int, int)
+        (ry, rx): largest |dy|, |dx| searched.
+
+    Returns
+    -------
+    ly, lx : (T,) int64 lags of the maximum
+    value : (T,) correlation at the maximum
+    on_border : (T,) bool, the maximum lies on the edge of the searched lags
+    """
+    T, Ny, Nx = corr.shape
+    ry, rx = max_lag
+    iy = _wrap_index(xp.arange(-ry, ry + 1), Ny, xp)
+    ix = _wrap_index(xp.arange(-rx, rx + 1), Nx, xp)
+    region = corr[:, iy[:, None], ix[None, :]].reshape(T, -1)
+    flat = xp.argmax(region, axis=1)
+    value = xp.take_along_axis(region, flat[:, None], axis=1)[:, 0]
+    ly = flat // (2 * rx + 1) - ry
+    lx = flat % (2 * rx + 1) - rx
+    on_border = (xp.abs(ly) == ry) | (xp.abs(lx) == rx)
+    return ly, lx, value, on_border
+
+
+def neighbourhood(corr, ly, lx, xp=np):
+    """(T, 3, 3) values of circular maps ``corr`` about lags (ly, lx), rows = y."""
+    T, Ny, Nx = corr.shape
+    d = xp.arange(-1, 2)
+    yy = _wrap_index(ly[:, None] + d[None, :], Ny, xp)  # (T, 3)
+    xx = _wrap_index(lx[:, None] + d[None, :], Nx, xp)
+    t = xp.arange(T)[:, None, None]
+    return corr[t, yy[:, :, None], xx[:, None, :]]
+
+
+def _parabolic_1d(cm, c0, cp, xp):
+    den = cm - 2 * c0 + cp
+    with np.errstate(divide="ignore", invalid="ignore"):
+        d = xp.where(den < 0, 0.5 * (cm - cp) / xp.where(den < 0, den, -1), 0)
+    return d
+
+
+def _quadratic_projector():
+    # Least-squares quadratic a + b x + c y + d x^2 + e xy + f y^2 on the 3x3 grid.
+    y, x = np.mgrid[-1:2, -1:2]
+    x, y = x.ravel(), y.ravel()
+    A = np.stack([np.ones(9), x, y, x * x, x * y, y * y], axis=1)
+    return np.linalg.pinv(A)  # (6, 9)
+
+
+_QUAD_P = _quadratic_projector()
+
+
+def fit_3x3(neigh, method, xp=np):
+    """Subpixel offsets (dy, dx) in px from (T, 3, 3) neighbourhoods about integer peaks.
+
+    Offsets are clipped to [-1, 1]; a fit that fails falls back as the module
+    docstring says, finally to 0.
+    """
+    n = neigh.astype(xp.float64)
+    c0 = n[:, 1, 1]
+    dx = _parabolic_1d(n[:, 1, 0], c0, n[:, 1, 2], xp)
+    dy = _parabolic_1d(n[:, 0, 1], c0, n[:, 2, 1], xp)
+    if method == "gaussian":
+        pos = (n[:, 1, :] > 0).all(axis=1) & (n[:, :, 1] > 0).all(axis=1)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            ln = xp.log(xp.where(n > 0, n, 1.0))
+        gx = _parabolic_1d(ln[:, 1, 0], ln[:, 1, 1], ln[:, 1, 2], xp)
+        gy = _parabolic_1d(ln[:, 0, 1], ln[:, 1, 1], ln[:, 2, 1], xp)
+        dx, dy = xp.where(pos, gx, dx), xp.where(pos, gy, dy)
+    elif method == "quadratic":
+        P = xp.asarray(_QUAD_P)
+        a, b, c, d, e, f = (n.reshape(-1, 9) @ P.T).T
+        det = 4 * d * f - e * e
+        ok = (det > 0) & (d < 0)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            qx = (e * c - 2 * f * b) / det
+            qy = (e * b - 2 * d * c) / det
+        ok &= (xp.abs(qx) <= 1) & (xp.abs(qy) <= 1)
+        dx, dy = xp.where(ok, qx, dx), xp.where(ok, qy, dy)
+    elif method not in ("parabolic",):
+        raise ValueError(f"unknown 3x3 subpixel method {method!r}")
+    dx = xp.clip(xp.nan_to_num(dx), -1, 1)
+    dy = xp.clip(xp.nan_to_num(dy), -1, 1)
+    return dy, dx
+
+
+def upsampled_dft_peak(cross_power, ly, lx, shape, *, upsample=16, window_spectra=None, xp=np,
+                       chunk=8192):
+    """Refine integer peaks by a matrix-multiply DFT on a finer grid (Guizar-Sicairos 2008).
+
+    Parameters
+    ----------
+    cross_power : (T, Ny, Nx//2 + 1) complex array
+        Half-spectrum (rfft2 layout) whose inverse real FFT of size ``shape`` is the
+        correlation map.
+    ly, lx : (T,) int arrays
+        Integer peak lags.
+    shape : (int, int)
+        (Ny, Nx) of the correlation maps.
+    upsample : int
+        Grid refinement; the region searched is 1.5 px wide about the integer peak.
+    window_spectra : (Sy, Sx) or None
+        Power spectra of the 1-D windows (:func:`window_power_spectrum`); when given
+        the fine grid is divided by the window autocorrelation before the search.
+
+    Returns
+    -------
+    y, x : (T,) float64 peak lags
+    value : (T,) float64 correlation at the integer peak (same scale as ``irfft2``)
+    """
+    Ny, Nx = shape
+    T = cross_power.shape[0]
+    R = int(math.ceil(1.5 * upsample))
+    centre = R // 2
+    u = (xp.arange(R, dtype=xp.float64) - centre) / upsample  # (R,)
+    fy = xp.fft.fftfreq(Ny)  # cycles per px, signed
+    fx = xp.arange(Nx // 2 + 1, dtype=xp.float64) / Nx
+    w = xp.full(Nx // 2 + 1, 2.0)
+    w[0] = 1.0
+    if Nx % 2 == 0:
+        w[-1] = 1.0
+    ys, xs, vals = [], [], []
+    for s in range(0, T, chunk):
+        cp = cross_power[s:s + chunk].astype(xp.complex64, copy=False)
+        yq = ly[s:s + chunk, None].astype(xp.float64) + u[None, :]  # (t, R)
+        xq = lx[s:s + chunk, None].astype(xp.float64) + u[None, :]
+        Ey = xp.exp((2j * np.pi) * yq[:, :, None] * fy[None, None, :]).astype(xp.complex64)  # (t,R,Ny)
+        Ex = (w[None, :, None] * xp.exp((2j * np.pi) * fx[None, :, None] * xq[:, None, :])).astype(xp.complex64)
+        up = xp.matmul(xp.matmul(Ey, cp), Ex).real / (Ny * Nx)  # (t, R, R)
+        t = up.shape[0]
+        value = up[:, centre, centre]
+        if window_spectra is not None:
+            up = up / (window_autocorrelation(window_spectra[0], yq, xp)[:, :, None]
+                       * window_autocorrelation(window_spectra[1], xq, xp)[:, None, :])
+        flat = xp.argmax(up.reshape(t, -1), axis=1)
+        iu, iv = flat // R, flat % R
+        # Parabolic fit on the fine grid where the maximum is interior.
+        iu_c, iv_c = xp.clip(iu, 1, R - 2), xp.clip(iv, 1, R - 2)
+        ar = xp.arange(t)
+        c0 = up[ar, iu, iv]
+        du = _parabolic_1d(up[ar, iu_c - 1, iv], c0, up[ar, iu_c + 1, iv], xp)
+        dv = _parabolic_1d(up[ar, iu, iv_c - 1], c0, up[ar, iu, iv_c + 1], xp)
+        du = xp.where(iu == iu_c, xp.clip(du, -1, 1), 0)
+        dv = xp.where(iv == iv_c, xp.clip(dv, -1, 1), 0)
+        ys.append(ly[s:s + chunk] + (iu + du - centre) / upsample)
+        xs.append(lx[s:s + chunk] + (iv + dv - centre) / upsample)
+        vals.append(value.astype(xp.float64))
+    return xp.concatenate(ys), xp.concatenate(xs), xp.concatenate(vals)
+
+
+def locate_peaks(corr, *, max_lag, method="quadratic", cross_power=None, upsample=16,
+                 window_spectra=None, xp=np):
+    """Integer search plus subpixel refinement.
+
+    Parameters
+    ----------
+    corr : (T, Ny, Nx) circular lag maps
+    max_lag : (int, int)
+    method : str, one of :data:`SUBPIXEL_METHODS`
+    cross_power : (T, Ny, Nx//2+1) complex, needed by ``upsampled``
+    upsample : int
+    window_spectra : (Sy, Sx) or None
+        1-D window power spectra at the FFT sizes for window compensation.
+
+    Returns
+    -------
+    y, x : (T,) float64 lags of the peak
+    value : (T,) correlation at the integer peak
+    on_border : (T,) bool
+    """
+    ly, lx, value, on_border = integer_peak(corr, max_lag, xp)
+    if method == "none":
+        return ly.astype(xp.float64), lx.astype(xp.float64), value, on_border
+    if method == "upsampled":
+        if cross_power is None:
+            raise ValueError("the upsampled method needs the cross-power spectrum")
+        y, x, _ = upsampled_dft_peak(cross_power, ly, lx, corr.shape[1:], upsample=upsample,
+                                     window_spectra=window_spectra, xp=xp)
+        return y, x, value, on_border
+    neigh = neighbourhood(corr, ly, lx, xp)
+    if window_spectra is not None:
+        d = xp.arange(-1, 2)
+        wy = window_autocorrelation(window_spectra[0], ly[:, None] + d, xp)  # (T, 3)
+        wx = window_autocorrelation(window_spectra[1], lx[:, None] + d, xp)
+        neigh = neigh / (wy[:, :, None] * wx[:, None, :])
+    dy, dx = fit_3x3(neigh, method, xp)
+    return ly + dy, lx + dx, value, on_border

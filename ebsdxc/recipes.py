@@ -1,0 +1,146 @@
+"""Processing options in one place, read from TOML recipes and overridden by the CLI.
+
+A recipe (see ``pipelines/*.toml``) has up to four tables::
+
+    [roi]          layout = "grid" | "ring" | "file", grid = [R, C], size = N, margin,
+                   drop_corners, n, radius, include_centre, centres = "file.csv"
+    [preprocess]   static_background = "mean" | "file.tif", static_operation,
+                   dynamic_background_sigma, bandpass = [low_sigma, high_sigma], window
+    [correlation]  engine, mode = "full" | "window", max_shift, subpixel, upsample, compensate
+    [run]          batch, device
+
+Shipped recipes can be named without their folder: ``--pipeline paper-86roi-96``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from dataclasses import dataclass, field
+from importlib import resources
+
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10
+    import tomli as tomllib
+
+from .engines.base import EngineConfig
+from .errors import InputError
+from .preprocess import PreprocessConfig
+
+__all__ = ["RoiConfig", "ProcessConfig", "load_recipe", "shipped_recipes"]
+
+
+@dataclass(frozen=True)
+class RoiConfig:
+    layout: str = "grid"
+    grid: tuple[int, int] = (5, 5)
+    size: int | None = None
+    margin: int = 0
+    drop_corners: bool = False
+    n: int = 8
+    radius: float | None = None
+    include_centre: bool = True
+    centres: str | None = None
+
+
+@dataclass(frozen=True)
+class ProcessConfig:
+    """Everything that determines the results (``run`` options excepted)."""
+
+    roi: RoiConfig = field(default_factory=RoiConfig)
+    preprocess: PreprocessConfig = field(default_factory=PreprocessConfig)
+    static_background: str | None = None
+    correlation: EngineConfig = field(default_factory=EngineConfig)
+    engine: str = "auto"
+    batch: int | None = None
+    device: str = "auto"
+
+    def parameters(self) -> dict:
+        """JSON-able parameters stored in the results file (``batch``/``device`` left out:
+        they change speed, not results)."""
+        d = dataclasses.asdict(self)
+        d.pop("batch")
+        d.pop("device")
+        d.pop("engine")
+        return _jsonable(d)
+
+    def replace(self, **kw) -> "ProcessConfig":
+        return dataclasses.replace(self, **kw)
+
+
+def _jsonable(x):
+    if isinstance(x, dict):
+        return {k: _jsonable(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_jsonable(v) for v in x]
+    return x
+
+
+def shipped_recipes() -> dict:
+    """Name -> path of the recipes shipped in ``pipelines/``."""
+    out = {}
+    for p in resources.files("ebsdxc.pipelines").iterdir():
+        if p.name.endswith(".toml"):
+            out[p.name[:-5]] = str(p)
+    return out
+
+
+_KEYS = {
+    "roi": {f.name for f in dataclasses.fields(RoiConfig)},
+    "preprocess": {"static_background", "static_operation", "dynamic_background_sigma",
+                   "bandpass", "window"},
+    "correlation": {"engine", "mode", "max_shift", "subpixel", "upsample", "compensate"},
+    "run": {"batch", "device"},
+}
+
+
+def load_recipe(name_or_path, base: ProcessConfig | None = None) -> ProcessConfig:
+    """Read a TOML recipe (a path, or the name of a shipped one) over ``base``."""
+    path = os.fspath(name_or_path)
+    if not os.path.exists(path):
+        shipped = shipped_recipes()
+        stem = os.path.basename(path)[:-5] if path.endswith(".toml") else path
+        if stem in shipped and os.sep not in path:
+            path = shipped[stem]
+        else:
+            raise InputError("no such recipe file (shipped recipes: " + ", ".join(sorted(shipped)) + ")",
+                             path)
+    try:
+        with open(path, "rb") as f:
+            doc = tomllib.load(f)
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
+        raise InputError(f"not a valid TOML recipe ({e})", path) from None
+    for table, values in doc.items():
+        if table not in _KEYS or not isinstance(values, dict):
+            raise InputError(f"unknown recipe table [{table}] (known: {', '.join(_KEYS)})", path)
+        unknown = set(values) - _KEYS[table]
+        if unknown:
+            raise InputError(f"unknown key(s) in [{table}]: {', '.join(sorted(unknown))}", path)
+    cfg = base or ProcessConfig()
+    try:
+        roi = doc.get("roi", {})
+        if "centres" in roi:  # relative to the recipe file
+            roi = {**roi, "centres": os.path.join(os.path.dirname(os.path.abspath(path)), roi["centres"])}
+        if "grid" in roi:
+            roi = {**roi, "grid": tuple(roi["grid"])}
+        pre = doc.get("preprocess", {})
+        corr = doc.get("correlation", {})
+        run = doc.get("run", {})
+        pp = cfg.preprocess
+        pp = dataclasses.replace(
+            pp,
+            static_operation=pre.get("static_operation", pp.static_operation),
+            dynamic_sigma=pre.get("dynamic_background_sigma", pp.dynamic_sigma),
+            bandpass=tuple(pre["bandpass"]) if pre.get("bandpass") else pp.bandpass,
+            window=pre.get("window", pp.window))
+        sb = pre.get("static_background", cfg.static_background)
+        if sb not in (None, "mean") and not os.path.isabs(sb):
+            sb = os.path.join(os.path.dirname(os.path.abspath(path)), sb)
+        ec = dataclasses.replace(cfg.correlation, **{k: v for k, v in corr.items() if k != "engine"})
+        batch = run.get("batch", cfg.batch)
+        return cfg.replace(roi=dataclasses.replace(cfg.roi, **roi), preprocess=pp, static_background=sb,
+                           correlation=ec, engine=corr.get("engine", cfg.engine),
+                           batch=None if batch == "auto" else batch, device=run.get("device", cfg.device))
+    except (TypeError, ValueError) as e:
+        raise InputError(f"invalid recipe value ({e})", path) from None

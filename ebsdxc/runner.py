@@ -1,0 +1,369 @@
+"""The streaming runner: the one place that composes reader, stages and writer.
+
+A reader thread fills the next batch of patterns (into pinned host buffers on the
+GPU) while the device correlates the current one on its own CUDA stream; results
+of a batch are copied back and written while the next batch computes. Host memory
+is bounded by ``N_BUFFERS`` batches of raw patterns, whatever the scan size.
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import threading
+from dataclasses import dataclass
+
+import numpy as np
+
+from . import io as scan_io
+from .backend import Backend, select_backend
+from .engines import EngineConfig, PeakResult, make_engine
+from .engines.fft import fft_shape
+from .errors import InputError
+from .io.results import ResultsWriter, input_record
+from .preprocess import PatternPreprocessor, prepare_tiles, window_1d, window_2d
+from .progress import NullProgress, Progress
+from .recipes import ProcessConfig
+from .rois import RoiLayout, extract_tiles, grid_layout, layout_from_centres, read_centres, ring_layout
+
+__all__ = ["Pipeline", "build_layout", "process", "default_output", "N_BUFFERS", "auto_batch"]
+
+N_BUFFERS = 3  # raw-pattern batches in host memory at once: one being read, one queued, one in transfer
+
+
+def build_layout(roi, pattern_shape, *, path=None) -> RoiLayout:
+    """The ROI layout a :class:`~ebsdxc.recipes.RoiConfig` describes, checked against the pattern."""
+    if roi.layout == "grid":
+        layout = grid_layout(pattern_shape, grid=roi.grid, size=roi.size, margin=roi.margin,
+                             drop_corners=roi.drop_corners)
+    elif roi.layout == "ring":
+        layout = ring_layout(pattern_shape, n=roi.n, radius=roi.radius, size=roi.size,
+                             include_centre=roi.include_centre)
+    elif roi.layout == "file":
+        if not roi.centres:
+            raise InputError("ROI layout 'file' needs a centres file (--roi-centres)")
+        size = roi.size or grid_layout(pattern_shape, grid=(1, 1)).size
+        layout = layout_from_centres(read_centres(roi.centres), size=size)
+    else:
+        raise InputError(f"unknown ROI layout {roi.layout!r} (grid, ring or file)")
+    layout.check_inside(pattern_shape, path=path)
+    return layout
+
+
+class Pipeline:
+    """Preprocess -> cut ROIs -> prepare -> correlate -> peaks, for batches on one backend.
+
+    Parameters
+    ----------
+    backend : Backend
+    config : ProcessConfig
+    layout : RoiLayout
+    reference : (H, W) array, the reference pattern
+    static_background : (H, W) array or None
+    """
+
+    def __init__(self, backend: Backend, config: ProcessConfig, layout: RoiLayout, reference,
+                 *, static_background=None):
+        self.backend = backend
+        self.config = config
+        self.layout = layout
+        xp = backend.xp
+        w, h = layout.size
+        self.tile_shape = (h, w)
+        self.preprocessor = PatternPreprocessor(config.preprocess, backend,
+                                                static_background=static_background)
+        self.window = window_2d(self.tile_shape, config.preprocess.window, xp)
+        self.engine = make_engine(config.engine, backend, self.tile_shape, config.correlation,
+                                  window_1d=(window_1d(h, config.preprocess.window),
+                                             window_1d(w, config.preprocess.window)))
+        ref = self.preprocessor(xp.asarray(reference)[None])
+        t, e, s = prepare_tiles(extract_tiles(ref, layout, xp)[0], self.window, xp)
+        self.engine.set_reference(t, e, s)
+        self.reference_status = backend.asnumpy(s)
+        self._fused = backend.is_gpu
+        if self._fused:
+            from .engines.gpu_ops import PaddedTileBuffer
+
+            self._frames = PaddedTileBuffer(self.engine.input_shape)
+            self._origins = xp.asarray(layout.origins, dtype=xp.int32)
+
+    def match(self, patterns) -> PeakResult:
+        """(B, H, W) raw patterns (host or device) -> :class:`PeakResult` on the device."""
+        xp = self.backend.xp
+        if not self._fused:
+            x = self.preprocessor(patterns)
+            t, e, s = prepare_tiles(extract_tiles(x, self.layout, xp), self.window, xp)
+            return self.engine.match(t, e, s)
+        from .engines.gpu_ops import prepare_tiles_padded
+
+        x = xp.asarray(patterns)
+        if not self.preprocessor.is_identity:  # else the tile kernel converts raw values itself
+            x = self.preprocessor(x)
+        B, n = x.shape[0], self.layout.n
+        frames = self._frames.get(B * n)
+        e, s = prepare_tiles_padded(x, self._origins, self.tile_shape, self.window, frames)
+        return self.engine.match(frames.reshape(B, n, *frames.shape[1:]), e.reshape(B, n), s.reshape(B, n))
+
+    def bytes_per_pattern(self) -> int:
+        """Rough device working memory per pattern in a batch."""
+        ny, nx = getattr(self.engine, "fft_shape", fft_shape(self.tile_shape, self.engine.max_lag, "full"))
+        per_tile = ny * nx * 4 + ny * (nx // 2 + 1) * 8 * 2 + self.tile_shape[0] * self.tile_shape[1] * 12
+        if self.config.correlation.subpixel == "upsampled":
+            per_tile += ny * (nx // 2 + 1) * 8
+        return self.layout.n * per_tile
+
+
+def auto_batch(pipeline: Pipeline, n_patterns: int) -> int:
+    """A batch that keeps device working memory near 1 GiB (CPU) or a fifth of free GPU memory."""
+    be = pipeline.backend
+    if be.is_gpu:
+        free, _ = be.xp.cuda.runtime.memGetInfo()
+        budget = min(free // 5, 16 << 30)
+    else:
+        budget = 1 << 30
+    b = int(max(1, min(budget // max(pipeline.bytes_per_pattern(), 1), 4096)))
+    return max(1, min(b, n_patterns))
+
+
+def default_output(scan_path) -> str:
+    """``SCAN_STEM.ebsdxc.h5`` beside the scan."""
+    d, name = os.path.split(os.path.abspath(scan_path))
+    stem = name.split(".")[0] if not os.path.isdir(scan_path) else name
+    return os.path.join(d, f"{stem}.ebsdxc.h5")
+
+
+def _todo_chunks(done_flat: np.ndarray, batch: int):
+    """Contiguous runs of not-done points, split into chunks of at most ``batch``."""
+    idx = np.flatnonzero(~done_flat)
+    if idx.size == 0:
+        return []
+    breaks = np.flatnonzero(np.diff(idx) != 1) + 1
+    out = []
+    for run in np.split(idx, breaks):
+        a, b = int(run[0]), int(run[-1]) + 1
+        out.extend((s, min(s + batch, b)) for s in range(a, b, batch))
+    return out
+
+
+def _mean_pattern(source, backend, batch) -> np.ndarray:
+    xp = backend.xp
+    acc = xp.zeros(source.pattern_shape, dtype=xp.float64)
+    for a in range(0, source.n_patterns, batch):
+        b = min(a + batch, source.n_patterns)
+        acc += xp.asarray(source.read(a, b)).astype(xp.float64).sum(axis=0)
+    return backend.asnumpy(acc / source.n_patterns)
+
+
+@dataclass
+class _Batch:
+    start: int
+    stop: int
+    buffer: np.ndarray
+    view: np.ndarray
+
+
+class _Reader(threading.Thread):
+    """Reads chunks ahead into a small ring of (pinned) host buffers."""
+
+    def __init__(self, source, chunks, buffers):
+        super().__init__(daemon=True, name="ebsdxc-reader")
+        self.source = source
+        self.chunks = chunks
+        self.free = queue.Queue()
+        for b in buffers:
+            self.free.put((b, None))
+        self.ready = queue.Queue()
+        self._halt = threading.Event()
+
+    def run(self):
+        try:
+            for a, b in self.chunks:
+                buf, event = self.free.get()
+                if self._halt.is_set():
+                    break
+                if event is not None:
+                    event.synchronize()  # the previous transfer out of this buffer has finished
+                view = buf[: b - a]
+                self.source.read_into(a, b, view)
+                self.ready.put(_Batch(a, b, buf, view))
+            self.ready.put(None)
+        except BaseException as e:  # handed to the main thread, which raises it
+            self.ready.put(e)
+
+    def release(self, buf, event=None):
+        self.free.put((buf, event))
+
+    def stop(self):
+        self._halt.set()
+        self.free.put((None, None))
+
+
+def _host_buffers(backend, n, shape, dtype):
+    if backend.is_gpu:
+        import cupyx
+
+        return [cupyx.empty_pinned(shape, dtype=dtype) for _ in range(n)]
+    return [np.empty(shape, dtype=dtype) for _ in range(n)]
+
+
+def _to_host(backend, res: PeakResult, stream=None):
+    if backend.is_gpu:
+        return tuple(a.get(stream=stream) for a in (res.displacement, res.peak_height, res.status))
+    return res.displacement, res.peak_height, res.status
+
+
+def run_stream(pipeline: Pipeline, source, chunks, *, write, progress: Progress) -> None:
+    """Correlate ``chunks`` [(start, stop), ...] of ``source`` and hand results to ``write``.
+
+    ``write(start, displacement, peak_height, status)`` receives host arrays, in order.
+    """
+    be = pipeline.backend
+    if not chunks:
+        return
+    batch = max(b - a for a, b in chunks)
+    buffers = _host_buffers(be, N_BUFFERS, (batch, *source.pattern_shape), source.dtype)
+    reader = _Reader(source, chunks, buffers)
+    reader.start()
+    pending = None
+    try:
+        if be.is_gpu:
+            cp = be.xp
+            compute = cp.cuda.Stream(non_blocking=True)
+            copy_back = cp.cuda.Stream(non_blocking=True)
+        while True:
+            item = reader.ready.get()
+            if item is None:
+                break
+            if isinstance(item, BaseException):
+                raise item
+            if be.is_gpu:
+                with compute:
+                    dev = cp.empty(item.view.shape, dtype=item.view.dtype)
+                    dev.set(item.view, stream=compute)
+                    reader.release(item.buffer, compute.record())
+                    res = pipeline.match(dev)
+                    done_event = compute.record()
+            else:
+                res = pipeline.match(item.view)
+                reader.release(item.buffer)
+                done_event = None
+            if pending is not None:
+                _flush(be, pending, write, progress, copy_back if be.is_gpu else None)
+            pending = (item.start, item.stop, res, done_event)
+        if pending is not None:
+            _flush(be, pending, write, progress, copy_back if be.is_gpu else None)
+            pending = None
+    finally:
+        reader.stop()
+        reader.join(timeout=10)
+
+
+def _flush(be, pending, write, progress, stream):
+    start, stop, res, event = pending
+    if event is not None:
+        stream.wait_event(event)
+    disp, height, status = _to_host(be, res, stream)
+    write(start, disp, height, status)
+    progress.update(stop - start)
+
+
+def process(scan, *, ref=None, ref_index=None, output=None, config: ProcessConfig | None = None,
+            dataset=None, resume=False, overwrite=False, progress: Progress | None = None,
+            command_line: str = "") -> str:
+    """Correlate every pattern of ``scan`` with the reference and write a results file.
+
+    Parameters
+    ----------
+    scan : str or PatternSource
+        Scan file (any format :func:`ebsdxc.io.open_scan` reads) or an open source.
+    ref : str, optional
+        Reference pattern image (TIFF). Exactly one of ``ref`` and ``ref_index``.
+    ref_index : int or (int, int), optional
+        Scan point to use as the reference.
+    output : str, optional
+        Results file; default ``SCAN_STEM.ebsdxc.h5`` beside the scan.
+    config : ProcessConfig
+    resume, overwrite : bool
+        Continue an interrupted run / replace an existing results file.
+    progress : Progress
+
+    Returns
+    -------
+    str
+        Path of the results file.
+    """
+    config = config or ProcessConfig()
+    progress = progress or NullProgress()
+    if (ref is None) == (ref_index is None):
+        raise InputError("give a reference: --ref FILE or --ref-index N (one of them)")
+    if resume and overwrite:
+        raise InputError("--resume and --overwrite exclude each other")
+    source = scan if isinstance(scan, scan_io.PatternSource) else scan_io.open_scan(scan, dataset=dataset)
+    try:
+        return _process(source, ref, ref_index, output, config, resume, overwrite, progress, command_line)
+    finally:
+        if not isinstance(scan, scan_io.PatternSource):
+            source.close()
+
+
+def _process(source, ref, ref_index, output, config, resume, overwrite, progress, command_line):
+    if ref is not None:
+        reference = scan_io.read_reference(ref)
+        ref_desc = {"reference": input_record(ref)}
+        if reference.shape != source.pattern_shape:
+            raise InputError(f"reference is {reference.shape[1]}x{reference.shape[0]} px but the scan's "
+                             f"patterns are {source.pattern_shape[1]}x{source.pattern_shape[0]} px", ref)
+    else:
+        reference = scan_io.reference_from_scan(source, ref_index)
+        ref_desc = {"reference_index": ref_index if np.ndim(ref_index) == 0 else list(ref_index)}
+    layout = build_layout(config.roi, source.pattern_shape, path=source.path)
+    static_bg = None
+    if config.static_background not in (None, "mean"):
+        static_bg = scan_io.read_reference(config.static_background)
+        if static_bg.shape != source.pattern_shape:
+            raise InputError(f"static background is {static_bg.shape} but patterns are "
+                             f"{source.pattern_shape}", config.static_background)
+    out = os.path.abspath(output or default_output(source.path))
+    for p in (source.path, ref, config.static_background):
+        if p not in (None, "mean") and os.path.abspath(p) == out:
+            raise InputError("output would overwrite an input file", out)
+    if os.path.exists(out) and not (resume or overwrite):
+        raise InputError("output already exists; pass --overwrite to replace it "
+                         "or --resume to continue it", out)
+    backend = select_backend(config.device)
+    with backend.use():
+        if config.static_background == "mean":
+            static_bg = _mean_pattern(source, backend, 64)
+        pipeline = Pipeline(backend, config, layout, reference, static_background=static_bg)
+        batch = config.batch or auto_batch(pipeline, source.n_patterns)
+        inputs = [input_record(source.path)] if os.path.isfile(source.path) else []
+        if ref is not None:
+            inputs.append(input_record(ref))
+        params = {**config.parameters(), "scan": os.path.basename(source.path),
+                  "dataset": source.metadata.get("dataset"), **_jsonable_ref(ref_desc)}
+        if resume:
+            writer = ResultsWriter.resume(out, grid=source.grid, parameters=params, inputs=inputs)
+        else:
+            writer = ResultsWriter.create(out, grid=source.grid, centres=layout.centres,
+                                          roi_size=layout.size, parameters=params, inputs=inputs,
+                                          command_line=command_line, overwrite=overwrite)
+        with writer:
+            writer.set_attr("device", backend.name)
+            writer.set_attr("engine", pipeline.engine.name)
+            done = writer.done.reshape(-1)
+            chunks = _todo_chunks(done, batch)
+            progress.start(source.n_patterns, done=int(done.sum()), desc=os.path.basename(source.path))
+            try:
+                run_stream(pipeline, source, chunks, write=writer.write, progress=progress)
+                writer.finish()
+            finally:
+                progress.close()
+    return out
+
+
+def _jsonable_ref(d):
+    r = d.get("reference")
+    if r is not None:  # the parameters compare across resumes: keep only what identifies the file
+        return {"reference": r["name"]}
+    return d
+

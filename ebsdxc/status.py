@@ -1,0 +1,19 @@
+"""Per-ROI status codes (the ``status`` dataset of the results file).
+
+Anything but ``OK`` has NaN displacement; a failed match is never reported as a
+zero shift.
+"""
+
+OK = 0
+PEAK_ON_BORDER = 1  # the best match is on the edge of the searched shifts: the true one may lie beyond
+CONSTANT_TILE = 2  # no contrast in the scan or reference subregion: nothing to match
+NOT_FINITE = 3  # NaN or Inf in the subregion
+NOT_PROCESSED = 4  # the scan point has not been processed (yet)
+
+DESCRIPTIONS = {
+    OK: "ok",
+    PEAK_ON_BORDER: "peak on the border of the searched shifts",
+    CONSTANT_TILE: "constant subregion (no contrast) in the scan or reference pattern",
+    NOT_FINITE: "NaN or Inf in the subregion",
+    NOT_PROCESSED: "scan point not processed",
+}
