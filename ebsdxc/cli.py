@@ -180,7 +180,15 @@ def _print_tree(d, indent=0):
             _print_tree(v, indent + 2)
         else:
             if isinstance(v, (list, tuple, np.ndarray)):
-                v = json.dumps(v, default=_json_default)
+                a = np.asarray(v, dtype=object)
+                if a.size > 12 and a.dtype == object:
+                    try:
+                        f = np.asarray(v, dtype=np.float64)
+                        v = f"array {f.shape}, from {np.nanmin(f):.6g} to {np.nanmax(f):.6g}"
+                    except (TypeError, ValueError):
+                        v = f"{len(v)} items"
+                else:
+                    v = json.dumps(v, default=_json_default)
             print(" " * indent + f"{k}: {v}")
 
 

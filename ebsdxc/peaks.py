@@ -20,6 +20,11 @@ Subpixel methods
     Guizar-Sicairos et al. (2008): the correlation is evaluated by a matrix DFT on
     an ``upsample``-times finer grid over 1.5 px about the integer peak, then a
     parabolic fit on that grid removes its quantisation.
+``dft``
+    Starts from ``quadratic`` and refines it with two quadratic fits to 3x3 stencils
+    (steps 0.25 px, then 0.05 px) evaluated exactly by a matrix DFT: the continuous
+    peak of the band-limited correlation at about a quarter of the cost of a 16x
+    upsampled grid.
 ``none``
     Integer peak only.
 
@@ -40,9 +45,10 @@ import math
 import numpy as np
 
 __all__ = ["SUBPIXEL_METHODS", "integer_peak", "neighbourhood", "fit_3x3",
-           "upsampled_dft_peak", "locate_peaks", "window_power_spectrum", "window_autocorrelation"]
+           "upsampled_dft_peak", "dft_grid", "dft_refine_peak", "locate_peaks", "window_power_spectrum", "window_autocorrelation"]
 
-SUBPIXEL_METHODS = ("upsampled", "quadratic", "gaussian", "parabolic", "none")
+SUBPIXEL_METHODS = ("dft", "upsampled", "quadratic", "gaussian", "parabolic", "none")
+SPECTRUM_METHODS = ("dft", "upsampled")  # need the cross-power spectrum
 
 
 def window_power_spectrum(window_1d, n, xp=np):
@@ -63,6 +69,12 @@ def window_autocorrelation(power, lags, xp=np):
     lags = xp.asarray(lags, dtype=xp.float64)
     phase = (2 * np.pi) * lags[..., None] * k
     return (xp.cos(phase) @ power) / power.sum()
+
+
+def integer_lag_table(power, xp=np):
+    """(n,) window autocorrelation at integer lags, indexed by lag mod n."""
+    n = power.shape[0]
+    return window_autocorrelation(power, xp.asarray(np.fft.fftfreq(n, 1.0 / n)), xp)
 
 
 def _wrap_index(lags, n, xp):
@@ -159,57 +171,100 @@ def fit_3x3(neigh, method, xp=np):
     return dy, dx
 
 
-def upsampled_dft_peak(cross_power, ly, lx, shape, *, upsample=16, window_spectra=None, xp=np,
-                       chunk=8192):
-    """Refine integer peaks by a matrix-multiply DFT on a finer grid (Guizar-Sicairos 2008).
+def _phases(c, freqs, xp):
+    """(T, K) complex128 ``exp(2 pi i f_k c_t)`` for integer-spaced ``freqs = k_int / n``."""
+    # Powers of one complex exponential per tile: T exps instead of T*K.
+    n_int = xp.rint(freqs * (1.0 / freqs[1] if freqs.shape[0] > 1 else 1.0))
+    step = freqs[1] if freqs.shape[0] > 1 else 1.0
+    z = xp.exp((2j * np.pi * step) * c)  # (T,)
+    k = xp.arange(int(xp.abs(n_int).max()) + 1 if freqs.shape[0] else 1)
+    zk = xp.cumprod(xp.broadcast_to(z[:, None], (c.shape[0], k.shape[0])), axis=1) / z[:, None]
+    neg = n_int < 0
+    out = xp.where(neg[None, :], xp.conj(zk[:, xp.abs(n_int).astype(xp.int64)]),
+                   zk[:, xp.abs(n_int).astype(xp.int64)])
+    return out
+
+
+def dft_grid(cross_power, yc, xc, *, spacing, size, shape, window_spectra=None, xp=np):
+    """Correlation on a small grid about (yc, xc), evaluated exactly by a matrix DFT.
 
     Parameters
     ----------
-    cross_power : (T, Ny, Nx//2 + 1) complex array
-        Half-spectrum (rfft2 layout) whose inverse real FFT of size ``shape`` is the
-        correlation map.
-    ly, lx : (T,) int arrays
-        Integer peak lags.
+    cross_power : (T, Ny, Nx//2 + 1) complex
+        Half-spectrum whose inverse real FFT of size ``shape`` is the correlation.
+    yc, xc : (T,) float arrays
+        Grid centres (lags, px).
+    spacing : float
+        Grid step (px).
+    size : int
+        Points per side; point ``u`` sits at ``centre + (u - size // 2) * spacing``.
     shape : (int, int)
         (Ny, Nx) of the correlation maps.
-    upsample : int
-        Grid refinement; the region searched is 1.5 px wide about the integer peak.
     window_spectra : (Sy, Sx) or None
-        Power spectra of the 1-D windows (:func:`window_power_spectrum`); when given
-        the fine grid is divided by the window autocorrelation before the search.
+        When given, values are divided by the window autocorrelation.
+
+    Returns
+    -------
+    (T, size, size) float64 values, same scale as ``irfft2``.
+    """
+    Ny, Nx = shape
+    u = (xp.arange(size, dtype=xp.float64) - size // 2) * spacing
+    fy = xp.fft.fftfreq(Ny)
+    fx = xp.arange(Nx // 2 + 1, dtype=xp.float64) / Nx
+    w = xp.full(Nx // 2 + 1, 2.0)  # Hermitian weights of the half-spectrum
+    w[0] = 1.0
+    if Nx % 2 == 0:
+        w[-1] = 1.0
+    yc = yc.astype(xp.float64)
+    xc = xc.astype(xp.float64)
+    # exp(2 pi i f (c + u)) = exp(2 pi i f c) * exp(2 pi i f u): per-tile phases times a shared table.
+    py, px = _phases(yc, fy, xp), _phases(xc, fx, xp)  # (T, Ny), (T, Nxh)
+    ty = xp.exp((2j * np.pi) * u[:, None] * fy[None, :])  # (size, Ny)
+    tx = xp.exp((2j * np.pi) * u[:, None] * fx[None, :])  # (size, Nxh)
+    Ey = (py[:, None, :] * ty[None]).astype(xp.complex64)  # (T, size, Ny)
+    Ex = ((w * px)[:, :, None] * tx.T[None]).astype(xp.complex64)  # (T, Nxh, size)
+    cp = cross_power.astype(xp.complex64, copy=False)
+    out = xp.matmul(xp.matmul(Ey, cp), Ex).real.astype(xp.float64) / (Ny * Nx)
+    if window_spectra is not None:
+        Sy, Sx = window_spectra
+        wy = (py * Sy).real @ ty.T.real - (py * Sy).imag @ ty.T.imag  # Re(sum S e^{i f (c+u)})
+        wx = _window_half(px, Sx, tx, Nx, xp)
+        out /= (wy / Sy.sum())[:, :, None] * wx[:, None, :]
+    return out
+
+
+def _window_half(px, Sx, tx, Nx, xp):
+    # Window autocorrelation from the non-negative half of its (even) power spectrum.
+    h = Nx // 2 + 1
+    w = xp.full(h, 2.0)
+    w[0] = 1.0
+    if Nx % 2 == 0:
+        w[-1] = 1.0
+    a = px * (w * Sx[:h])
+    return (a.real @ tx.T.real - a.imag @ tx.T.imag) / Sx.sum()
+
+
+def upsampled_dft_peak(cross_power, ly, lx, shape, *, upsample=16, window_spectra=None, xp=np,
+                       chunk=4096):
+    """Refine integer peaks on an ``upsample``-times finer grid (Guizar-Sicairos 2008).
+
+    The grid covers 1.5 px about the integer peak (:func:`dft_grid`); its maximum is
+    refined by a parabolic fit on the fine grid, which removes the grid quantisation.
 
     Returns
     -------
     y, x : (T,) float64 peak lags
-    value : (T,) float64 correlation at the integer peak (same scale as ``irfft2``)
     """
-    Ny, Nx = shape
-    T = cross_power.shape[0]
     R = int(math.ceil(1.5 * upsample))
     centre = R // 2
-    u = (xp.arange(R, dtype=xp.float64) - centre) / upsample  # (R,)
-    fy = xp.fft.fftfreq(Ny)  # cycles per px, signed
-    fx = xp.arange(Nx // 2 + 1, dtype=xp.float64) / Nx
-    w = xp.full(Nx // 2 + 1, 2.0)
-    w[0] = 1.0
-    if Nx % 2 == 0:
-        w[-1] = 1.0
-    ys, xs, vals = [], [], []
-    for s in range(0, T, chunk):
-        cp = cross_power[s:s + chunk].astype(xp.complex64, copy=False)
-        yq = ly[s:s + chunk, None].astype(xp.float64) + u[None, :]  # (t, R)
-        xq = lx[s:s + chunk, None].astype(xp.float64) + u[None, :]
-        Ey = xp.exp((2j * np.pi) * yq[:, :, None] * fy[None, None, :]).astype(xp.complex64)  # (t,R,Ny)
-        Ex = (w[None, :, None] * xp.exp((2j * np.pi) * fx[None, :, None] * xq[:, None, :])).astype(xp.complex64)
-        up = xp.matmul(xp.matmul(Ey, cp), Ex).real / (Ny * Nx)  # (t, R, R)
+    ys, xs = [], []
+    for s in range(0, cross_power.shape[0], chunk):
+        sl = slice(s, s + chunk)
+        up = dft_grid(cross_power[sl], ly[sl], lx[sl], spacing=1.0 / upsample, size=R, shape=shape,
+                      window_spectra=window_spectra, xp=xp)
         t = up.shape[0]
-        value = up[:, centre, centre]
-        if window_spectra is not None:
-            up = up / (window_autocorrelation(window_spectra[0], yq, xp)[:, :, None]
-                       * window_autocorrelation(window_spectra[1], xq, xp)[:, None, :])
         flat = xp.argmax(up.reshape(t, -1), axis=1)
         iu, iv = flat // R, flat % R
-        # Parabolic fit on the fine grid where the maximum is interior.
         iu_c, iv_c = xp.clip(iu, 1, R - 2), xp.clip(iv, 1, R - 2)
         ar = xp.arange(t)
         c0 = up[ar, iu, iv]
@@ -217,10 +272,40 @@ def upsampled_dft_peak(cross_power, ly, lx, shape, *, upsample=16, window_spectr
         dv = _parabolic_1d(up[ar, iu, iv_c - 1], c0, up[ar, iu, iv_c + 1], xp)
         du = xp.where(iu == iu_c, xp.clip(du, -1, 1), 0)
         dv = xp.where(iv == iv_c, xp.clip(dv, -1, 1), 0)
-        ys.append(ly[s:s + chunk] + (iu + du - centre) / upsample)
-        xs.append(lx[s:s + chunk] + (iv + dv - centre) / upsample)
-        vals.append(value.astype(xp.float64))
-    return xp.concatenate(ys), xp.concatenate(xs), xp.concatenate(vals)
+        ys.append(ly[sl] + (iu + du - centre) / upsample)
+        xs.append(lx[sl] + (iv + dv - centre) / upsample)
+    return xp.concatenate(ys), xp.concatenate(xs)
+
+
+DFT_STEPS = (0.25, 0.05)
+
+
+def dft_refine_peak(cross_power, y0, x0, shape, *, steps=DFT_STEPS, window_spectra=None, xp=np,
+                    chunk=16384):
+    """Refine peak estimates by quadratic fits to exact 3x3 DFT stencils of shrinking step.
+
+    Each step evaluates the (window-compensated) correlation at the 9 points
+    ``estimate + step * {-1, 0, 1}^2`` by a matrix DFT and moves the estimate to the
+    maximum of the least-squares quadratic through them. Over a small stencil the
+    quadratic model is accurate, so two steps reach the continuous peak of the
+    band-limited correlation at a fraction of the cost of a fine upsampled grid.
+
+    Returns
+    -------
+    y, x : (T,) float64 peak lags
+    """
+    ys, xs = [], []
+    for s in range(0, cross_power.shape[0], chunk):
+        sl = slice(s, s + chunk)
+        y, x = y0[sl].astype(xp.float64), x0[sl].astype(xp.float64)
+        for h in steps:
+            g = dft_grid(cross_power[sl], y, x, spacing=h, size=3, shape=shape,
+                         window_spectra=window_spectra, xp=xp)
+            dy, dx = fit_3x3(g, "quadratic", xp)
+            y, x = y + h * dy, x + h * dx
+        ys.append(y)
+        xs.append(x)
+    return xp.concatenate(ys), xp.concatenate(xs)
 
 
 def locate_peaks(corr, *, max_lag, method="quadratic", cross_power=None, upsample=16,
@@ -232,7 +317,7 @@ def locate_peaks(corr, *, max_lag, method="quadratic", cross_power=None, upsampl
     corr : (T, Ny, Nx) circular lag maps
     max_lag : (int, int)
     method : str, one of :data:`SUBPIXEL_METHODS`
-    cross_power : (T, Ny, Nx//2+1) complex, needed by ``upsampled``
+    cross_power : (T, Ny, Nx//2+1) complex, needed by ``upsampled`` and ``dft``
     upsample : int
     window_spectra : (Sy, Sx) or None
         1-D window power spectra at the FFT sizes for window compensation.
@@ -249,14 +334,20 @@ def locate_peaks(corr, *, max_lag, method="quadratic", cross_power=None, upsampl
     if method == "upsampled":
         if cross_power is None:
             raise ValueError("the upsampled method needs the cross-power spectrum")
-        y, x, _ = upsampled_dft_peak(cross_power, ly, lx, corr.shape[1:], upsample=upsample,
-                                     window_spectra=window_spectra, xp=xp)
+        y, x = upsampled_dft_peak(cross_power, ly, lx, corr.shape[1:], upsample=upsample,
+                                  window_spectra=window_spectra, xp=xp)
         return y, x, value, on_border
     neigh = neighbourhood(corr, ly, lx, xp)
     if window_spectra is not None:
+        T, Ny, Nx = corr.shape
         d = xp.arange(-1, 2)
-        wy = window_autocorrelation(window_spectra[0], ly[:, None] + d, xp)  # (T, 3)
-        wx = window_autocorrelation(window_spectra[1], lx[:, None] + d, xp)
+        wy = integer_lag_table(window_spectra[0], xp)[_wrap_index(ly[:, None] + d, Ny, xp)]  # (T, 3)
+        wx = integer_lag_table(window_spectra[1], xp)[_wrap_index(lx[:, None] + d, Nx, xp)]
         neigh = neigh / (wy[:, :, None] * wx[:, None, :])
-    dy, dx = fit_3x3(neigh, method, xp)
-    return ly + dy, lx + dx, value, on_border
+    dy, dx = fit_3x3(neigh, "quadratic" if method == "dft" else method, xp)
+    y, x = ly + dy, lx + dx
+    if method == "dft":
+        if cross_power is None:
+            raise ValueError("the dft method needs the cross-power spectrum")
+        y, x = dft_refine_peak(cross_power, y, x, corr.shape[1:], window_spectra=window_spectra, xp=xp)
+    return y, x, value, on_border

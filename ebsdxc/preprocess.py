@@ -142,7 +142,7 @@ def window_2d(shape, kind="hann", xp=np):
     return xp.asarray(np.outer(window_1d(h, kind), window_1d(w, kind)), dtype=xp.float32)
 
 
-def prepare_tiles(tiles, window, xp=np):
+def prepare_tiles(tiles, window, xp=np, *, overwrite=False):
     """Zero-mean, windowed subregions with their energy and status.
 
     Parameters
@@ -150,6 +150,8 @@ def prepare_tiles(tiles, window, xp=np):
     tiles : (..., h, w) real array
     window : (h, w) float32 array
     xp : array module
+    overwrite : bool
+        Allow the result to reuse ``tiles`` (only when it is float32 already).
 
     Returns
     -------
@@ -160,17 +162,22 @@ def prepare_tiles(tiles, window, xp=np):
     status : (...) uint8
         ``OK``, ``NOT_FINITE`` or ``CONSTANT_TILE``.
     """
-    t = tiles.astype(xp.float32, copy=False)
-    finite = xp.isfinite(t).all(axis=(-2, -1))
-    t = xp.where(finite[..., None, None], t, xp.float32(0))
-    scale = xp.abs(t).max(axis=(-2, -1))
-    t = t - t.mean(axis=(-2, -1), keepdims=True, dtype=xp.float32)
-    t *= window
-    energy = (t * t).sum(axis=(-2, -1), dtype=xp.float32)
+    t = tiles.astype(xp.float32, copy=not overwrite)
     npx = t.shape[-1] * t.shape[-2]
+    total = t.sum(axis=(-2, -1), dtype=xp.float32)
+    finite = xp.isfinite(total)  # NaN and Inf propagate into the sum
+    if not bool(finite.all()):
+        t[~finite] = 0
+        total = xp.where(finite, total, xp.float32(0))
+    mean = total / xp.float32(npx)
+    t -= mean[..., None, None]
+    t *= window
+    energy = xp.einsum("...ij,...ij->...", t, t)
     # A constant tile leaves only rounding noise after the mean is removed.
-    constant = energy <= xp.float32(1e-10) * npx * scale * scale + xp.float32(1e-30)
+    constant = energy <= xp.float32(1e-10 * npx) * mean * mean + xp.float32(1e-30)
     status = xp.where(~finite, np.uint8(st.NOT_FINITE),
                       xp.where(constant, np.uint8(st.CONSTANT_TILE), np.uint8(st.OK))).astype(xp.uint8)
-    t = xp.where((status == 0)[..., None, None], t, xp.float32(0))
-    return t, energy, status
+    bad = status != st.OK
+    if bool(bad.any()):
+        t[bad] = 0
+    return t, energy.astype(xp.float32, copy=False), status

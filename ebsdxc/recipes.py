@@ -90,7 +90,7 @@ _KEYS = {
     "roi": {f.name for f in dataclasses.fields(RoiConfig)},
     "preprocess": {"static_background", "static_operation", "dynamic_background_sigma",
                    "bandpass", "window"},
-    "correlation": {"engine", "mode", "max_shift", "subpixel", "upsample", "compensate"},
+    "correlation": {"engine", "mode", "max_shift", "subpixel", "upsample", "compensate", "circular"},
     "run": {"batch", "device"},
 }
 

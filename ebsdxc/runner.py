@@ -8,9 +8,11 @@ is bounded by ``N_BUFFERS`` batches of raw patterns, whatever the scan size.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import queue
 import threading
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import numpy as np
@@ -29,6 +31,7 @@ from .rois import RoiLayout, extract_tiles, grid_layout, layout_from_centres, re
 __all__ = ["Pipeline", "build_layout", "process", "default_output", "N_BUFFERS", "auto_batch"]
 
 N_BUFFERS = 3  # raw-pattern batches in host memory at once: one being read, one queued, one in transfer
+CPU_TILES_PER_TASK = 256  # tiles per CPU thread task: a few MB, so a task's arrays stay in cache
 
 
 def build_layout(roi, pattern_shape, *, path=None) -> RoiLayout:
@@ -70,10 +73,18 @@ class Pipeline:
         xp = backend.xp
         w, h = layout.size
         self.tile_shape = (h, w)
-        self.preprocessor = PatternPreprocessor(config.preprocess, backend,
+        self._pool = None
+        stage_backend = backend
+        if not backend.is_gpu and backend.workers > 1:
+            # Threads over sub-batches parallelise every stage (NumPy and pocketfft release
+            # the GIL) and keep each sub-batch's working set in cache; stages run single-threaded.
+            stage_backend = dataclasses.replace(backend, workers=1)
+            self._pool = ThreadPoolExecutor(backend.workers, thread_name_prefix="ebsdxc-cpu")
+        self._sub_batch = max(1, CPU_TILES_PER_TASK // layout.n)
+        self.preprocessor = PatternPreprocessor(config.preprocess, stage_backend,
                                                 static_background=static_background)
         self.window = window_2d(self.tile_shape, config.preprocess.window, xp)
-        self.engine = make_engine(config.engine, backend, self.tile_shape, config.correlation,
+        self.engine = make_engine(config.engine, stage_backend, self.tile_shape, config.correlation,
                                   window_1d=(window_1d(h, config.preprocess.window),
                                              window_1d(w, config.preprocess.window)))
         ref = self.preprocessor(xp.asarray(reference)[None])
@@ -91,9 +102,13 @@ class Pipeline:
         """(B, H, W) raw patterns (host or device) -> :class:`PeakResult` on the device."""
         xp = self.backend.xp
         if not self._fused:
-            x = self.preprocessor(patterns)
-            t, e, s = prepare_tiles(extract_tiles(x, self.layout, xp), self.window, xp)
-            return self.engine.match(t, e, s)
+            B = patterns.shape[0]
+            if self._pool is None or B <= self._sub_batch:
+                return self._match_host(patterns)
+            parts = list(self._pool.map(self._match_host, [patterns[i:i + self._sub_batch]
+                                                           for i in range(0, B, self._sub_batch)]))
+            return PeakResult(*(np.concatenate([getattr(p, f) for p in parts])
+                                for f in ("displacement", "peak_height", "status")))
         from .engines.gpu_ops import prepare_tiles_padded
 
         x = xp.asarray(patterns)
@@ -103,6 +118,17 @@ class Pipeline:
         frames = self._frames.get(B * n)
         e, s = prepare_tiles_padded(x, self._origins, self.tile_shape, self.window, frames)
         return self.engine.match(frames.reshape(B, n, *frames.shape[1:]), e.reshape(B, n), s.reshape(B, n))
+
+    def _match_host(self, patterns) -> PeakResult:
+        x = self.preprocessor(patterns)
+        tiles = extract_tiles(x, self.layout, np, dtype=np.float32)
+        t, e, s = prepare_tiles(tiles, self.window, np, overwrite=True)
+        return self.engine.match(t, e, s)
+
+    def close(self):
+        if self._pool is not None:
+            self._pool.shutdown(wait=False)
+            self._pool = None
 
     def bytes_per_pattern(self) -> int:
         """Rough device working memory per pattern in a batch."""
@@ -335,29 +361,38 @@ def _process(source, ref, ref_index, output, config, resume, overwrite, progress
         if config.static_background == "mean":
             static_bg = _mean_pattern(source, backend, 64)
         pipeline = Pipeline(backend, config, layout, reference, static_background=static_bg)
-        batch = config.batch or auto_batch(pipeline, source.n_patterns)
-        inputs = [input_record(source.path)] if os.path.isfile(source.path) else []
-        if ref is not None:
-            inputs.append(input_record(ref))
-        params = {**config.parameters(), "scan": os.path.basename(source.path),
-                  "dataset": source.metadata.get("dataset"), **_jsonable_ref(ref_desc)}
-        if resume:
-            writer = ResultsWriter.resume(out, grid=source.grid, parameters=params, inputs=inputs)
-        else:
-            writer = ResultsWriter.create(out, grid=source.grid, centres=layout.centres,
-                                          roi_size=layout.size, parameters=params, inputs=inputs,
-                                          command_line=command_line, overwrite=overwrite)
-        with writer:
-            writer.set_attr("device", backend.name)
-            writer.set_attr("engine", pipeline.engine.name)
-            done = writer.done.reshape(-1)
-            chunks = _todo_chunks(done, batch)
-            progress.start(source.n_patterns, done=int(done.sum()), desc=os.path.basename(source.path))
-            try:
-                run_stream(pipeline, source, chunks, write=writer.write, progress=progress)
-                writer.finish()
-            finally:
-                progress.close()
+        try:
+            return _run(pipeline, source, ref, ref_desc, out, config, resume, overwrite, progress,
+                        command_line, backend)
+        finally:
+            pipeline.close()
+
+
+def _run(pipeline, source, ref, ref_desc, out, config, resume, overwrite, progress, command_line, backend):
+    layout = pipeline.layout
+    batch = config.batch or auto_batch(pipeline, source.n_patterns)
+    inputs = [input_record(source.path)] if os.path.isfile(source.path) else []
+    if ref is not None:
+        inputs.append(input_record(ref))
+    params = {**config.parameters(), "scan": os.path.basename(source.path),
+              "dataset": source.metadata.get("dataset"), **_jsonable_ref(ref_desc)}
+    if resume:
+        writer = ResultsWriter.resume(out, grid=source.grid, parameters=params, inputs=inputs)
+    else:
+        writer = ResultsWriter.create(out, grid=source.grid, centres=layout.centres,
+                                      roi_size=layout.size, parameters=params, inputs=inputs,
+                                      command_line=command_line, overwrite=overwrite)
+    with writer:
+        writer.set_attr("device", backend.name)
+        writer.set_attr("engine", pipeline.engine.name)
+        done = writer.done.reshape(-1)
+        chunks = _todo_chunks(done, batch)
+        progress.start(source.n_patterns, done=int(done.sum()), desc=os.path.basename(source.path))
+        try:
+            run_stream(pipeline, source, chunks, write=writer.write, progress=progress)
+            writer.finish()
+        finally:
+            progress.close()
     return out
 
 

@@ -27,14 +27,13 @@ __global__ void prepare_tiles(const T* __restrict__ patterns, int H, int W,
     const int npx = h * w;
 
     double s = 0.0;
-    float m = 0.0f, bad = 0.0f;
+    float bad = 0.0f;
     for (int i = threadIdx.x; i < npx; i += blockDim.x) {
         const int yy = i / w, xx = i - yy * w;
         const float v = (float)p[yy * W + xx];
-        if (isfinite(v)) { s += v; m = fmaxf(m, fabsf(v)); } else { bad = 1.0f; }
+        if (isfinite(v)) { s += v; } else { bad = 1.0f; }
     }
     s = block_sum(s, sred);
-    m = block_max(m, fred);
     bad = block_max(bad, fred);
     const float mean = (float)(s / npx);
 
@@ -46,7 +45,8 @@ __global__ void prepare_tiles(const T* __restrict__ patterns, int H, int W,
         e += (double)v * v;
     }
     e = block_sum(e, sred);
-    const bool constant = e <= 1e-10 * (double)npx * m * m + 1e-30;
+    // Same rule as ebsdxc.preprocess.prepare_tiles: only rounding noise left after the mean.
+    const bool constant = e <= 1e-10 * (double)npx * (double)mean * mean + 1e-30;
     const unsigned char code = bad > 0.0f ? ST_NOT_FINITE : (constant ? ST_CONSTANT : ST_OK);
     if (code != ST_OK) {  // unusable tile: correlate zeros, as the NumPy path does
         for (int i = threadIdx.x; i < npx; i += blockDim.x) {

@@ -40,13 +40,19 @@ class EngineConfig:
     compensate : bool
         Divide the correlation by the window autocorrelation before the subpixel fit
         (removes the pull of the window towards zero shift; see :mod:`ebsdxc.peaks`).
+    circular : bool
+        Window mode only: correlate circularly at the tile size instead of zero-padding
+        to ``w + max_shift``. Faster (smaller FFTs); the wrapped products involve only
+        the tapered tile edges, so with a Hann window and ``max_shift <= w/4`` they stay
+        negligible (measured in ``BENCHMARKS.md``); without a window it is an error.
     """
 
     mode: str = "full"
     max_shift: int | None = None
-    subpixel: str = "quadratic"
+    subpixel: str = "dft"
     upsample: int = 16
     compensate: bool = True
+    circular: bool = False
 
     def __post_init__(self):
         if self.mode not in MODES:
@@ -55,6 +61,8 @@ class EngineConfig:
             raise ValueError("window mode needs max_shift >= 1 px")
         if self.subpixel not in SUBPIXEL_METHODS:
             raise ValueError(f"subpixel method must be one of {SUBPIXEL_METHODS}, got {self.subpixel!r}")
+        if self.circular and self.mode != "window":
+            raise ValueError("circular correlation needs window mode (--max-shift)")
         if self.upsample < 2:
             raise ValueError(f"upsample factor must be >= 2, got {self.upsample}")
 

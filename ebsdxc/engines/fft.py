@@ -13,18 +13,21 @@ import scipy.fft
 
 import numpy as np
 
-from ..peaks import locate_peaks, upsampled_dft_peak, window_autocorrelation, window_power_spectrum
+from ..peaks import (SPECTRUM_METHODS, dft_refine_peak, integer_lag_table, locate_peaks,
+                     upsampled_dft_peak, window_power_spectrum)
 from .base import CorrelationEngine
 
 __all__ = ["FFTEngine", "fft_shape"]
 
 
-def fft_shape(tile_shape, max_lag, mode):
+def fft_shape(tile_shape, max_lag, mode, *, circular=False):
     """(Ny, Nx) FFT size for tiles of (h, w) searched up to ``max_lag`` = (ry, rx)."""
     h, w = tile_shape
     ry, rx = max_lag
     if mode == "full":
         need = (2 * h - 1, 2 * w - 1)
+    elif circular:
+        need = (h, w)
     else:
         need = (h + ry, w + rx)
     return tuple(scipy.fft.next_fast_len(n, real=True) for n in need)
@@ -37,7 +40,14 @@ class FFTEngine(CorrelationEngine):
 
     def __init__(self, backend, tile_shape, config, *, window_1d=None):
         super().__init__(backend, tile_shape, config)
-        self.fft_shape = fft_shape(self.tile_shape, self.max_lag, config.mode)
+        if config.circular:
+            h, w = self.tile_shape
+            if window_1d is None or any(np.all(np.asarray(f) == 1) for f in window_1d):
+                raise ValueError("circular correlation needs a tapering window (Hann)")
+            if 4 * self.max_lag[0] > h or 4 * self.max_lag[1] > w:
+                raise ValueError(f"circular correlation needs max_shift <= tile size / 4 "
+                                 f"({min(h, w) // 4} px for {w}x{h} tiles)")
+        self.fft_shape = fft_shape(self.tile_shape, self.max_lag, config.mode, circular=config.circular)
         self._ref_conj = None
         self._window_spectra = None
         self._lags = False  # computed on first use
@@ -54,9 +64,7 @@ class FFTEngine(CorrelationEngine):
         # Compensation weights at integer lags, indexed by lag mod N (fused peak kernel).
         if self._window_spectra is None:
             return None
-        xp = self.xp
-        return tuple(window_autocorrelation(S, xp.asarray(np.fft.fftfreq(n, 1.0 / n)), xp)
-                     for S, n in zip(self._window_spectra, self.fft_shape))
+        return tuple(integer_lag_table(S, self.xp) for S in self._window_spectra)
 
     def _set_reference(self, tiles):
         self._ref_conj = self.xp.conj(self.backend.rfft2(tiles, s=self.fft_shape)).astype(self.xp.complex64)
@@ -72,7 +80,7 @@ class FFTEngine(CorrelationEngine):
 
     def _locate(self, tiles):
         cps = self.cross_power(tiles)
-        keep = self.config.subpixel == "upsampled"
+        keep = self.config.subpixel in SPECTRUM_METHODS
         corr = self.backend.irfft2(cps, s=self.fft_shape, overwrite=not keep)
         T = tiles.shape[0] * tiles.shape[1]
         if self.backend.is_gpu:
@@ -90,9 +98,11 @@ class FFTEngine(CorrelationEngine):
         method = self.config.subpixel
         if self._lags is False:
             self._lags = self._window_lags()
-        y, x, value, border, ly, lx = find_peaks(corr, self.max_lag, "none" if cps is not None else method,
-                                                 self._lags)
-        if cps is not None:
-            y, x, _ = upsampled_dft_peak(cps, ly, lx, self.fft_shape, upsample=self.config.upsample,
-                                         window_spectra=self._window_spectra, xp=self.xp)
+        kernel_method = {"upsampled": "none", "dft": "quadratic"}.get(method, method)
+        y, x, value, border, ly, lx = find_peaks(corr, self.max_lag, kernel_method, self._lags)
+        if method == "upsampled":
+            y, x = upsampled_dft_peak(cps, ly, lx, self.fft_shape, upsample=self.config.upsample,
+                                      window_spectra=self._window_spectra, xp=self.xp)
+        elif method == "dft":
+            y, x = dft_refine_peak(cps, y, x, self.fft_shape, window_spectra=self._window_spectra, xp=self.xp)
         return y, x, value, border

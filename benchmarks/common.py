@@ -1,0 +1,59 @@
+"""Shared pieces of the benchmark scripts: test scans made from simulated patterns."""
+
+from __future__ import annotations
+
+import os
+import time
+
+import h5py
+import numpy as np
+
+
+def simulated_patterns(n_distinct, shape, *, seed=0, counts=1000):
+    """``n_distinct`` physics-based Ni patterns with small random deformations and Poisson noise."""
+    from ebsdxc import simulate as sim
+
+    rng = np.random.default_rng(seed)
+    master = sim.load_nickel_master_pattern()
+    g = _rotation((160, 40, 20))
+    F = sim.smooth_deformation_field(1, n_distinct, strain=1e-3, rotation=1e-3, seed=seed)[0]
+    out = np.empty((n_distinct, *shape), dtype=np.uint16)
+    for i in range(n_distinct):
+        p = sim.simulate_pattern(master, shape=shape, pc=(0.5, 0.45, 0.6), orientation=g, F=F[i])
+        out[i] = sim.poisson_noise(p, counts=counts, rng=rng)
+    return out
+
+
+def _rotation(euler_deg):
+    # Bunge (phi1, Phi, phi2) -> sample-to-crystal matrix, as ebsdxc.simulate expects.
+    p1, P, p2 = np.radians(euler_deg)
+    c1, s1, c, s, c2, s2 = np.cos(p1), np.sin(p1), np.cos(P), np.sin(P), np.cos(p2), np.sin(p2)
+    return np.array([
+        [c1 * c2 - s1 * s2 * c, s1 * c2 + c1 * s2 * c, s2 * s],
+        [-c1 * s2 - s1 * c2 * c, -s1 * s2 + c1 * c2 * c, c2 * s],
+        [s1 * s, -c1 * s, c],
+    ])
+
+
+def make_scan(path, n_patterns, shape=(256, 256), *, n_distinct=64, chunk=64, seed=0):
+    """An uncompressed HDF5 scan of ``n_patterns`` uint16 patterns (distinct ones repeated)."""
+    if os.path.exists(path):
+        with h5py.File(path, "r") as f:
+            if f["patterns"].shape == (n_patterns, *shape):
+                return path
+    t = time.perf_counter()
+    base = simulated_patterns(n_distinct, shape, seed=seed)
+    with h5py.File(path, "w") as f:
+        d = f.create_dataset("patterns", (n_patterns, *shape), np.uint16, chunks=(min(chunk, n_patterns), *shape))
+        for a in range(0, n_patterns, chunk):
+            b = min(a + chunk, n_patterns)
+            d[a:b] = base[np.arange(a, b) % n_distinct]
+    print(f"made {path}: {n_patterns} patterns {shape} in {time.perf_counter() - t:.1f} s", flush=True)
+    return path
+
+
+def write_tiff(path, image):
+    import tifffile
+
+    tifffile.imwrite(path, image)
+    return path

@@ -1,0 +1,223 @@
+"""Reading scans and reference patterns.
+
+One module per file format, registered by name. Each reader module provides
+
+``NAME``, ``DESCRIPTION``
+    Its registered name and one line for ``ebsdxc info`` / help texts.
+``detect(path) -> bool``
+    Whether the file is of this format, judged from the file's own content (HDF5
+    signature, TIFF magic, groups and entries inside), never from the extension alone.
+``open(path, *, dataset=None) -> PatternSource``
+    A lazy source of the scan's patterns.
+
+:func:`open_scan` asks the readers in the order of :data:`SCAN_FORMATS` (most specific
+first: the generic ``hdf5`` reader would accept any HDF5 file, so it comes last) and uses
+the first that recognises the file. Reader modules are imported only when needed, so
+importing :mod:`ebsdxc.io` stays cheap.
+
+Every problem with a user's file is raised as :class:`ebsdxc.errors.InputError`, whose
+message starts with the file's path.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import re
+
+import numpy as np
+
+from ..errors import InputError
+from .source import ArraySource, PatternSource, ScanGrid
+
+__all__ = [
+    "SCAN_FORMATS",
+    "ArraySource",
+    "PatternSource",
+    "ScanGrid",
+    "get_reader",
+    "open_scan",
+    "read_reference",
+    "reference_from_scan",
+]
+
+# name -> module, in detection order (specific before generic).
+_SCAN_READERS = {
+    "h5ebsd": "ebsdxc.io.h5ebsd",
+    "hdf5": "ebsdxc.io.hdf5",
+}
+
+#: Names of the scan formats, in the order :func:`open_scan` tries them.
+SCAN_FORMATS: tuple[str, ...] = tuple(_SCAN_READERS)
+
+
+def get_reader(name: str):
+    """The reader module registered as ``name`` (one of :data:`SCAN_FORMATS`)."""
+    key = str(name).strip().lower()
+    if key not in _SCAN_READERS:
+        raise InputError(f"unknown scan format {name!r}; choose one of {', '.join(SCAN_FORMATS)}")
+    return importlib.import_module(_SCAN_READERS[key])
+
+
+def _check_file(path) -> str:
+    path = os.fspath(path)
+    if not os.path.exists(path):
+        raise InputError("no such file", path)
+    if os.path.isdir(path):
+        raise InputError("is a directory, not a file", path)
+    if not os.access(path, os.R_OK):
+        raise InputError("cannot be read (permission denied)", path)
+    if os.path.getsize(path) == 0:
+        raise InputError("is empty", path)
+    return path
+
+
+def _what_is_it(path) -> str:
+    """A few words on what an unreadable file looks like, for error messages."""
+    from .hdf5 import is_hdf5_file
+    from .image import is_tiff_file
+
+    if is_tiff_file(path):
+        return "it is a TIFF image"
+    if is_hdf5_file(path):
+        return "it is an HDF5 file"
+    return "it is not an HDF5 file"
+
+
+def open_scan(path, *, dataset: str | int | None = None,
+              format: str | None = None) -> PatternSource:  # noqa: A002 - CLI name
+    """Open a scan for lazy reading, choosing the reader from the file's content.
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+        The scan file.
+    dataset : str or int, optional
+        Which patterns to read when the file holds several: the dataset name for plain
+        HDF5 (``"/entry/patterns"``), the scan for h5ebsd (``"Scan 2"`` or ``2``).
+    format : str, optional
+        Force a reader (one of :data:`SCAN_FORMATS`) instead of detecting it.
+
+    Returns
+    -------
+    PatternSource
+        Close it (or use it as a context manager) to release the file.
+
+    Raises
+    ------
+    InputError
+        Missing file, a directory, a format ebsdxc cannot read, no or several pattern
+        datasets, or a ``dataset`` that does not fit. The message names the file.
+    """
+    path = _check_file(path)
+    if format is not None:
+        if str(format).strip().lower() not in _SCAN_READERS:
+            raise InputError(f"unknown scan format {format!r}; choose one of "
+                             f"{', '.join(SCAN_FORMATS)}", path)
+        return get_reader(format).open(path, dataset=dataset)
+    for name in SCAN_FORMATS:
+        reader = get_reader(name)
+        if reader.detect(path):
+            return reader.open(path, dataset=dataset)
+    raise InputError(
+        f"not a file format ebsdxc can read ({_what_is_it(path)}; scans are read from "
+        f"HDF5 files: {', '.join(SCAN_FORMATS)})", path)
+
+
+def read_reference(path) -> np.ndarray:
+    """Read a reference pattern from a single-image TIFF.
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+
+    Returns
+    -------
+    numpy.ndarray
+        ``(H, W)`` in the file's dtype (uint8, uint16, float32, float64, ...).
+
+    Raises
+    ------
+    InputError
+        Missing file, not a TIFF, several pages, or a colour image.
+    """
+    from .hdf5 import is_hdf5_file
+    from .image import is_tiff_file, read_tiff
+
+    path = _check_file(path)
+    if not is_tiff_file(path):
+        hint = ("; to use a point of the scan as reference, use --ref-index"
+                if is_hdf5_file(path) else "")
+        raise InputError("not a file format ebsdxc can read (reference patterns must be "
+                         f"single-image TIFF files){hint}", path)
+    return read_tiff(path)
+
+
+def _parse_index(index):
+    if isinstance(index, str):
+        parts = [p for p in re.split(r"[\s,()\[\]]+", index) if p]
+        if not parts or len(parts) > 2 or not all(re.fullmatch(r"[+-]?\d+", p) for p in parts):
+            return None
+        nums = [int(p) for p in parts]
+        return nums[0] if len(nums) == 1 else tuple(nums)
+    if isinstance(index, (bool, np.bool_)):
+        return None
+    if isinstance(index, (int, np.integer)):
+        return int(index)
+    if isinstance(index, (tuple, list, np.ndarray)) and len(index) == 2 and all(
+            isinstance(v, (int, np.integer)) and not isinstance(v, (bool, np.bool_))
+            for v in index):
+        return int(index[0]), int(index[1])
+    return None
+
+
+def reference_from_scan(source: PatternSource, index) -> np.ndarray:
+    """One pattern of a scan, to use as reference (``--ref-index``).
+
+    Parameters
+    ----------
+    source : PatternSource
+    index : int or (int, int) or str
+        Flat scan index ``row * cols + col``, or ``(row, col)``; the strings ``"12"``
+        and ``"3,4"`` are accepted too.
+
+    Returns
+    -------
+    numpy.ndarray
+        ``(H, W)``, a new array in the scan's dtype.
+
+    Raises
+    ------
+    InputError
+        The index is not an integer or a pair of integers, or lies outside the scan.
+    """
+    parsed = _parse_index(index)
+    grid = source.grid
+    extent = (f"the scan has {grid.rows} x {grid.cols} = {grid.size} points: flat index "
+              f"0..{grid.size - 1} or (row 0..{grid.rows - 1}, col 0..{grid.cols - 1})")
+    if parsed is None:
+        raise InputError(f"reference index {index!r} is not an integer or a (row, col) "
+                         f"pair; {extent}", source.path)
+    if isinstance(parsed, tuple):
+        row, col = parsed
+        if not (0 <= row < grid.rows and 0 <= col < grid.cols):
+            raise InputError(f"reference index (row {row}, col {col}) is outside the scan; "
+                             f"{extent}", source.path)
+        flat = row * grid.cols + col
+    else:
+        flat = parsed
+        if not 0 <= flat < grid.size:
+            raise InputError(f"reference index {flat} is outside the scan; {extent}",
+                             source.path)
+    return source.read(flat, flat + 1)[0]
+
+
+def describe_file(path, *, dataset=None) -> dict:
+    """What ``ebsdxc info`` prints: the format and geometry of a scan, or a results summary."""
+    from .results import is_results_file, read_summary
+
+    path = _check_file(path)
+    if is_results_file(path):
+        return {"path": os.path.abspath(path), "format": "ebsdxc results", **read_summary(path)}
+    with open_scan(path, dataset=dataset) as src:
+        return src.describe()

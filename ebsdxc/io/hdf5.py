@@ -1,0 +1,427 @@
+"""Generic HDF5 scans: one numeric 3-D ``(n, H, W)`` or 4-D ``(rows, cols, H, W)`` dataset.
+
+This reader is the fallback for any HDF5 file: the registry asks the more specific
+readers (h5ebsd) first. It finds the pattern dataset by itself when the file holds exactly
+one candidate, wherever it sits in the group tree, or takes the one named by ``dataset=``
+(the CLI's ``--dataset``).
+
+A candidate is a dataset that is numeric (integer or float), 3-D or 4-D, with both
+pattern dimensions (the last two) at least :data:`MIN_PATTERN_SIZE` pixels.
+
+Scan grid
+    4-D data: ``(rows, cols)`` from the shape. 3-D data: one row of ``n`` points unless
+    attributes ``nrows``/``ncols`` (or ``rows``/``cols``, ``n_rows``/``n_columns``) on the
+    dataset or one of its parent groups give a grid of ``n`` points. The step comes from
+    attributes ``step_x``/``step_y`` found the same way, and a ``pattern_centre``
+    attribute is copied into the metadata.
+
+Reading is lazy: the file stays open and :meth:`HDF5Source.read_into` reads only the
+requested hyperslab with :meth:`h5py.Dataset.read_direct`, straight into the caller's
+buffer.
+"""
+
+from __future__ import annotations
+
+import builtins
+import os
+import warnings
+
+import h5py
+import numpy as np
+
+from ..errors import InputError
+from .source import PatternSource, ScanGrid
+
+NAME = "hdf5"
+DESCRIPTION = "any HDF5 file with one numeric (n, H, W) or (rows, cols, H, W) dataset"
+
+#: Smallest pattern height/width a candidate dataset may have.
+MIN_PATTERN_SIZE = 8
+
+HDF5_SIGNATURE = b"\x89HDF\r\n\x1a\n"
+
+# Chunk cache per open file: large enough that a compressed chunk holding many patterns
+# is decompressed once per batch, not once per pattern; small enough to stay bounded.
+_CHUNK_CACHE_BYTES = 64 * 2**20
+_CHUNK_CACHE_SLOTS = 10007
+
+_GRID_ATTRS = (("nrows", "ncols"), ("rows", "cols"), ("n_rows", "n_columns"))
+
+
+# --------------------------------------------------------------------------- detection
+
+
+def is_hdf5_file(path) -> bool:
+    """Whether ``path`` starts with the HDF5 signature.
+
+    The signature sits at byte 0, or at 512, 1024, 2048, ... when the file has a user
+    block. Only these few bytes are read; a missing or unreadable file gives ``False``.
+    """
+    try:
+        size = os.path.getsize(path)
+        with builtins.open(path, "rb") as fh:
+            offset = 0
+            while offset + len(HDF5_SIGNATURE) <= size:
+                fh.seek(offset)
+                if fh.read(len(HDF5_SIGNATURE)) == HDF5_SIGNATURE:
+                    return True
+                offset = 512 if offset == 0 else offset * 2
+    except OSError:
+        return False
+    return False
+
+
+def detect(path) -> bool:
+    """Whether this reader can try ``path``: any HDF5 file (checked from its content)."""
+    return is_hdf5_file(path)
+
+
+def open_file(path) -> h5py.File:
+    """Open ``path`` read-only with h5py, turning failures into :class:`InputError`."""
+    if not is_hdf5_file(path):
+        raise InputError("not a file format ebsdxc can read (it is not an HDF5 file)", path)
+    try:
+        return h5py.File(path, "r", rdcc_nbytes=_CHUNK_CACHE_BYTES,
+                         rdcc_nslots=_CHUNK_CACHE_SLOTS)
+    except OSError as exc:
+        raise InputError(f"could not be opened as HDF5 ({exc})", path) from exc
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def to_jsonable(value):
+    """``value`` (from an HDF5 attribute or dataset) as plain JSON-friendly Python."""
+    if isinstance(value, bytes):
+        return value.decode("utf-8", errors="replace")
+    if isinstance(value, np.ndarray):
+        if value.dtype.kind in "SO":
+            return [to_jsonable(v) for v in value.tolist()]
+        return value.tolist()
+    if isinstance(value, np.generic):
+        return to_jsonable(value.item())
+    if isinstance(value, (list, tuple)):
+        return [to_jsonable(v) for v in value]
+    return value
+
+
+def _scalar(value):
+    """A one-element array or attribute as a Python scalar, else ``None``."""
+    arr = np.asarray(value)
+    if arr.size != 1:
+        return None
+    item = arr.reshape(()).item()
+    return item.decode("utf-8", errors="replace") if isinstance(item, bytes) else item
+
+
+def _lineage(obj):
+    """``obj`` and its parent groups up to the root, nearest first."""
+    while True:
+        yield obj
+        if obj.name in ("/", None):
+            return
+        obj = obj.parent
+
+
+def _find_attr(obj, *names):
+    """First attribute among ``names`` on ``obj`` or a parent group, else ``None``."""
+    for node in _lineage(obj):
+        for name in names:
+            if name in node.attrs:
+                return node.attrs[name]
+    return None
+
+
+def _describe(ds) -> str:
+    return f"{ds.name} {tuple(ds.shape)} {ds.dtype}"
+
+
+def pattern_problem(ds) -> str | None:
+    """Why ``ds`` cannot be a pattern dataset, in words, or ``None`` when it can."""
+    if ds.dtype.kind not in "uif" or ds.dtype.names is not None:
+        return f"holds {ds.dtype} values, not numbers"
+    if ds.ndim not in (3, 4):
+        return (f"has {ds.ndim} dimensions {tuple(ds.shape)}; patterns must be 3-D "
+                "(n, H, W) or 4-D (rows, cols, H, W)")
+    if min(ds.shape[-2:]) < MIN_PATTERN_SIZE:
+        return (f"has patterns of {ds.shape[-2]} x {ds.shape[-1]} px; patterns must be at "
+                f"least {MIN_PATTERN_SIZE} x {MIN_PATTERN_SIZE} px")
+    if min(ds.shape[:-2]) == 0:
+        return f"holds no patterns (shape {tuple(ds.shape)})"
+    return None
+
+
+def find_candidates(group) -> list:
+    """Every dataset under ``group`` (all levels) that could hold patterns."""
+    found = []
+
+    def visit(_name, obj):
+        if isinstance(obj, h5py.Dataset) and pattern_problem(obj) is None:
+            found.append(obj)
+
+    group.visititems(visit)
+    return found
+
+
+def _all_datasets(group, limit=10) -> list:
+    found = []
+
+    def visit(_name, obj):
+        if isinstance(obj, h5py.Dataset):
+            found.append(_describe(obj))
+        return True if len(found) > limit else None
+
+    group.visititems(visit)
+    return found
+
+
+def choose_dataset(f, dataset, path):
+    """The pattern dataset of open file ``f``: the one named, or the only candidate."""
+    if dataset is not None:
+        name = str(dataset)
+        try:
+            obj = f.get(name)
+        except (KeyError, OSError, ValueError):
+            obj = None
+        if obj is None:
+            cands = ", ".join(_describe(d) for d in find_candidates(f)) or "none"
+            raise InputError(f"has no dataset {name!r} (pattern datasets in the file: {cands})",
+                             path)
+        if isinstance(obj, h5py.Group):
+            cands = ", ".join(_describe(d) for d in find_candidates(obj)) or "none"
+            raise InputError(f"{obj.name!r} is a group, not a dataset (pattern datasets "
+                             f"under it: {cands})", path)
+        problem = pattern_problem(obj)
+        if problem:
+            raise InputError(f"dataset {obj.name!r} {problem}", path)
+        return obj
+
+    cands = find_candidates(f)
+    if len(cands) == 1:
+        return cands[0]
+    if not cands:
+        seen = _all_datasets(f)
+        held = ("; the file holds " + ", ".join(seen[:10]) + (", ..." if len(seen) > 10 else "")
+                if seen else "; the file holds no datasets")
+        raise InputError(
+            "no pattern dataset found: ebsdxc looks for a numeric 3-D (n, H, W) or 4-D "
+            f"(rows, cols, H, W) dataset with patterns of at least {MIN_PATTERN_SIZE} x "
+            f"{MIN_PATTERN_SIZE} px" + held, path)
+    listing = ", ".join(_describe(d) for d in cands)
+    raise InputError(f"holds several pattern datasets ({listing}); choose one with --dataset",
+                     path)
+
+
+def _grid_3d(ds, n, path) -> tuple[int, int]:
+    """(rows, cols) for a 3-D dataset of ``n`` patterns, from attributes when they fit."""
+    for node in _lineage(ds):
+        for rkey, ckey in _GRID_ATTRS:
+            r = _scalar(node.attrs[rkey]) if rkey in node.attrs else None
+            c = _scalar(node.attrs[ckey]) if ckey in node.attrs else None
+            if r is None and c is None:
+                continue
+            try:
+                r = None if r is None else int(r)
+                c = None if c is None else int(c)
+            except (TypeError, ValueError):
+                continue
+            if r is None and c and n % c == 0:
+                r = n // c
+            if c is None and r and n % r == 0:
+                c = n // r
+            if r and c and r > 0 and c > 0 and r * c == n:
+                return r, c
+            warnings.warn(
+                f"{path}: attributes {rkey}={r}, {ckey}={c} on {node.name!r} do not fit the "
+                f"{n} patterns of {ds.name!r}; reading the scan as one row of {n} points",
+                stacklevel=3)
+            return 1, n
+    return 1, n
+
+
+def _step(ds):
+    sx, sy = _find_attr(ds, "step_x"), _find_attr(ds, "step_y")
+    sx = None if sx is None else _scalar(sx)
+    sy = None if sy is None else _scalar(sy)
+    if sx is None and sy is None:
+        return None
+    try:
+        sx = float(sx if sx is not None else sy)
+        sy = float(sy if sy is not None else sx)
+    except (TypeError, ValueError):
+        return None
+    return (sy, sx)
+
+
+def dataset_metadata(ds) -> dict:
+    """Where the patterns are and how they are stored (JSON-friendly)."""
+    return {
+        "dataset": ds.name,
+        "chunks": None if ds.chunks is None else list(ds.chunks),
+        "compression": ds.compression,
+    }
+
+
+# --------------------------------------------------------------------------- source
+
+
+class HDF5Source(PatternSource):
+    """Patterns in one HDF5 dataset, read lazily.
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+    file : h5py.File
+        Open file; the source keeps it open until :meth:`close`.
+    dataset : str
+        Full name of the pattern dataset, 3-D ``(n, H, W)`` or 4-D ``(rows, cols, H, W)``.
+    grid : ScanGrid
+        For 4-D data it must match the first two dimensions.
+    metadata : dict, optional
+    n_stored : int, optional
+        Number of patterns actually stored (3-D data only). Points from ``n_stored`` to
+        ``grid.size`` are read as zeros (an interrupted scan). Default: all of them.
+
+    Notes
+    -----
+    The source can be pickled (e.g. sent to a Dask worker): it then reopens the file by
+    its path on first use.
+    """
+
+    format = NAME
+
+    def __init__(self, path, file, dataset, *, grid: ScanGrid, metadata=None, n_stored=None):
+        ds = file[dataset]
+        super().__init__(path, grid=grid, pattern_shape=ds.shape[-2:], dtype=ds.dtype,
+                         metadata=metadata)
+        self._file = file
+        self._ds = ds
+        self._dataset_name = ds.name
+        self._ndim = ds.ndim
+        if ds.ndim == 4:
+            if tuple(ds.shape[:2]) != (grid.rows, grid.cols):
+                raise ValueError(f"grid {grid.rows} x {grid.cols} does not match {ds.shape}")
+            self._n_stored = grid.size
+        else:
+            stored = ds.shape[0]
+            self._n_stored = min(stored if n_stored is None else int(n_stored), grid.size)
+
+    # pickling: drop the h5py handles, reopen lazily ---------------------------------
+    def __getstate__(self):
+        state = self.__dict__.copy()
+        state["_file"] = None
+        state["_ds"] = None
+        return state
+
+    def __setstate__(self, state):
+        self.__dict__.update(state)
+
+    @property
+    def dataset(self):
+        """The open :class:`h5py.Dataset` (reopened after pickling or :meth:`close`)."""
+        if self._ds is None or not self._ds.id.valid:
+            self._file = open_file(self.path)
+            self._ds = self._file[self._dataset_name]
+        return self._ds
+
+    def close(self) -> None:
+        if self._file is not None:
+            self._file.close()
+        self._file = None
+        self._ds = None
+
+    # reading ------------------------------------------------------------------------
+    def _check(self, start, stop, out):
+        start, stop = int(start), int(stop)
+        if not 0 <= start <= stop <= self.n_patterns:
+            raise IndexError(f"pattern range {start}:{stop} outside 0:{self.n_patterns} "
+                             f"of {self.path}")
+        want = (stop - start, *self.pattern_shape)
+        if tuple(out.shape) != want:
+            raise ValueError(f"out has shape {tuple(out.shape)}, expected {want}")
+        if not out.flags.writeable:
+            raise ValueError("out is read-only")
+        return start, stop
+
+    def read_into(self, start: int, stop: int, out: np.ndarray) -> None:
+        """Read patterns ``start:stop`` (flat scan indices) into ``out`` in place.
+
+        ``out`` has shape ``(stop - start, H, W)``; its dtype is normally the source
+        dtype, another numeric dtype is converted by HDF5 on the way. Only the requested
+        patterns are read (plus, for chunked data, the chunks holding them).
+        """
+        start, stop = self._check(start, stop, out)
+        if start == stop:
+            return
+        if not out.flags.c_contiguous:
+            tmp = np.empty(out.shape, dtype=out.dtype)
+            self.read_into(start, stop, tmp)
+            out[...] = tmp
+            return
+        end = min(stop, self._n_stored)
+        if end < stop:
+            out[max(end, start) - start:] = 0
+        if start >= end:
+            return
+        ds = self.dataset
+        if self._ndim == 3:
+            ds.read_direct(out, np.s_[start:end], np.s_[0:end - start])
+            return
+        # 4-D (rows, cols, H, W): split the flat range into a partial first row, a block
+        # of whole rows, and a partial last row.
+        cols = self.grid.cols
+        i = start
+        while i < end:
+            r, c = divmod(i, cols)
+            o = i - start
+            if c == 0 and end - i >= cols:
+                nrows = (end - i) // cols
+                view = out[o:o + nrows * cols].view()
+                view.shape = (nrows, cols, *self.pattern_shape)  # raises rather than copy
+                ds.read_direct(view, np.s_[r:r + nrows])
+                i += nrows * cols
+            else:
+                k = min(cols - c, end - i)
+                ds.read_direct(out, np.s_[r, c:c + k], np.s_[o:o + k])
+                i += k
+
+
+# --------------------------------------------------------------------------- open
+
+
+def open(path, *, dataset=None) -> HDF5Source:  # noqa: A001 - registry interface
+    """Open a generic HDF5 scan.
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+    dataset : str, optional
+        Full name of the pattern dataset (``--dataset``). Needed only when the file holds
+        several candidates.
+
+    Returns
+    -------
+    HDF5Source
+
+    Raises
+    ------
+    InputError
+        Not HDF5, no or several candidate datasets, or the named dataset is missing or
+        not a numeric 3-D/4-D array.
+    """
+    f = open_file(path)
+    try:
+        ds = choose_dataset(f, dataset, path)
+        if ds.ndim == 4:
+            rows, cols = int(ds.shape[0]), int(ds.shape[1])
+        else:
+            rows, cols = _grid_3d(ds, int(ds.shape[0]), path)
+        grid = ScanGrid(rows, cols, step=_step(ds))
+        meta = dataset_metadata(ds)
+        pc = _find_attr(ds, "pattern_centre")
+        if pc is not None:
+            meta["pattern_centre"] = to_jsonable(pc)
+        return HDF5Source(path, f, ds.name, grid=grid, metadata=meta)
+    except BaseException:
+        f.close()
+        raise

@@ -1,0 +1,1 @@
+"""Ready recipes (TOML) for ``ebsdxc process --pipeline NAME``, shipped as package data."""
