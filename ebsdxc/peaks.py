@@ -171,17 +171,17 @@ def fit_3x3(neigh, method, xp=np):
     return dy, dx
 
 
-def _phases(c, freqs, xp):
-    """(T, K) complex128 ``exp(2 pi i f_k c_t)`` for integer-spaced ``freqs = k_int / n``."""
+def _phases(c, kint, n, xp):
+    """(T, K) complex128 ``exp(2 pi i (k / n) c_t)`` for integer frequencies ``kint`` (NumPy, host)."""
     # Powers of one complex exponential per tile: T exps instead of T*K.
-    n_int = xp.rint(freqs * (1.0 / freqs[1] if freqs.shape[0] > 1 else 1.0))
-    step = freqs[1] if freqs.shape[0] > 1 else 1.0
-    z = xp.exp((2j * np.pi * step) * c)  # (T,)
-    k = xp.arange(int(xp.abs(n_int).max()) + 1 if freqs.shape[0] else 1)
-    zk = xp.cumprod(xp.broadcast_to(z[:, None], (c.shape[0], k.shape[0])), axis=1) / z[:, None]
-    neg = n_int < 0
-    out = xp.where(neg[None, :], xp.conj(zk[:, xp.abs(n_int).astype(xp.int64)]),
-                   zk[:, xp.abs(n_int).astype(xp.int64)])
+    z = xp.exp((2j * np.pi / n) * c)  # (T,)
+    kmax = int(np.abs(kint).max()) if kint.size else 0
+    zk = xp.cumprod(xp.broadcast_to(z[:, None], (c.shape[0], kmax + 1)), axis=1) / z[:, None]
+    idx = xp.asarray(np.abs(kint))
+    out = zk[:, idx]
+    neg = kint < 0
+    if neg.any():
+        out[:, xp.asarray(np.flatnonzero(neg))] = xp.conj(out[:, xp.asarray(np.flatnonzero(neg))])
     return out
 
 
@@ -218,7 +218,8 @@ def dft_grid(cross_power, yc, xc, *, spacing, size, shape, window_spectra=None, 
     yc = yc.astype(xp.float64)
     xc = xc.astype(xp.float64)
     # exp(2 pi i f (c + u)) = exp(2 pi i f c) * exp(2 pi i f u): per-tile phases times a shared table.
-    py, px = _phases(yc, fy, xp), _phases(xc, fx, xp)  # (T, Ny), (T, Nxh)
+    ky = np.rint(np.fft.fftfreq(Ny) * Ny).astype(np.int64)
+    py, px = _phases(yc, ky, Ny, xp), _phases(xc, np.arange(Nx // 2 + 1), Nx, xp)  # (T, Ny), (T, Nxh)
     ty = xp.exp((2j * np.pi) * u[:, None] * fy[None, :])  # (size, Ny)
     tx = xp.exp((2j * np.pi) * u[:, None] * fx[None, :])  # (size, Nxh)
     Ey = (py[:, None, :] * ty[None]).astype(xp.complex64)  # (T, size, Ny)
