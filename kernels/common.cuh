@@ -2,6 +2,9 @@
 // multiple of 32 threads, at most 1024.
 #pragma once
 
+// NVRTC has no math.h: spell the constant out.
+#define EBSDXC_NEG_INF (__int_as_float(0xff800000u))
+
 __device__ __forceinline__ double warp_sum(double v) {
     for (int o = 16; o > 0; o >>= 1) v += __shfl_down_sync(0xffffffffu, v, o);
     return v;
@@ -32,7 +35,7 @@ __device__ float block_max(float v, float* smem) {
     __syncthreads();
     if (lane == 0) smem[warp] = v;
     __syncthreads();
-    v = lane < nwarps ? smem[lane] : -INFINITY;
+    v = lane < nwarps ? smem[lane] : EBSDXC_NEG_INF;
     if (warp == 0) v = warp_max(v);
     if (threadIdx.x == 0) smem[0] = v;
     __syncthreads();

@@ -32,7 +32,7 @@ __global__ void find_peaks(const float* __restrict__ corr, int Ny, int Nx, int r
     const int rw = 2 * rx + 1, n = (2 * ry + 1) * rw;
 
     // First maximum in row-major order over the searched lags, as numpy.argmax.
-    float best = -INFINITY;
+    float best = EBSDXC_NEG_INF;
     int bi = 0x7fffffff;
     for (int i = threadIdx.x; i < n; i += blockDim.x) {
         const int iy = i / rw, ix = i - iy * rw;
