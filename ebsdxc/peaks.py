@@ -19,7 +19,7 @@ Subpixel methods
 ``upsampled``
     Guizar-Sicairos et al. (2008): the correlation is evaluated by a matrix DFT on
     an ``upsample``-times finer grid over 1.5 px about the integer peak, then a
-    parabolic fit on that grid removes its quantisation.
+    quadratic fit on that grid removes its quantisation.
 ``dft``
     Starts from ``quadratic`` and refines it with two quadratic fits to 3x3 stencils
     (steps 0.25 px, then 0.05 px) evaluated exactly by a matrix DFT: the continuous
@@ -105,7 +105,8 @@ def integer_peak(corr, max_lag, xp=np):
     value = xp.take_along_axis(region, flat[:, None], axis=1)[:, 0]
     ly = flat // (2 * rx + 1) - ry
     lx = flat % (2 * rx + 1) - rx
-    on_border = (xp.abs(ly) == ry) | (xp.abs(lx) == rx)
+    # An axis with nothing to search (a 1-pixel tile side) has no border.
+    on_border = ((xp.abs(ly) == ry) & (ry > 0)) | ((xp.abs(lx) == rx) & (rx > 0))
     return ly, lx, value, on_border
 
 
@@ -126,15 +127,72 @@ def _parabolic_1d(cm, c0, cp, xp):
     return d
 
 
-def _quadratic_projector():
-    # Least-squares quadratic a + b x + c y + d x^2 + e xy + f y^2 on the 3x3 grid.
-    y, x = np.mgrid[-1:2, -1:2]
-    x, y = x.ravel(), y.ravel()
-    A = np.stack([np.ones(9), x, y, x * x, x * y, y * y], axis=1)
-    return np.linalg.pinv(A)  # (6, 9)
+def _quadratic_peak(n, xp):
+    """Maximum of the least-squares quadratic a + b x + c y + d x^2 + e xy + f y^2 on a 3x3 grid.
+
+    Closed-form normal equations (the same arithmetic as ``kernels/peaks.cu``).
+    Returns (qy, qx, ok); ``ok`` is false where the surface has no maximum within 1 px.
+    """
+    x = xp.asarray([-1.0, 0.0, 1.0])
+    s = n.sum(axis=(1, 2))
+    sx = (n * x[None, None, :]).sum(axis=(1, 2))
+    sy = (n * x[None, :, None]).sum(axis=(1, 2))
+    sxy = (n * (x[:, None] * x[None, :])[None]).sum(axis=(1, 2))
+    sxx = (n * (x * x)[None, None, :]).sum(axis=(1, 2))
+    syy = (n * (x * x)[None, :, None]).sum(axis=(1, 2))
+    b, c, e = sx / 6.0, sy / 6.0, sxy / 4.0
+    d, f = sxx / 2.0 - s / 3.0, syy / 2.0 - s / 3.0
+    det = 4.0 * d * f - e * e
+    # A relative threshold: a degenerate surface (e.g. a 1-row map) must not pass on rounding.
+    ok = (det > 1e-12 * (d * d + f * f)) & (d < 0) & (f < 0)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        qx = (e * c - 2 * f * b) / det
+        qy = (e * b - 2 * d * c) / det
+    ok &= (xp.abs(qx) <= 1) & (xp.abs(qy) <= 1)
+    return qy, qx, ok
 
 
-_QUAD_P = _quadratic_projector()
+def stencil_step(g, xp=np):
+    """One trust-region ascent step from a (T, 3, 3) stencil: (dy, dx, beyond) in stencil units.
+
+    Where the least-squares quadratic has a maximum, the step goes to it, shortened
+    to reach at most one stencil spacing (keeping its direction); elsewhere each axis
+    takes its parabolic offset, or a whole step towards the larger neighbour where
+    the axis is not concave. ``beyond`` marks steps that reached the stencil edge (the
+    peak may lie further on).
+    """
+    n = g.astype(xp.float64)
+    x = xp.asarray([-1.0, 0.0, 1.0])
+    s = n.sum(axis=(1, 2))
+    sx = (n * x[None, None, :]).sum(axis=(1, 2))
+    sy = (n * x[None, :, None]).sum(axis=(1, 2))
+    sxy = (n * (x[:, None] * x[None, :])[None]).sum(axis=(1, 2))
+    sxx = (n * (x * x)[None, None, :]).sum(axis=(1, 2))
+    syy = (n * (x * x)[None, :, None]).sum(axis=(1, 2))
+    b, c, e = sx / 6.0, sy / 6.0, sxy / 4.0
+    d, f = sxx / 2.0 - s / 3.0, syy / 2.0 - s / 3.0
+    det = 4.0 * d * f - e * e
+    ok = (det > 1e-12 * (d * d + f * f)) & (d < 0) & (f < 0)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        qx = (e * c - 2 * f * b) / det
+        qy = (e * b - 2 * d * c) / det
+    m = xp.maximum(xp.abs(qx), xp.abs(qy))
+    ok &= xp.isfinite(m)
+    shrink = xp.where(ok & (m > 1), 1.0 / xp.where(m > 0, m, 1.0), 1.0)
+    qx, qy = qx * shrink, qy * shrink
+
+    def axis(cm, c0, cp):
+        den = cm - 2 * c0 + cp
+        with np.errstate(divide="ignore", invalid="ignore"):
+            par = 0.5 * (cm - cp) / xp.where(den < 0, den, -1.0)
+        return xp.clip(xp.where(den < 0, par, xp.sign(cp - cm)), -1.0, 1.0)
+
+    px = axis(n[:, 1, 0], n[:, 1, 1], n[:, 1, 2])
+    py = axis(n[:, 0, 1], n[:, 1, 1], n[:, 2, 1])
+    dx = xp.where(ok, qx, px)
+    dy = xp.where(ok, qy, py)
+    beyond = xp.where(ok, m >= 1, (xp.abs(px) >= 1) | (xp.abs(py) >= 1))
+    return dy, dx, beyond
 
 
 def fit_3x3(neigh, method, xp=np):
@@ -155,14 +213,7 @@ def fit_3x3(neigh, method, xp=np):
         gy = _parabolic_1d(ln[:, 0, 1], ln[:, 1, 1], ln[:, 2, 1], xp)
         dx, dy = xp.where(pos, gx, dx), xp.where(pos, gy, dy)
     elif method == "quadratic":
-        P = xp.asarray(_QUAD_P)
-        a, b, c, d, e, f = (n.reshape(-1, 9) @ P.T).T
-        det = 4 * d * f - e * e
-        ok = (det > 0) & (d < 0)
-        with np.errstate(divide="ignore", invalid="ignore"):
-            qx = (e * c - 2 * f * b) / det
-            qy = (e * b - 2 * d * c) / det
-        ok &= (xp.abs(qx) <= 1) & (xp.abs(qy) <= 1)
+        qy, qx, ok = _quadratic_peak(n, xp)
         dx, dy = xp.where(ok, qx, dx), xp.where(ok, qy, dy)
     elif method not in ("parabolic",):
         raise ValueError(f"unknown 3x3 subpixel method {method!r}")
@@ -173,10 +224,12 @@ def fit_3x3(neigh, method, xp=np):
 
 def _phases(c, kint, n, xp):
     """(T, K) complex128 ``exp(2 pi i (k / n) c_t)`` for integer frequencies ``kint`` (NumPy, host)."""
+    if xp is not np:  # exps are cheap on a GPU: no recurrence
+        return xp.exp((2j * np.pi / n) * c[:, None] * xp.asarray(kint, dtype=xp.float64)[None, :])
     # Powers of one complex exponential per tile: T exps instead of T*K.
     z = xp.exp((2j * np.pi / n) * c)  # (T,)
     kmax = int(np.abs(kint).max()) if kint.size else 0
-    zk = xp.cumprod(xp.broadcast_to(z[:, None], (c.shape[0], kmax + 1)), axis=1) / z[:, None]
+    zk = xp.cumprod(xp.repeat(z[:, None], kmax + 1, axis=1), axis=1) / z[:, None]
     idx = xp.asarray(np.abs(kint))
     out = zk[:, idx]
     neg = kint < 0
@@ -222,15 +275,17 @@ def dft_grid(cross_power, yc, xc, *, spacing, size, shape, window_spectra=None, 
     py, px = _phases(yc, ky, Ny, xp), _phases(xc, np.arange(Nx // 2 + 1), Nx, xp)  # (T, Ny), (T, Nxh)
     ty = xp.exp((2j * np.pi) * u[:, None] * fy[None, :])  # (size, Ny)
     tx = xp.exp((2j * np.pi) * u[:, None] * fx[None, :])  # (size, Nxh)
-    Ey = (py[:, None, :] * ty[None]).astype(xp.complex64)  # (T, size, Ny)
-    Ex = ((w * px)[:, :, None] * tx.T[None]).astype(xp.complex64)  # (T, Nxh, size)
-    cp = cross_power.astype(xp.complex64, copy=False)
+    ct = xp.result_type(cross_power.dtype, xp.complex64)  # complex64, or complex128 for oracles
+    Ey = (py[:, None, :] * ty[None]).astype(ct)  # (T, size, Ny)
+    Ex = ((w * px)[:, :, None] * tx.T[None]).astype(ct)  # (T, Nxh, size)
+    cp = cross_power.astype(ct, copy=False)
     out = xp.matmul(xp.matmul(Ey, cp), Ex).real.astype(xp.float64) / (Ny * Nx)
     if window_spectra is not None:
         Sy, Sx = window_spectra
         wy = (py * Sy).real @ ty.T.real - (py * Sy).imag @ ty.T.imag  # Re(sum S e^{i f (c+u)})
         wx = _window_half(px, Sx, tx, Nx, xp)
-        out /= (wy / Sy.sum())[:, :, None] * wx[:, None, :]
+        with np.errstate(divide="ignore", invalid="ignore"):  # flagged (all-zero) maps: 0/0
+            out /= (wy / Sy.sum())[:, :, None] * wx[:, None, :]
     return out
 
 
@@ -246,11 +301,14 @@ def _window_half(px, Sx, tx, Nx, xp):
 
 
 def upsampled_dft_peak(cross_power, ly, lx, shape, *, upsample=16, window_spectra=None, xp=np,
-                       chunk=4096):
+                       chunk=4096, max_recentre=4):
     """Refine integer peaks on an ``upsample``-times finer grid (Guizar-Sicairos 2008).
 
     The grid covers 1.5 px about the integer peak (:func:`dft_grid`); its maximum is
-    refined by a parabolic fit on the fine grid, which removes the grid quantisation.
+    refined by a quadratic fit to its 3x3 fine-grid neighbourhood, which removes the
+    grid quantisation. Where the fine maximum lies on the edge of the grid (an
+    elongated peak whose integer maximum is a pixel off), the grid is re-centred on
+    the nearest whole pixel and searched again, at most ``max_recentre`` times.
 
     Returns
     -------
@@ -258,38 +316,53 @@ def upsampled_dft_peak(cross_power, ly, lx, shape, *, upsample=16, window_spectr
     """
     R = int(math.ceil(1.5 * upsample))
     centre = R // 2
+    d = xp.arange(-1, 2)
     ys, xs = [], []
     for s in range(0, cross_power.shape[0], chunk):
         sl = slice(s, s + chunk)
-        up = dft_grid(cross_power[sl], ly[sl], lx[sl], spacing=1.0 / upsample, size=R, shape=shape,
-                      window_spectra=window_spectra, xp=xp)
-        t = up.shape[0]
-        flat = xp.argmax(up.reshape(t, -1), axis=1)
-        iu, iv = flat // R, flat % R
-        iu_c, iv_c = xp.clip(iu, 1, R - 2), xp.clip(iv, 1, R - 2)
-        ar = xp.arange(t)
-        c0 = up[ar, iu, iv]
-        du = _parabolic_1d(up[ar, iu_c - 1, iv], c0, up[ar, iu_c + 1, iv], xp)
-        dv = _parabolic_1d(up[ar, iu, iv_c - 1], c0, up[ar, iu, iv_c + 1], xp)
-        du = xp.where(iu == iu_c, xp.clip(du, -1, 1), 0)
-        dv = xp.where(iv == iv_c, xp.clip(dv, -1, 1), 0)
-        ys.append(ly[sl] + (iu + du - centre) / upsample)
-        xs.append(lx[sl] + (iv + dv - centre) / upsample)
+        cps = cross_power[sl]
+        cy, cx = ly[sl].astype(xp.float64), lx[sl].astype(xp.float64)
+        y, x = cy.copy(), cx.copy()
+        todo = xp.arange(cps.shape[0])
+        for _ in range(max_recentre + 1):
+            up = dft_grid(cps[todo], cy[todo], cx[todo], spacing=1.0 / upsample, size=R, shape=shape,
+                          window_spectra=window_spectra, xp=xp)
+            t = up.shape[0]
+            flat = xp.argmax(up.reshape(t, -1), axis=1)
+            iu, iv = flat // R, flat % R
+            # Quadratic fit to the 3x3 fine-grid neighbourhood: continuous across argmax flips.
+            iu_c, iv_c = xp.clip(iu, 1, R - 2), xp.clip(iv, 1, R - 2)
+            ar = xp.arange(t)[:, None, None]
+            du, dv = fit_3x3(up[ar, (iu_c[:, None] + d)[:, :, None], (iv_c[:, None] + d)[:, None, :]],
+                             "quadratic", xp)
+            y[todo] = cy[todo] + (iu_c + du - centre) / upsample
+            x[todo] = cx[todo] + (iv_c + dv - centre) / upsample
+            edge = (iu != iu_c) | (iv != iv_c)
+            if not bool(edge.any()):
+                break
+            todo = todo[edge]
+            cy[todo], cx[todo] = xp.rint(y[todo]), xp.rint(x[todo])
+        ys.append(y)
+        xs.append(x)
     return xp.concatenate(ys), xp.concatenate(xs)
 
 
 DFT_STEPS = (0.25, 0.05)
+DFT_MAX_MOVES = 4
 
 
-def dft_refine_peak(cross_power, y0, x0, shape, *, steps=DFT_STEPS, window_spectra=None, xp=np,
-                    chunk=16384):
+def dft_refine_peak(cross_power, y0, x0, shape, *, steps=DFT_STEPS, max_moves=DFT_MAX_MOVES,
+                    window_spectra=None, xp=np, chunk=16384):
     """Refine peak estimates by quadratic fits to exact 3x3 DFT stencils of shrinking step.
 
     Each step evaluates the (window-compensated) correlation at the 9 points
     ``estimate + step * {-1, 0, 1}^2`` by a matrix DFT and moves the estimate to the
-    maximum of the least-squares quadratic through them. Over a small stencil the
-    quadratic model is accurate, so two steps reach the continuous peak of the
+    maximum of the least-squares quadratic through them (:func:`stencil_step`). Over a small stencil the
+    quadratic model is accurate, so a few steps reach the continuous peak of the
     band-limited correlation at a fraction of the cost of a fine upsampled grid.
+    The first step is repeated (up to ``max_moves`` times) while the step reaches the
+    stencil edge, so estimates up to ``max_moves * steps[0]`` px off (the
+    3x3 start on an elongated, tilted peak) are still reached.
 
     Returns
     -------
@@ -298,12 +371,19 @@ def dft_refine_peak(cross_power, y0, x0, shape, *, steps=DFT_STEPS, window_spect
     ys, xs = [], []
     for s in range(0, cross_power.shape[0], chunk):
         sl = slice(s, s + chunk)
-        y, x = y0[sl].astype(xp.float64), x0[sl].astype(xp.float64)
-        for h in steps:
-            g = dft_grid(cross_power[sl], y, x, spacing=h, size=3, shape=shape,
-                         window_spectra=window_spectra, xp=xp)
-            dy, dx = fit_3x3(g, "quadratic", xp)
-            y, x = y + h * dy, x + h * dx
+        cps = cross_power[sl]
+        y, x = y0[sl].astype(xp.float64).copy(), x0[sl].astype(xp.float64).copy()
+        for i, h in enumerate(steps):
+            todo = xp.arange(cps.shape[0])
+            for _ in range(max_moves if i == 0 else 1):
+                g = dft_grid(cps[todo], y[todo], x[todo], spacing=h, size=3, shape=shape,
+                             window_spectra=window_spectra, xp=xp)
+                dy, dx, beyond = stencil_step(g, xp)
+                y[todo] += h * dy
+                x[todo] += h * dx
+                if not bool(beyond.any()):
+                    break
+                todo = todo[beyond]
         ys.append(y)
         xs.append(x)
     return xp.concatenate(ys), xp.concatenate(xs)
@@ -344,7 +424,8 @@ def locate_peaks(corr, *, max_lag, method="quadratic", cross_power=None, upsampl
         d = xp.arange(-1, 2)
         wy = integer_lag_table(window_spectra[0], xp)[_wrap_index(ly[:, None] + d, Ny, xp)]  # (T, 3)
         wx = integer_lag_table(window_spectra[1], xp)[_wrap_index(lx[:, None] + d, Nx, xp)]
-        neigh = neigh / (wy[:, :, None] * wx[:, None, :])
+        with np.errstate(divide="ignore", invalid="ignore"):  # flagged (all-zero) maps: 0/0
+            neigh = neigh / (wy[:, :, None] * wx[:, None, :])
     dy, dx = fit_3x3(neigh, "quadratic" if method == "dft" else method, xp)
     y, x = ly + dy, lx + dx
     if method == "dft":

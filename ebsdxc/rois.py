@@ -135,23 +135,31 @@ def ring_layout(pattern_shape, *, n=8, radius=None, size=None, centre=None,
 
 
 def read_centres(path) -> np.ndarray:
-    """Read ROI centres (x, y per line) from a text/CSV file; ``#`` starts a comment."""
+    """Read ROI centres (x, y per line, separated by spaces or commas); ``#`` starts a comment."""
     path = os.fspath(path)
     if not os.path.isfile(path):
         raise InputError("no such file (ROI centres)", path)
+    rows = []
     try:
-        c = np.loadtxt(path, delimiter=None if not _has_commas(path) else ",", ndmin=2,
-                       comments="#")
-    except ValueError as e:
-        raise InputError(f"cannot read ROI centres as two numbers per line ({e})", path) from None
-    if c.ndim != 2 or c.shape[1] != 2 or len(c) == 0:
-        raise InputError(f"ROI centres must be two columns x, y; got shape {c.shape}", path)
+        with open(path) as f:
+            for n, line in enumerate(f, 1):
+                text = line.split("#", 1)[0].replace(",", " ").split()
+                if not text:
+                    continue
+                if len(text) != 2:
+                    raise InputError(f"line {n}: expected two numbers x y, got {len(text)} values", path)
+                try:
+                    rows.append([float(v) for v in text])
+                except ValueError:
+                    raise InputError(f"line {n}: {line.strip()!r} is not two numbers x y", path) from None
+    except UnicodeDecodeError:
+        raise InputError("not a text file of ROI centres", path) from None
+    c = np.asarray(rows, dtype=np.float64).reshape(-1, 2)
+    if len(c) == 0:
+        raise InputError("holds no ROI centres", path)
+    if not np.isfinite(c).all():
+        raise InputError("ROI centres must be finite numbers", path)
     return c
-
-
-def _has_commas(path):
-    with open(path) as f:
-        return "," in f.read(4096)
 
 
 def layout_from_centres(centres, *, size) -> RoiLayout:

@@ -18,6 +18,39 @@ __device__ __forceinline__ double clip1(double d) {
     return d < -1.0 ? -1.0 : (d > 1.0 ? 1.0 : d);
 }
 
+// Subpixel offsets from a 3x3 neighbourhood v[y][x] (ebsdxc.peaks.fit_3x3).
+template <int METHOD>
+__device__ void fit_3x3(const double v[3][3], double& dy, double& dx) {
+    dx = parabolic(v[1][0], v[1][1], v[1][2]);
+    dy = parabolic(v[0][1], v[1][1], v[2][1]);
+    if (METHOD == M_GAUSSIAN) {
+        const bool pos = v[1][0] > 0 && v[1][1] > 0 && v[1][2] > 0 && v[0][1] > 0 && v[2][1] > 0;
+        if (pos) {
+            dx = parabolic(log(v[1][0]), log(v[1][1]), log(v[1][2]));
+            dy = parabolic(log(v[0][1]), log(v[1][1]), log(v[2][1]));
+        }
+    } else if (METHOD == M_QUADRATIC) {
+        // Least-squares quadratic a + b x + c y + d x^2 + e xy + f y^2 (normal equations).
+        double sx = 0, sy = 0, sxy = 0, sxx = 0, syy = 0, s = 0;
+        for (int a = 0; a < 3; ++a)
+            for (int q = 0; q < 3; ++q) {
+                const double val = v[a][q];
+                const int x = q - 1, y = a - 1;
+                s += val; sx += x * val; sy += y * val; sxy += x * y * val;
+                sxx += x * x * val; syy += y * y * val;
+            }
+        const double b = sx / 6.0, cc = sy / 6.0, e = sxy / 4.0;
+        const double d = sxx / 2.0 - s / 3.0, f = syy / 2.0 - s / 3.0;
+        const double det = 4.0 * d * f - e * e;
+        if (det > 1e-12 * (d * d + f * f) && d < 0.0 && f < 0.0) {
+            const double qx = (e * cc - 2.0 * f * b) / det, qy = (e * b - 2.0 * d * cc) / det;
+            if (fabs(qx) <= 1.0 && fabs(qy) <= 1.0) { dx = qx; dy = qy; }
+        }
+    }
+    dx = clip1(dx);
+    dy = clip1(dy);
+}
+
 template <int METHOD>
 __global__ void find_peaks(const float* __restrict__ corr, int Ny, int Nx, int ry, int rx,
                            const double* __restrict__ wy,  // (Ny,) window autocorrelation by lag mod Ny, or null
@@ -56,7 +89,7 @@ __global__ void find_peaks(const float* __restrict__ corr, int Ny, int Nx, int r
     }
     const int ly = bi / rw - ry, lx = bi % rw - rx;
     out_value[t] = best;
-    out_border[t] = (abs(ly) == ry || abs(lx) == rx) ? 1 : 0;
+    out_border[t] = ((ry > 0 && abs(ly) == ry) || (rx > 0 && abs(lx) == rx)) ? 1 : 0;
     out_ly[t] = ly;
     out_lx[t] = lx;
     double dy = 0.0, dx = 0.0;
@@ -71,35 +104,143 @@ __global__ void find_peaks(const float* __restrict__ corr, int Ny, int Nx, int r
                 v[a][q] = val;
             }
         }
-        dx = parabolic(v[1][0], v[1][1], v[1][2]);
-        dy = parabolic(v[0][1], v[1][1], v[2][1]);
-        if (METHOD == M_GAUSSIAN) {
-            bool pos = v[1][0] > 0 && v[1][1] > 0 && v[1][2] > 0 && v[0][1] > 0 && v[2][1] > 0;
-            if (pos) {
-                dx = parabolic(log(v[1][0]), log(v[1][1]), log(v[1][2]));
-                dy = parabolic(log(v[0][1]), log(v[1][1]), log(v[2][1]));
-            }
-        } else if (METHOD == M_QUADRATIC) {
-            // Least-squares quadratic a + b x + c y + d x^2 + e xy + f y^2 on the 3x3 grid.
-            double sx = 0, sy = 0, sxy = 0, sxx = 0, syy = 0, s = 0;
-            for (int a = 0; a < 3; ++a)
-                for (int q = 0; q < 3; ++q) {
-                    const double val = v[a][q];
-                    const int x = q - 1, y = a - 1;
-                    s += val; sx += x * val; sy += y * val; sxy += x * y * val;
-                    sxx += x * x * val; syy += y * y * val;
-                }
-            const double b = sx / 6.0, cc = sy / 6.0, e = sxy / 4.0;
-            const double d = sxx / 2.0 - s / 3.0, f = syy / 2.0 - s / 3.0;
-            const double det = 4.0 * d * f - e * e;
-            if (det > 0.0 && d < 0.0) {
-                const double qx = (e * cc - 2.0 * f * b) / det, qy = (e * b - 2.0 * d * cc) / det;
-                if (fabs(qx) <= 1.0 && fabs(qy) <= 1.0) { dx = qx; dy = qy; }
-            }
-        }
-        dx = clip1(dx);
-        dy = clip1(dy);
+        fit_3x3<METHOD>(v, dy, dx);
     }
     out_y[t] = ly + dy;
     out_x[t] = lx + dx;
+}
+
+// One trust-region ascent step from a 3x3 stencil (ebsdxc.peaks.stencil_step).
+__device__ bool stencil_step(const double v[3][3], double& dy, double& dx) {
+    double sx = 0, sy = 0, sxy = 0, sxx = 0, syy = 0, s = 0;
+    for (int a = 0; a < 3; ++a)
+        for (int q = 0; q < 3; ++q) {
+            const double val = v[a][q];
+            const int x = q - 1, y = a - 1;
+            s += val; sx += x * val; sy += y * val; sxy += x * y * val;
+            sxx += x * x * val; syy += y * y * val;
+        }
+    const double b = sx / 6.0, cc = sy / 6.0, e = sxy / 4.0;
+    const double d = sxx / 2.0 - s / 3.0, f = syy / 2.0 - s / 3.0;
+    const double det = 4.0 * d * f - e * e;
+    if (det > 1e-12 * (d * d + f * f) && d < 0.0 && f < 0.0) {
+        double qx = (e * cc - 2.0 * f * b) / det, qy = (e * b - 2.0 * d * cc) / det;
+        const double m = fmax(fabs(qx), fabs(qy));
+        if (isfinite(m)) {
+            if (m > 1.0) { qx /= m; qy /= m; }
+            dx = qx;
+            dy = qy;
+            return m >= 1.0;
+        }
+    }
+    const double denx = v[1][0] - 2.0 * v[1][1] + v[1][2], deny = v[0][1] - 2.0 * v[1][1] + v[2][1];
+    dx = denx < 0.0 ? 0.5 * (v[1][0] - v[1][2]) / denx : (double)((v[1][2] > v[1][0]) - (v[1][2] < v[1][0]));
+    dy = deny < 0.0 ? 0.5 * (v[0][1] - v[2][1]) / deny : (double)((v[2][1] > v[0][1]) - (v[2][1] < v[0][1]));
+    dx = fmin(1.0, fmax(-1.0, dx));
+    dy = fmin(1.0, fmax(-1.0, dy));
+    return fabs(dx) >= 1.0 || fabs(dy) >= 1.0;
+}
+
+// Refinement of peak estimates by quadratic fits to exact 3x3 DFT stencils of
+// shrinking step (ebsdxc.peaks.dft_refine_peak): one block per map, the spectrum
+// read once per stencil, stencil values and window autocorrelations summed in double.
+// The first step repeats (up to max_moves times) while a step reaches the stencil edge.
+// Shared memory: 3 * (Ny + Nxh) float2 phases.
+__global__ void dft_refine(const float2* __restrict__ cps,  // (T, Ny, Nxh) half spectra
+                           int Ny, int Nx,
+                           const double* __restrict__ Sy,  // (Ny,) window power spectrum, or all zero
+                           const double* __restrict__ Sx,  // (Nx,)
+                           int compensate, const double* __restrict__ steps, int n_steps,
+                           int max_moves, double* __restrict__ y, double* __restrict__ x) {
+    extern __shared__ float2 ph[];
+    __shared__ double red[32][15];
+    __shared__ double pos[2];
+    __shared__ int again;
+    const int Nxh = Nx / 2 + 1;
+    float2* py = ph;               // [3][Ny]
+    float2* px = ph + 3 * Ny;      // [3][Nxh], Hermitian weights folded in
+    const long long t = blockIdx.x;
+    const float2* S = cps + t * (long long)Ny * Nxh;
+    if (threadIdx.x == 0) { pos[0] = y[t]; pos[1] = x[t]; }
+    __syncthreads();
+    double sy_sum = 0.0, sx_sum = 0.0;
+    if (compensate) {
+        for (int k = 0; k < Ny; ++k) sy_sum += Sy[k];
+        for (int k = 0; k < Nx; ++k) sx_sum += Sx[k];
+    }
+    for (int it = 0, st = 0, moves = 0; st < n_steps; ++it) {
+        const double h = steps[st], yc = pos[0], xc = pos[1];
+        for (int i = threadIdx.x; i < 3 * Ny; i += blockDim.x) {
+            const int u = i / Ny, k = i - u * Ny;
+            const int kk = k < (Ny + 1) / 2 ? k : k - Ny;  // signed frequency, as fftfreq
+            double a = kk * (yc + (u - 1) * h) / Ny;
+            a -= floor(a);
+            double sn, cs;
+            sincospi(2.0 * a, &sn, &cs);
+            py[i] = make_float2((float)cs, (float)sn);
+        }
+        for (int i = threadIdx.x; i < 3 * Nxh; i += blockDim.x) {
+            const int v = i / Nxh, l = i - v * Nxh;
+            const float wl = (l == 0 || (Nx % 2 == 0 && l == Nx / 2)) ? 1.0f : 2.0f;
+            double a = l * (xc + (v - 1) * h) / Nx;
+            a -= floor(a);
+            double sn, cs;
+            sincospi(2.0 * a, &sn, &cs);
+            px[i] = make_float2(wl * (float)cs, wl * (float)sn);
+        }
+        __syncthreads();
+        double acc[15];
+        for (int q = 0; q < 15; ++q) acc[q] = 0.0;
+        const int n = Ny * Nxh;
+        for (int e = threadIdx.x; e < n; e += blockDim.x) {
+            const int k = e / Nxh, l = e - k * Nxh;
+            const float2 sv = S[e];
+            #pragma unroll
+            for (int u = 0; u < 3; ++u) {
+                const float2 p = py[u * Ny + k];
+                const float ar = sv.x * p.x - sv.y * p.y, ai = sv.x * p.y + sv.y * p.x;
+                #pragma unroll
+                for (int v = 0; v < 3; ++v) {
+                    const float2 q = px[v * Nxh + l];
+                    acc[u * 3 + v] += (double)(ar * q.x - ai * q.y);
+                }
+            }
+        }
+        if (compensate) {  // window autocorrelation at the stencil lags (ebsdxc.peaks.window_autocorrelation)
+            for (int k = threadIdx.x; k < Ny; k += blockDim.x)
+                for (int u = 0; u < 3; ++u) acc[9 + u] += Sy[k] * py[u * Ny + k].x;
+            for (int l = threadIdx.x; l < Nxh; l += blockDim.x)
+                for (int v = 0; v < 3; ++v) acc[12 + v] += Sx[l] * px[v * Nxh + l].x;
+        }
+        const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
+        for (int q = 0; q < 15; ++q) {
+            double a = warp_sum(acc[q]);
+            if (lane == 0) red[warp][q] = a;
+        }
+        __syncthreads();
+        if (threadIdx.x == 0) {
+            double g[3][3];
+            for (int q = 0; q < 15; ++q) {
+                double a = 0.0;
+                for (int w = 0; w < nwarps; ++w) a += red[w][q];
+                acc[q] = a;
+            }
+            for (int u = 0; u < 3; ++u)
+                for (int v = 0; v < 3; ++v) {
+                    double val = acc[u * 3 + v] / ((double)Ny * Nx);
+                    if (compensate) val /= (acc[9 + u] / sy_sum) * (acc[12 + v] / sx_sum);
+                    g[u][v] = val;
+                }
+            double dy = 0.0, dx = 0.0;
+            const bool beyond = stencil_step(g, dy, dx);
+            pos[0] = yc + h * dy;
+            pos[1] = xc + h * dx;
+            again = beyond;
+        }
+        __syncthreads();
+        ++moves;
+        if (!(st == 0 && again && moves < max_moves)) { ++st; moves = 0; }
+        __syncthreads();  // `again` and the phases are rewritten next round
+    }
+    if (threadIdx.x == 0) { y[t] = pos[0]; x[t] = pos[1]; }
 }

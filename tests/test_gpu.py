@@ -208,3 +208,42 @@ def test_process_gpu_uint_and_float_inputs_agree(tmp_path, sample_dir):
         res.append(read_results(o)["displacement"])
     for r in res[1:]:
         np.testing.assert_allclose(r, res[0], atol=1e-4, equal_nan=True)
+
+
+@pytest.mark.parametrize("shape", [(31, 27), (32, 30), (192, 192), (9, 1), (5, 6)])
+@pytest.mark.parametrize("compensate", [False, True])
+@pytest.mark.parametrize("peak", ["round", "ridge"])
+def test_dft_refine_kernel_matches_float64_oracle(cp, rng, shape, compensate, peak):
+    """The fused kernel against dft_refine_peak evaluated in complex128 on the CPU."""
+    from ebsdxc.engines.gpu_ops import dft_refine
+    from ebsdxc.peaks import DFT_MAX_MOVES, DFT_STEPS, dft_refine_peak
+
+    Ny, Nx = shape
+    T = 40
+    yy, xx = np.meshgrid(np.arange(Ny), np.arange(Nx), indexing="ij")
+    true = rng.uniform(-2, 2, (T, 2))
+    # Smooth periodic peaks at known fractional positions (band-limited enough to refine).
+    dy = (yy[None] - true[:, 0, None, None] + Ny / 2) % Ny - Ny / 2
+    dx = (xx[None] - true[:, 1, None, None] + Nx / 2) % Nx - Nx / 2
+    if peak == "round":
+        corr = np.exp(-(dy ** 2 + dx ** 2) / (2 * 2.0 ** 2))
+    else:  # an elongated, tilted ridge: the 3x3 start is far off and several moves are needed
+        a = 0.7
+        u, v = np.cos(a) * dx + np.sin(a) * dy, -np.sin(a) * dx + np.cos(a) * dy
+        corr = np.exp(-(u ** 2 / (2 * 7.0 ** 2) + v ** 2 / (2 * 2.0 ** 2)))
+    cps = np.fft.rfft2(corr)
+    # Start where the engine starts: the quadratic fit on the integer grid.
+    y0, x0, _, _ = locate_peaks(corr, max_lag=(min(4, Ny // 2), min(4, Nx // 2)), method="quadratic")
+    spectra = None
+    if compensate:
+        spectra = (window_power_spectrum(window_1d(max(Ny // 2, 1)), Ny),
+                   window_power_spectrum(window_1d(max(Nx // 2, 1)), Nx))
+    ey, ex = dft_refine_peak(cps.astype(np.complex128), y0, x0, shape, window_spectra=spectra)
+    gy, gx = dft_refine(cp.asarray(cps.astype(np.complex64)), cp.asarray(y0), cp.asarray(x0), shape,
+                        steps=DFT_STEPS, max_moves=DFT_MAX_MOVES,
+                        window_spectra=None if spectra is None else tuple(cp.asarray(s) for s in spectra))
+    np.testing.assert_allclose(gy.get(), ey, atol=1e-4)
+    np.testing.assert_allclose(gx.get(), ex, atol=1e-4)
+    if not compensate and min(shape) >= 64:
+        np.testing.assert_allclose(ey, true[:, 0], atol=2e-3)
+        np.testing.assert_allclose(ex, true[:, 1], atol=2e-3)

@@ -66,7 +66,9 @@ def test_prepare_tiles_matches_oracle(lead, shape, kind, offset):
     rng = np.random.default_rng(zlib.crc32(repr((lead, shape, kind, offset)).encode()))
     tiles = (offset + 10 * rng.standard_normal(lead + shape)).astype(np.float32)
     win = window_2d(shape, kind)
+    before = tiles.copy()
     p, e, s = prepare_tiles(tiles, win)
+    np.testing.assert_array_equal(tiles, before)  # the input is left alone
     po, eo, so = prepare_oracle(tiles, win)
     assert p.shape == tiles.shape and p.dtype == np.float32
     assert e.shape == lead and e.dtype == np.float32

@@ -13,8 +13,8 @@ import scipy.fft
 
 import numpy as np
 
-from ..peaks import (SPECTRUM_METHODS, dft_refine_peak, integer_lag_table, locate_peaks,
-                     upsampled_dft_peak, window_power_spectrum)
+from ..peaks import (DFT_MAX_MOVES, DFT_STEPS, SPECTRUM_METHODS, integer_lag_table, locate_peaks, upsampled_dft_peak,
+                     window_power_spectrum)
 from .base import CorrelationEngine
 
 __all__ = ["FFTEngine", "fft_shape"]
@@ -104,5 +104,8 @@ class FFTEngine(CorrelationEngine):
             y, x = upsampled_dft_peak(cps, ly, lx, self.fft_shape, upsample=self.config.upsample,
                                       window_spectra=self._window_spectra, xp=self.xp)
         elif method == "dft":
-            y, x = dft_refine_peak(cps, y, x, self.fft_shape, window_spectra=self._window_spectra, xp=self.xp)
+            from .gpu_ops import dft_refine
+
+            y, x = dft_refine(cps, y, x, self.fft_shape, steps=DFT_STEPS, max_moves=DFT_MAX_MOVES,
+                              window_spectra=self._window_spectra)
         return y, x, value, border

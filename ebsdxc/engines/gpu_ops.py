@@ -17,7 +17,7 @@ _TILE_NAMES = tuple(f"prepare_tiles<{t}>" for t in _TILE_TYPES.values())
 _METHODS = {"none": 0, "parabolic": 1, "gaussian": 2, "quadratic": 3}
 _PEAK_NAMES = tuple(f"find_peaks<{m}>" for m in _METHODS.values())
 
-__all__ = ["prepare_tiles_padded", "find_peaks", "PaddedTileBuffer"]
+__all__ = ["prepare_tiles_padded", "find_peaks", "dft_refine", "PaddedTileBuffer"]
 
 
 class PaddedTileBuffer:
@@ -83,7 +83,7 @@ def find_peaks(corr, max_lag, method, window_lags=None):
     lx = cp.empty(T, dtype=cp.int64)
     if T:
         m = _METHODS[method]
-        fn = get_function("peaks.cu", f"find_peaks<{m}>", name_expressions=_PEAK_NAMES)
+        fn = get_function("peaks.cu", f"find_peaks<{m}>", name_expressions=_PEAK_NAMES + ("dft_refine",))
         if window_lags is None:  # no compensation: divide by ones
             window_lags = (cp.ones(Ny), cp.ones(Nx))
         wy, wx = (cp.ascontiguousarray(a, dtype=cp.float64) for a in window_lags)
@@ -92,3 +92,31 @@ def find_peaks(corr, max_lag, method, window_lags=None):
         fn((T,), (threads,), (corr, np.int32(Ny), np.int32(Nx), np.int32(ry), np.int32(rx),
                               wy, wx, y, x, value, border, ly, lx))
     return y, x, value, border.astype(bool), ly, lx
+
+
+def dft_refine(cross_power, y, x, shape, *, steps, max_moves, window_spectra=None):
+    """Fused :func:`ebsdxc.peaks.dft_refine_peak` for (T,) float64 estimates (y, x).
+
+    ``cross_power`` is (T, Ny, Nx//2+1) complex64. Returns new (y, x) arrays.
+    """
+    import cupy as cp
+
+    Ny, Nx = shape
+    T = cross_power.shape[0]
+    cps = cp.ascontiguousarray(cross_power, dtype=cp.complex64)
+    y = cp.array(y, dtype=cp.float64)
+    x = cp.array(x, dtype=cp.float64)
+    if T == 0:
+        return y, x
+    if window_spectra is None:
+        Sy, Sx, comp = cp.zeros(Ny), cp.zeros(Nx), 0
+    else:
+        Sy, Sx = (cp.ascontiguousarray(a, dtype=cp.float64) for a in window_spectra)
+        comp = 1
+    st = cp.asarray(np.asarray(steps, dtype=np.float64))
+    fn = get_function("peaks.cu", "dft_refine", name_expressions=_PEAK_NAMES + ("dft_refine",))
+    smem = 3 * (Ny + Nx // 2 + 1) * 8
+    fn((T,), (256,), (cps, np.int32(Ny), np.int32(Nx), Sy, Sx, np.int32(comp), st, np.int32(len(steps)),
+                          np.int32(max_moves), y, x),
+       shared_mem=smem)
+    return y, x

@@ -376,8 +376,8 @@ class HDF5Source(PatternSource):
             o = i - start
             if c == 0 and end - i >= cols:
                 nrows = (end - i) // cols
-                view = out[o:o + nrows * cols].view()
-                view.shape = (nrows, cols, *self.pattern_shape)  # raises rather than copy
+                # `out` is C-contiguous here, so this reshape is a view into it.
+                view = out[o:o + nrows * cols].reshape(nrows, cols, *self.pattern_shape)
                 ds.read_direct(view, np.s_[r:r + nrows])
                 i += nrows * cols
             else:
