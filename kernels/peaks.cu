@@ -62,18 +62,24 @@ __global__ void find_peaks(const float* __restrict__ corr, int Ny, int Nx, int r
     __shared__ int sidx[32];
     const long long t = blockIdx.x;
     const float* c = corr + t * (long long)Ny * Nx;
-    const int rw = 2 * rx + 1, n = (2 * ry + 1) * rw;
+    const int rw = 2 * rx + 1;
 
     // First maximum in row-major order over the searched lags, as numpy.argmax.
     float best = EBSDXC_NEG_INF;
     int bi = 0x7fffffff;
-    for (int i = threadIdx.x; i < n; i += blockDim.x) {
-        const int iy = i / rw, ix = i - iy * rw;
-        int yy = iy - ry, xx = ix - rx;
+    // Warps walk rows, lanes walk along a row: coalesced reads, no index division.
+    const int rh = 2 * ry + 1, nwarps = blockDim.x >> 5;
+    for (int iy = threadIdx.x >> 5; iy < rh; iy += nwarps) {
+        int yy = iy - ry;
         yy += yy < 0 ? Ny : 0;
-        xx += xx < 0 ? Nx : 0;
-        const float v = c[yy * Nx + xx];
-        if (v > best || (v == best && i < bi)) { best = v; bi = i; }
+        const float* row = c + (long long)yy * Nx;
+        for (int ix = threadIdx.x & 31; ix < rw; ix += 32) {
+            int xx = ix - rx;
+            xx += xx < 0 ? Nx : 0;
+            const float v = row[xx];
+            const int i = iy * rw + ix;
+            if (v > best || (v == best && i < bi)) { best = v; bi = i; }
+        }
     }
     for (int o = 16; o > 0; o >>= 1) {
         const float v2 = __shfl_down_sync(0xffffffffu, best, o);
@@ -147,6 +153,8 @@ __device__ bool stencil_step(const double v[3][3], double& dy, double& dx) {
 // The first step repeats (up to max_moves times) while a step reaches the stencil edge.
 // Shared memory: 3 * (Ny + Nxh) float2 phases.
 __global__ void dft_refine(const float2* __restrict__ cps,  // (T, Ny, Nxh) half spectra
+                           const float2* __restrict__ ref,  // (n_ref, Ny, Nxh) conj. reference spectra, or unused
+                           int n_ref,  // 0: cps are cross-power spectra; else cps[t] * ref[t % n_ref]
                            int Ny, int Nx,
                            const double* __restrict__ Sy,  // (Ny,) window power spectrum, or all zero
                            const double* __restrict__ Sx,  // (Nx,)
@@ -161,6 +169,7 @@ __global__ void dft_refine(const float2* __restrict__ cps,  // (T, Ny, Nxh) half
     float2* px = ph + 3 * Ny;      // [3][Nxh], Hermitian weights folded in
     const long long t = blockIdx.x;
     const float2* S = cps + t * (long long)Ny * Nxh;
+    const float2* R = n_ref ? ref + (t % n_ref) * (long long)Ny * Nxh : nullptr;
     if (threadIdx.x == 0) { pos[0] = y[t]; pos[1] = x[t]; }
     __syncthreads();
     double sy_sum = 0.0, sx_sum = 0.0;
@@ -189,12 +198,18 @@ __global__ void dft_refine(const float2* __restrict__ cps,  // (T, Ny, Nxh) half
             px[i] = make_float2(wl * (float)cs, wl * (float)sn);
         }
         __syncthreads();
+        // Per-thread partial sums in float (a few dozen terms each), combined in double.
+        float accf[9];
+        for (int q = 0; q < 9; ++q) accf[q] = 0.0f;
         double acc[15];
-        for (int q = 0; q < 15; ++q) acc[q] = 0.0;
         const int n = Ny * Nxh;
         for (int e = threadIdx.x; e < n; e += blockDim.x) {
             const int k = e / Nxh, l = e - k * Nxh;
-            const float2 sv = S[e];
+            float2 sv = S[e];
+            if (R != nullptr) {
+                const float2 r = R[e];
+                sv = make_float2(sv.x * r.x - sv.y * r.y, sv.x * r.y + sv.y * r.x);
+            }
             #pragma unroll
             for (int u = 0; u < 3; ++u) {
                 const float2 p = py[u * Ny + k];
@@ -202,10 +217,12 @@ __global__ void dft_refine(const float2* __restrict__ cps,  // (T, Ny, Nxh) half
                 #pragma unroll
                 for (int v = 0; v < 3; ++v) {
                     const float2 q = px[v * Nxh + l];
-                    acc[u * 3 + v] += (double)(ar * q.x - ai * q.y);
+                    accf[u * 3 + v] += ar * q.x - ai * q.y;
                 }
             }
         }
+        for (int q = 0; q < 9; ++q) acc[q] = accf[q];
+        for (int q = 9; q < 15; ++q) acc[q] = 0.0;
         if (compensate) {  // window autocorrelation at the stencil lags (ebsdxc.peaks.window_autocorrelation)
             for (int k = threadIdx.x; k < Ny; k += blockDim.x)
                 for (int u = 0; u < 3; ++u) acc[9 + u] += Sy[k] * py[u * Ny + k].x;

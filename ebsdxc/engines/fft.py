@@ -79,33 +79,39 @@ class FFTEngine(CorrelationEngine):
         return self.backend.irfft2(self.cross_power(tiles), s=self.fft_shape, overwrite=True)
 
     def _locate(self, tiles):
-        cps = self.cross_power(tiles)
-        keep = self.config.subpixel in SPECTRUM_METHODS
-        corr = self.backend.irfft2(cps, s=self.fft_shape, overwrite=not keep)
         T = tiles.shape[0] * tiles.shape[1]
+        shape = self.fft_shape
         if self.backend.is_gpu:
-            return self._locate_fused(corr.reshape(T, *self.fft_shape),
-                                      cps.reshape(T, *cps.shape[2:]) if keep else None)
-        return locate_peaks(corr.reshape(T, *self.fft_shape), max_lag=self.max_lag,
-                            method=self.config.subpixel,
+            return self._locate_fused(tiles, T)
+        keep = self.config.subpixel in SPECTRUM_METHODS
+        cps = self.cross_power(tiles)
+        corr = self.backend.irfft2(cps, s=shape, overwrite=not keep)
+        return locate_peaks(corr.reshape(T, *shape), max_lag=self.max_lag, method=self.config.subpixel,
                             cross_power=cps.reshape(T, *cps.shape[2:]) if keep else None,
-                            upsample=self.config.upsample,
-                            window_spectra=self._window_spectra, xp=self.xp)
+                            upsample=self.config.upsample, window_spectra=self._window_spectra, xp=self.xp)
 
-    def _locate_fused(self, corr, cps):
-        from .gpu_ops import find_peaks
+    def _locate_fused(self, tiles, T):
+        from .gpu_ops import dft_refine, find_peaks
 
-        method = self.config.subpixel
+        method, shape = self.config.subpixel, self.fft_shape
         if self._lags is False:
             self._lags = self._window_lags()
+        spec = self.backend.rfft2(tiles, s=shape)
+        if method == "dft":
+            # Product out of place: the inverse FFT may destroy it, while the refinement
+            # kernel multiplies the kept scan spectrum by the resident reference on the fly.
+            corr = self.backend.irfft2(spec * self._ref_conj, s=shape, overwrite=True)
+        else:
+            spec *= self._ref_conj
+            corr = self.backend.irfft2(spec, s=shape, overwrite=method != "upsampled")
+        corr = corr.reshape(T, *shape)
+        spec = spec.reshape(T, *spec.shape[2:])
         kernel_method = {"upsampled": "none", "dft": "quadratic"}.get(method, method)
         y, x, value, border, ly, lx = find_peaks(corr, self.max_lag, kernel_method, self._lags)
         if method == "upsampled":
-            y, x = upsampled_dft_peak(cps, ly, lx, self.fft_shape, upsample=self.config.upsample,
+            y, x = upsampled_dft_peak(spec, ly, lx, shape, upsample=self.config.upsample,
                                       window_spectra=self._window_spectra, xp=self.xp)
         elif method == "dft":
-            from .gpu_ops import dft_refine
-
-            y, x = dft_refine(cps, y, x, self.fft_shape, steps=DFT_STEPS, max_moves=DFT_MAX_MOVES,
-                              window_spectra=self._window_spectra)
+            y, x = dft_refine(spec, y, x, shape, steps=DFT_STEPS, max_moves=DFT_MAX_MOVES,
+                              window_spectra=self._window_spectra, reference=self._ref_conj)
         return y, x, value, border
