@@ -127,11 +127,11 @@ def _parabolic_1d(cm, c0, cp, xp):
     return d
 
 
-def _quadratic_peak(n, xp):
-    """Maximum of the least-squares quadratic a + b x + c y + d x^2 + e xy + f y^2 on a 3x3 grid.
+def _quadratic_coefficients(n, xp):
+    """Least-squares quadratic a + b x + c y + d x^2 + e xy + f y^2 on (T, 3, 3) grids.
 
-    Closed-form normal equations (the same arithmetic as ``kernels/peaks.cu``).
-    Returns (qy, qx, ok); ``ok`` is false where the surface has no maximum within 1 px.
+    Closed-form normal equations (the same arithmetic as ``kernels/peaks.cu``);
+    returns (b, c, d, e, f, det) with det = 4 d f - e^2.
     """
     x = xp.asarray([-1.0, 0.0, 1.0])
     s = n.sum(axis=(1, 2))
@@ -142,7 +142,15 @@ def _quadratic_peak(n, xp):
     syy = (n * (x * x)[None, :, None]).sum(axis=(1, 2))
     b, c, e = sx / 6.0, sy / 6.0, sxy / 4.0
     d, f = sxx / 2.0 - s / 3.0, syy / 2.0 - s / 3.0
-    det = 4.0 * d * f - e * e
+    return b, c, d, e, f, 4.0 * d * f - e * e
+
+
+def _quadratic_peak(n, xp):
+    """Maximum of the least-squares quadratic on (T, 3, 3) grids.
+
+    Returns (qy, qx, ok); ``ok`` is false where the surface has no maximum within 1 px.
+    """
+    b, c, d, e, f, det = _quadratic_coefficients(n, xp)
     # A relative threshold: a degenerate surface (e.g. a 1-row map) must not pass on rounding.
     ok = (det > 1e-12 * (d * d + f * f)) & (d < 0) & (f < 0)
     with np.errstate(divide="ignore", invalid="ignore"):
@@ -162,16 +170,7 @@ def stencil_step(g, xp=np):
     peak may lie further on).
     """
     n = g.astype(xp.float64)
-    x = xp.asarray([-1.0, 0.0, 1.0])
-    s = n.sum(axis=(1, 2))
-    sx = (n * x[None, None, :]).sum(axis=(1, 2))
-    sy = (n * x[None, :, None]).sum(axis=(1, 2))
-    sxy = (n * (x[:, None] * x[None, :])[None]).sum(axis=(1, 2))
-    sxx = (n * (x * x)[None, None, :]).sum(axis=(1, 2))
-    syy = (n * (x * x)[None, :, None]).sum(axis=(1, 2))
-    b, c, e = sx / 6.0, sy / 6.0, sxy / 4.0
-    d, f = sxx / 2.0 - s / 3.0, syy / 2.0 - s / 3.0
-    det = 4.0 * d * f - e * e
+    b, c, d, e, f, det = _quadratic_coefficients(n, xp)
     ok = (det > 1e-12 * (d * d + f * f)) & (d < 0) & (f < 0)
     with np.errstate(divide="ignore", invalid="ignore"):
         qx = (e * c - 2 * f * b) / det

@@ -18,6 +18,23 @@ __device__ __forceinline__ double clip1(double d) {
     return d < -1.0 ? -1.0 : (d > 1.0 ? 1.0 : d);
 }
 
+// Least-squares quadratic a + b x + c y + d x^2 + e xy + f y^2 on a 3x3 grid v[y][x]
+// (normal equations; ebsdxc.peaks._quadratic_coefficients).
+__device__ void quadratic_coefficients(const double v[3][3], double& b, double& cc, double& d,
+                                       double& e, double& f, double& det) {
+    double sx = 0, sy = 0, sxy = 0, sxx = 0, syy = 0, s = 0;
+    for (int a = 0; a < 3; ++a)
+        for (int q = 0; q < 3; ++q) {
+            const double val = v[a][q];
+            const int x = q - 1, y = a - 1;
+            s += val; sx += x * val; sy += y * val; sxy += x * y * val;
+            sxx += x * x * val; syy += y * y * val;
+        }
+    b = sx / 6.0; cc = sy / 6.0; e = sxy / 4.0;
+    d = sxx / 2.0 - s / 3.0; f = syy / 2.0 - s / 3.0;
+    det = 4.0 * d * f - e * e;
+}
+
 // Subpixel offsets from a 3x3 neighbourhood v[y][x] (ebsdxc.peaks.fit_3x3).
 template <int METHOD>
 __device__ void fit_3x3(const double v[3][3], double& dy, double& dx) {
@@ -30,18 +47,8 @@ __device__ void fit_3x3(const double v[3][3], double& dy, double& dx) {
             dy = parabolic(log(v[0][1]), log(v[1][1]), log(v[2][1]));
         }
     } else if (METHOD == M_QUADRATIC) {
-        // Least-squares quadratic a + b x + c y + d x^2 + e xy + f y^2 (normal equations).
-        double sx = 0, sy = 0, sxy = 0, sxx = 0, syy = 0, s = 0;
-        for (int a = 0; a < 3; ++a)
-            for (int q = 0; q < 3; ++q) {
-                const double val = v[a][q];
-                const int x = q - 1, y = a - 1;
-                s += val; sx += x * val; sy += y * val; sxy += x * y * val;
-                sxx += x * x * val; syy += y * y * val;
-            }
-        const double b = sx / 6.0, cc = sy / 6.0, e = sxy / 4.0;
-        const double d = sxx / 2.0 - s / 3.0, f = syy / 2.0 - s / 3.0;
-        const double det = 4.0 * d * f - e * e;
+        double b, cc, d, e, f, det;
+        quadratic_coefficients(v, b, cc, d, e, f, det);
         if (det > 1e-12 * (d * d + f * f) && d < 0.0 && f < 0.0) {
             const double qx = (e * cc - 2.0 * f * b) / det, qy = (e * b - 2.0 * d * cc) / det;
             if (fabs(qx) <= 1.0 && fabs(qy) <= 1.0) { dx = qx; dy = qy; }
@@ -118,17 +125,8 @@ __global__ void find_peaks(const float* __restrict__ corr, int Ny, int Nx, int r
 
 // One trust-region ascent step from a 3x3 stencil (ebsdxc.peaks.stencil_step).
 __device__ bool stencil_step(const double v[3][3], double& dy, double& dx) {
-    double sx = 0, sy = 0, sxy = 0, sxx = 0, syy = 0, s = 0;
-    for (int a = 0; a < 3; ++a)
-        for (int q = 0; q < 3; ++q) {
-            const double val = v[a][q];
-            const int x = q - 1, y = a - 1;
-            s += val; sx += x * val; sy += y * val; sxy += x * y * val;
-            sxx += x * x * val; syy += y * y * val;
-        }
-    const double b = sx / 6.0, cc = sy / 6.0, e = sxy / 4.0;
-    const double d = sxx / 2.0 - s / 3.0, f = syy / 2.0 - s / 3.0;
-    const double det = 4.0 * d * f - e * e;
+    double b, cc, d, e, f, det;
+    quadratic_coefficients(v, b, cc, d, e, f, det);
     if (det > 1e-12 * (d * d + f * f) && d < 0.0 && f < 0.0) {
         double qx = (e * cc - 2.0 * f * b) / det, qy = (e * b - 2.0 * d * cc) / det;
         const double m = fmax(fabs(qx), fabs(qy));
@@ -202,22 +200,27 @@ __global__ void dft_refine(const float2* __restrict__ cps,  // (T, Ny, Nxh) half
         float accf[9];
         for (int q = 0; q < 9; ++q) accf[q] = 0.0f;
         double acc[15];
-        const int n = Ny * Nxh;
-        for (int e = threadIdx.x; e < n; e += blockDim.x) {
-            const int k = e / Nxh, l = e - k * Nxh;
-            float2 sv = S[e];
-            if (R != nullptr) {
-                const float2 r = R[e];
-                sv = make_float2(sv.x * r.x - sv.y * r.y, sv.x * r.y + sv.y * r.x);
-            }
-            #pragma unroll
-            for (int u = 0; u < 3; ++u) {
-                const float2 p = py[u * Ny + k];
-                const float ar = sv.x * p.x - sv.y * p.y, ai = sv.x * p.y + sv.y * p.x;
+        // Warps walk spectrum rows k, lanes walk along a row l: no index division, and
+        // the row's three y-phases stay in registers.
+        const int nwarps_all = blockDim.x >> 5;
+        for (int k = threadIdx.x >> 5; k < Ny; k += nwarps_all) {
+            const float2 p0 = py[k], p1 = py[Ny + k], p2 = py[2 * Ny + k];
+            const float2* Srow = S + (long long)k * Nxh;
+            const float2* Rrow = R != nullptr ? R + (long long)k * Nxh : nullptr;
+            for (int l = threadIdx.x & 31; l < Nxh; l += 32) {
+                float2 sv = Srow[l];
+                if (Rrow != nullptr) {
+                    const float2 r = Rrow[l];
+                    sv = make_float2(sv.x * r.x - sv.y * r.y, sv.x * r.y + sv.y * r.x);
+                }
+                const float2 q0 = px[l], q1 = px[Nxh + l], q2 = px[2 * Nxh + l];
+                const float2 pu[3] = {p0, p1, p2};
+                const float2 qv[3] = {q0, q1, q2};
                 #pragma unroll
-                for (int v = 0; v < 3; ++v) {
-                    const float2 q = px[v * Nxh + l];
-                    accf[u * 3 + v] += ar * q.x - ai * q.y;
+                for (int u = 0; u < 3; ++u) {
+                    const float ar = sv.x * pu[u].x - sv.y * pu[u].y, ai = sv.x * pu[u].y + sv.y * pu[u].x;
+                    #pragma unroll
+                    for (int v = 0; v < 3; ++v) accf[u * 3 + v] += ar * qv[v].x - ai * qv[v].y;
                 }
             }
         }

@@ -174,11 +174,16 @@ class ResultsWriter:
         self.close()
 
 
-def read_results(path) -> dict:
-    """Everything in a results file as NumPy arrays plus an ``attrs`` dict (small scans)."""
+def _require_results(path) -> str:
     path = os.fspath(path)
     if not is_results_file(path):
         raise InputError("not an ebsdxc results file", path)
+    return path
+
+
+def read_results(path) -> dict:
+    """Everything in a results file as NumPy arrays plus an ``attrs`` dict (small scans)."""
+    path = _require_results(path)
     with h5py.File(path, "r") as f:
         g = f[GROUP]
         out = {k: g[k][...] for k in ("displacement", "peak_height", "status", "done")}
@@ -194,9 +199,7 @@ def read_results(path) -> dict:
 
 def read_summary(path) -> dict:
     """Counts and medians for a one-line report and ``ebsdxc info`` (reads row by row)."""
-    path = os.fspath(path)
-    if not is_results_file(path):
-        raise InputError("not an ebsdxc results file", path)
+    path = _require_results(path)
     with h5py.File(path, "r") as f:
         g = f[GROUP]
         rows, cols, n = g["status"].shape
