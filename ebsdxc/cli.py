@@ -44,10 +44,17 @@ def _ref_index(text):
     raise argparse.ArgumentTypeError(f"expected N or ROW,COL, got {text!r}")
 
 
+class _Parser(argparse.ArgumentParser):
+    """Usage mistakes print one ``ebsdxc: error:`` line (``--help`` shows the usage)."""
+
+    def error(self, message):
+        self.exit(2, f"ebsdxc: error: {message} (see '{self.prog} --help')\n")
+
+
 def _parser():
     from .peaks import SUBPIXEL_METHODS
 
-    p = argparse.ArgumentParser(prog="ebsdxc", description="Fast cross-correlation of EBSD patterns.")
+    p = _Parser(prog="ebsdxc", description="Fast cross-correlation of EBSD patterns.")
     p.add_argument("--version", action="version", version=f"ebsdxc {__version__}")
     sub = p.add_subparsers(dest="command", required=True)
 
@@ -137,7 +144,7 @@ def _config_from_args(a):
     return cfg
 
 
-def _cmd_process(a):
+def _cmd_process(a, argv):
     from .progress import BarProgress, NullProgress
     from .runner import process
 
@@ -145,7 +152,7 @@ def _cmd_process(a):
     out = process(a.scan, ref=a.ref, ref_index=a.ref_index, output=a.output, config=cfg,
                   dataset=a.dataset, resume=a.resume, overwrite=a.overwrite,
                   progress=NullProgress() if a.quiet else BarProgress(),
-                  command_line=shlex.join(["ebsdxc", *sys.argv[1:]]))
+                  command_line=shlex.join(["ebsdxc", *argv]))
     from .io.results import read_summary
 
     s = read_summary(out)
@@ -154,15 +161,28 @@ def _cmd_process(a):
     return 0
 
 
-def _cmd_info(a):
+def _cmd_info(a, argv):
     from .io import describe_file
 
     d = describe_file(a.file, dataset=a.dataset)
     if a.json:
-        print(json.dumps(d, indent=2, default=_json_default))
+        print(json.dumps(_no_nan(d), indent=2, default=_json_default, allow_nan=False))
     else:
         _print_tree(d)
     return 0
+
+
+def _no_nan(x):
+    # Strict JSON has no NaN: missing values become null.
+    if isinstance(x, dict):
+        return {k: _no_nan(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_no_nan(v) for v in x]
+    if isinstance(x, (float, np.floating)) and not np.isfinite(x):
+        return None
+    if isinstance(x, np.ndarray):
+        return _no_nan(x.tolist())
+    return x
 
 
 def _json_default(x):
@@ -192,7 +212,7 @@ def _print_tree(d, indent=0):
             print(" " * indent + f"{k}: {v}")
 
 
-def _cmd_recipes(a):
+def _cmd_recipes(a, argv):
     from .recipes import shipped_recipes
 
     for name, path in sorted(shipped_recipes().items()):
@@ -203,10 +223,10 @@ def _cmd_recipes(a):
 
 
 def main(argv=None) -> int:
-    parser = _parser()
-    a = parser.parse_args(argv)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    a = _parser().parse_args(argv)
     try:
-        return {"process": _cmd_process, "info": _cmd_info, "recipes": _cmd_recipes}[a.command](a)
+        return {"process": _cmd_process, "info": _cmd_info, "recipes": _cmd_recipes}[a.command](a, argv)
     except InputError as e:
         print(f"ebsdxc: error: {e}", file=sys.stderr)
         return 2

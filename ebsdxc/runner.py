@@ -35,21 +35,31 @@ CPU_TILES_PER_TASK = 256  # tiles per CPU thread task: a few MB, so a task's arr
 
 
 def build_layout(roi, pattern_shape, *, path=None) -> RoiLayout:
-    """The ROI layout a :class:`~ebsdxc.recipes.RoiConfig` describes, checked against the pattern."""
-    if roi.layout == "grid":
-        layout = grid_layout(pattern_shape, grid=roi.grid, size=roi.size, margin=roi.margin,
-                             drop_corners=roi.drop_corners)
-    elif roi.layout == "ring":
-        layout = ring_layout(pattern_shape, n=roi.n, radius=roi.radius, size=roi.size,
-                             include_centre=roi.include_centre)
-    elif roi.layout == "file":
-        if not roi.centres:
-            raise InputError("ROI layout 'file' needs a centres file (--roi-centres)")
-        size = roi.size or grid_layout(pattern_shape, grid=(1, 1)).size
-        layout = layout_from_centres(read_centres(roi.centres), size=size)
-    else:
-        raise InputError(f"unknown ROI layout {roi.layout!r} (grid, ring or file)")
-    layout.check_inside(pattern_shape, path=path)
+    """The ROI layout a :class:`~ebsdxc.recipes.RoiConfig` describes, checked against the pattern.
+
+    Problems are reported against ``path`` (the scan whose patterns the ROIs must fit).
+    """
+    try:
+        if roi.layout == "grid":
+            layout = grid_layout(pattern_shape, grid=roi.grid, size=roi.size, margin=roi.margin,
+                                 drop_corners=roi.drop_corners)
+        elif roi.layout == "ring":
+            layout = ring_layout(pattern_shape, n=roi.n, radius=roi.radius, size=roi.size,
+                                 include_centre=roi.include_centre)
+        elif roi.layout == "file":
+            if not roi.centres:
+                raise InputError("ROI layout 'file' needs a centres file (--roi-centres)")
+            size = roi.size or grid_layout(pattern_shape, grid=(1, 1)).size
+            layout = layout_from_centres(read_centres(roi.centres), size=size)
+        else:
+            raise InputError(f"unknown ROI layout {roi.layout!r} (grid, ring or file)")
+        layout.check_inside(pattern_shape, path=path)
+    except InputError as e:
+        if e.path is None and path is not None:
+            raise InputError(e.problem, path) from None
+        raise
+    except ValueError as e:
+        raise InputError(str(e), path) from None
     return layout
 
 
