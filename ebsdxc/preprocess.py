@@ -119,6 +119,15 @@ class PatternPreprocessor:
         c = self.config
         if self._bg is not None:
             x = x - self._bg if c.static_operation == "subtract" else x / self._bg
+        bad = None
+        if c.dynamic_sigma is not None or c.bandpass is not None:
+            # A Fourier filter would spread one NaN over the whole pattern: filter with the
+            # pattern's finite mean in its place, and put the NaN back afterwards. (No
+            # data-dependent branch: on the GPU it would stall the stream.)
+            bad = ~xp.isfinite(x)
+            n_ok = xp.maximum((~bad).sum(axis=(-2, -1), keepdims=True), 1)
+            fill = xp.where(bad, 0, x).sum(axis=(-2, -1), keepdims=True) / n_ok
+            x = xp.where(bad, fill, x).astype(xp.float32, copy=False)
         if c.dynamic_sigma is not None:
             blur = self._fourier_filter(x, "dynamic", c.dynamic_sigma)
             # Guard against division by ~0 where the blurred pattern vanishes.
@@ -126,6 +135,8 @@ class PatternPreprocessor:
             x = x / xp.maximum(blur, floor)
         if c.bandpass is not None:
             x = self._fourier_filter(x, "bandpass", max(c.bandpass))
+        if bad is not None:
+            x = xp.where(bad, xp.float32(np.nan), x)
         return x.astype(xp.float32, copy=False)
 
 

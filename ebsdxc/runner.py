@@ -164,7 +164,7 @@ def auto_batch(pipeline: Pipeline, n_patterns: int) -> int:
 def default_output(scan_path) -> str:
     """``SCAN_STEM.ebsdxc.h5`` beside the scan."""
     d, name = os.path.split(os.path.abspath(scan_path))
-    stem = name.split(".")[0] if not os.path.isdir(scan_path) else name
+    stem = name if os.path.isdir(scan_path) else os.path.splitext(name)[0]
     return os.path.join(d, f"{stem}.ebsdxc.h5")
 
 

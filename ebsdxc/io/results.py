@@ -109,9 +109,9 @@ class ResultsWriter:
             raise InputError("--resume given but there is no output to continue", path)
         if not is_results_file(path):
             raise InputError("--resume given but the output is not an ebsdxc results file", path)
-        f = h5py.File(path, "r+")
-        g = f[GROUP]
-        try:
+        # Checks on a read-only handle: a refused resume leaves the file untouched, mtime included.
+        with h5py.File(path, "r") as f:
+            g = f[GROUP]
             if int(g.attrs["schema"]) != SCHEMA:
                 raise InputError(f"results schema {g.attrs['schema']} cannot be resumed by schema {SCHEMA}",
                                  path)
@@ -128,9 +128,8 @@ class ResultsWriter:
                 if i["name"] in old_inputs and old_inputs[i["name"]] != (i["size"], i["mtime"]):
                     raise InputError(f"input {i['name']} changed since the run started; "
                                      "pass --overwrite to start again", path)
-        except Exception:
-            f.close()
-            raise
+        f = h5py.File(path, "r+")
+        g = f[GROUP]
         g.attrs["complete"] = False
         return cls(f, path)
 
