@@ -323,8 +323,9 @@ def upsampled_dft_peak(cross_power, ly, lx, shape, *, upsample=16, window_spectr
         cy, cx = ly[sl].astype(xp.float64), lx[sl].astype(xp.float64)
         y, x = cy.copy(), cx.copy()
         todo = xp.arange(cps.shape[0])
-        for _ in range(max_recentre + 1):
-            up = dft_grid(cps[todo], cy[todo], cx[todo], spacing=1.0 / upsample, size=R, shape=shape,
+        for it in range(max_recentre + 1):
+            sub = cps if it == 0 else cps[todo]  # no copy of the spectra on the first pass
+            up = dft_grid(sub, cy[todo], cx[todo], spacing=1.0 / upsample, size=R, shape=shape,
                           window_spectra=window_spectra, xp=xp)
             t = up.shape[0]
             flat = xp.argmax(up.reshape(t, -1), axis=1)
@@ -374,8 +375,9 @@ def dft_refine_peak(cross_power, y0, x0, shape, *, steps=DFT_STEPS, max_moves=DF
         y, x = y0[sl].astype(xp.float64).copy(), x0[sl].astype(xp.float64).copy()
         for i, h in enumerate(steps):
             todo = xp.arange(cps.shape[0])
-            for _ in range(max_moves if i == 0 else 1):
-                g = dft_grid(cps[todo], y[todo], x[todo], spacing=h, size=3, shape=shape,
+            for it in range(max_moves if i == 0 else 1):
+                sub = cps if it == 0 else cps[todo]  # no copy of the spectra on the first pass
+                g = dft_grid(sub, y[todo], x[todo], spacing=h, size=3, shape=shape,
                              window_spectra=window_spectra, xp=xp)
                 dy, dx, beyond = stencil_step(g, xp)
                 y[todo] += h * dy

@@ -123,6 +123,8 @@ __global__ void find_peaks(const float* __restrict__ corr, int Ny, int Nx, int r
     out_x[t] = lx + dx;
 }
 
+#define DFT_SLOTS 4  // spectrum loads a lane issues at once along a row (rows up to 128 in one go)
+
 // One trust-region ascent step from a 3x3 stencil (ebsdxc.peaks.stencil_step).
 __device__ bool stencil_step(const double v[3][3], double& dy, double& dx) {
     double b, cc, d, e, f, det;
@@ -150,7 +152,7 @@ __device__ bool stencil_step(const double v[3][3], double& dy, double& dx) {
 // read once per stencil, stencil values and window autocorrelations summed in double.
 // The first step repeats (up to max_moves times) while a step reaches the stencil edge.
 // Shared memory: 3 * (Ny + Nxh) float2 phases.
-__global__ void dft_refine(const float2* __restrict__ cps,  // (T, Ny, Nxh) half spectra
+__global__ void __launch_bounds__(256, 4) dft_refine(const float2* __restrict__ cps,  // (T, Ny, Nxh) half spectra
                            const float2* __restrict__ ref,  // (n_ref, Ny, Nxh) conj. reference spectra, or unused
                            int n_ref,  // 0: cps are cross-power spectra; else cps[t] * ref[t % n_ref]
                            int Ny, int Nx,
@@ -200,27 +202,45 @@ __global__ void dft_refine(const float2* __restrict__ cps,  // (T, Ny, Nxh) half
         float accf[9];
         for (int q = 0; q < 9; ++q) accf[q] = 0.0f;
         double acc[15];
-        // Warps walk spectrum rows k, lanes walk along a row l: no index division, and
-        // the row's three y-phases stay in registers.
-        const int nwarps_all = blockDim.x >> 5;
+        // Warps walk spectrum rows k, lanes walk along a row l: no index division, the
+        // row's three y-phases stay in registers, and each lane issues all its loads of a
+        // row (up to DFT_SLOTS) before using them, so enough bytes are in flight.
+        const int nwarps_all = blockDim.x >> 5, lane = threadIdx.x & 31;  // lane: also used below
         for (int k = threadIdx.x >> 5; k < Ny; k += nwarps_all) {
-            const float2 p0 = py[k], p1 = py[Ny + k], p2 = py[2 * Ny + k];
+            const float2 pu[3] = {py[k], py[Ny + k], py[2 * Ny + k]};
             const float2* Srow = S + (long long)k * Nxh;
             const float2* Rrow = R != nullptr ? R + (long long)k * Nxh : nullptr;
-            for (int l = threadIdx.x & 31; l < Nxh; l += 32) {
-                float2 sv = Srow[l];
-                if (Rrow != nullptr) {
-                    const float2 r = Rrow[l];
-                    sv = make_float2(sv.x * r.x - sv.y * r.y, sv.x * r.y + sv.y * r.x);
-                }
-                const float2 q0 = px[l], q1 = px[Nxh + l], q2 = px[2 * Nxh + l];
-                const float2 pu[3] = {p0, p1, p2};
-                const float2 qv[3] = {q0, q1, q2};
+            for (int l0 = 0; l0 < Nxh; l0 += 32 * DFT_SLOTS) {
+                float2 sv[DFT_SLOTS];
                 #pragma unroll
-                for (int u = 0; u < 3; ++u) {
-                    const float ar = sv.x * pu[u].x - sv.y * pu[u].y, ai = sv.x * pu[u].y + sv.y * pu[u].x;
+                for (int j = 0; j < DFT_SLOTS; ++j) {
+                    const int l = l0 + lane + 32 * j;
+                    sv[j] = l < Nxh ? Srow[l] : make_float2(0.0f, 0.0f);
+                }
+                if (Rrow != nullptr) {
+                    float2 rv[DFT_SLOTS];
                     #pragma unroll
-                    for (int v = 0; v < 3; ++v) accf[u * 3 + v] += ar * qv[v].x - ai * qv[v].y;
+                    for (int j = 0; j < DFT_SLOTS; ++j) {
+                        const int l = l0 + lane + 32 * j;
+                        rv[j] = l < Nxh ? Rrow[l] : make_float2(0.0f, 0.0f);
+                    }
+                    #pragma unroll
+                    for (int j = 0; j < DFT_SLOTS; ++j)
+                        sv[j] = make_float2(sv[j].x * rv[j].x - sv[j].y * rv[j].y,
+                                            sv[j].x * rv[j].y + sv[j].y * rv[j].x);
+                }
+                #pragma unroll
+                for (int j = 0; j < DFT_SLOTS; ++j) {
+                    const int l = l0 + lane + 32 * j;
+                    if (l >= Nxh) break;
+                    const float2 qv[3] = {px[l], px[Nxh + l], px[2 * Nxh + l]};
+                    #pragma unroll
+                    for (int u = 0; u < 3; ++u) {
+                        const float ar = sv[j].x * pu[u].x - sv[j].y * pu[u].y;
+                        const float ai = sv[j].x * pu[u].y + sv[j].y * pu[u].x;
+                        #pragma unroll
+                        for (int v = 0; v < 3; ++v) accf[u * 3 + v] += ar * qv[v].x - ai * qv[v].y;
+                    }
                 }
             }
         }
@@ -232,7 +252,7 @@ __global__ void dft_refine(const float2* __restrict__ cps,  // (T, Ny, Nxh) half
             for (int l = threadIdx.x; l < Nxh; l += blockDim.x)
                 for (int v = 0; v < 3; ++v) acc[12 + v] += Sx[l] * px[v * Nxh + l].x;
         }
-        const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
+        const int warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
         for (int q = 0; q < 15; ++q) {
             double a = warp_sum(acc[q]);
             if (lane == 0) red[warp][q] = a;
