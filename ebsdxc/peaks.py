@@ -300,7 +300,7 @@ def _window_half(px, Sx, tx, Nx, xp):
 
 
 def upsampled_dft_peak(cross_power, ly, lx, shape, *, upsample=16, window_spectra=None, xp=np,
-                       chunk=4096, max_recentre=4):
+                       chunk=16384, max_recentre=4):
     """Refine integer peaks on an ``upsample``-times finer grid (Guizar-Sicairos 2008).
 
     The grid covers 1.5 px about the integer peak (:func:`dft_grid`); its maximum is
@@ -321,8 +321,7 @@ def upsampled_dft_peak(cross_power, ly, lx, shape, *, upsample=16, window_spectr
         sl = slice(s, s + chunk)
         cps = cross_power[sl]
         cy, cx = ly[sl].astype(xp.float64), lx[sl].astype(xp.float64)
-        y, x = cy.copy(), cx.copy()
-        todo = xp.arange(cps.shape[0])
+        todo = slice(None)
         for it in range(max_recentre + 1):
             sub = cps if it == 0 else cps[todo]  # no copy of the spectra on the first pass
             up = dft_grid(sub, cy[todo], cx[todo], spacing=1.0 / upsample, size=R, shape=shape,
@@ -335,12 +334,16 @@ def upsampled_dft_peak(cross_power, ly, lx, shape, *, upsample=16, window_spectr
             ar = xp.arange(t)[:, None, None]
             du, dv = fit_3x3(up[ar, (iu_c[:, None] + d)[:, :, None], (iv_c[:, None] + d)[:, None, :]],
                              "quadratic", xp)
-            y[todo] = cy[todo] + (iu_c + du - centre) / upsample
-            x[todo] = cx[todo] + (iv_c + dv - centre) / upsample
+            if it == 0:
+                y = cy + (iu_c + du - centre) / upsample
+                x = cx + (iv_c + dv - centre) / upsample
+            else:
+                y[todo] = cy[todo] + (iu_c + du - centre) / upsample
+                x[todo] = cx[todo] + (iv_c + dv - centre) / upsample
             edge = (iu != iu_c) | (iv != iv_c)
             if not bool(edge.any()):
                 break
-            todo = todo[edge]
+            todo = xp.flatnonzero(edge) if it == 0 else todo[edge]
             cy[todo], cx[todo] = xp.rint(y[todo]), xp.rint(x[todo])
         ys.append(y)
         xs.append(x)

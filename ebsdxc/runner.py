@@ -220,7 +220,10 @@ class _Reader(threading.Thread):
                 if event is not None:
                     event.synchronize()  # the previous transfer out of this buffer has finished
                 view = buf[: b - a]
-                self.source.read_into(a, b, view)
+                try:
+                    self.source.read_into(a, b, view)
+                except (OSError, ValueError) as e:  # a damaged or truncated file, read back mid-run
+                    raise InputError(f"cannot read patterns {a} to {b - 1} ({e})", self.source.path) from e
                 self.ready.put(_Batch(a, b, buf, view))
             self.ready.put(None)
         except BaseException as e:  # handed to the main thread, which raises it
@@ -271,6 +274,9 @@ def run_stream(pipeline: Pipeline, source, chunks, *, write, progress: Progress)
             if item is None:
                 break
             if isinstance(item, BaseException):
+                if pending is not None:  # keep what was computed before the failed read
+                    _flush(be, pending, write, progress, copy_back if be.is_gpu else None)
+                    pending = None
                 raise item
             if be.is_gpu:
                 with compute:

@@ -431,3 +431,33 @@ def test_default_output_distinct_for_distinct_scans():
     b = default_output("/data/grain.2.h5")
     assert a != b, (a, b)
     assert default_output("/data/scan.h5") != "/data/scan.h5"
+
+
+def test_read_error_mid_run_is_one_clear_error_and_resumable(tmp_path):
+    """A source that fails while streaming: an InputError naming the file, points before it kept."""
+    import h5py
+
+    from ebsdxc.errors import InputError
+    from ebsdxc.io.source import ArraySource
+    from ebsdxc.recipes import ProcessConfig, RoiConfig
+    from ebsdxc.runner import process
+
+    rng = np.random.default_rng(0)
+    pats = rng.uniform(0, 1000, (20, 48, 48)).astype(np.float32)
+
+    class Failing(ArraySource):
+        def read_into(self, start, stop, out):
+            if start >= 10:
+                raise OSError("Can't read data (inflate() failed)")
+            super().read_into(start, stop, out)
+
+    src = Failing(pats, path=str(tmp_path / "broken.h5"))
+    out = tmp_path / "r.h5"
+    cfg = ProcessConfig(roi=RoiConfig(grid=(2, 2), size=16), device="cpu", batch=5)
+    with pytest.raises(InputError) as e:
+        process(src, ref_index=0, output=str(out), config=cfg)
+    assert "broken.h5" in str(e.value) and "patterns 10 to 14" in str(e.value)
+    with h5py.File(out, "r") as f:
+        assert not f["ebsdxc"].attrs["complete"]
+        done = f["ebsdxc/done"][...].ravel()
+    assert done[:10].all() and not done[10:].any()
