@@ -9,7 +9,8 @@ defines) and memoised; CuPy keeps the compiled binaries in its on-disk cache
 from __future__ import annotations
 
 import functools
-from importlib import resources
+
+from ._resources import data_dir
 
 __all__ = ["kernel_source", "get_function"]
 
@@ -17,7 +18,7 @@ __all__ = ["kernel_source", "get_function"]
 @functools.lru_cache(maxsize=None)
 def kernel_source(name: str) -> str:
     """Text of ``kernels/<name>`` with local ``#include "x.cuh"`` lines inlined."""
-    root = resources.files("ebsdxc.kernels")
+    root = data_dir("kernels")
     lines = []
     for line in (root / name).read_text().splitlines():
         s = line.strip()

@@ -17,13 +17,13 @@ from __future__ import annotations
 import dataclasses
 import os
 from dataclasses import dataclass, field
-from importlib import resources
 
 try:
     import tomllib
 except ModuleNotFoundError:  # Python 3.10
     import tomli as tomllib
 
+from ._resources import data_dir
 from .engines.base import EngineConfig
 from .errors import InputError
 from .preprocess import PreprocessConfig
@@ -80,7 +80,7 @@ def _jsonable(x):
 def shipped_recipes() -> dict:
     """Name -> path of the recipes shipped in ``pipelines/``."""
     out = {}
-    for p in resources.files("ebsdxc.pipelines").iterdir():
+    for p in data_dir("pipelines").iterdir():
         if p.name.endswith(".toml"):
             out[p.name[:-5]] = str(p)
     return out
