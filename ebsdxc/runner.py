@@ -351,13 +351,14 @@ def process(scan, *, ref=None, ref_index=None, output=None, config: ProcessConfi
 def _process(source, ref, ref_index, output, config, resume, overwrite, progress, command_line):
     if ref is not None:
         reference = scan_io.read_reference(ref)
-        ref_desc = {"reference": input_record(ref)}
+        # Parameters are compared across resumes: keep what identifies the reference.
+        ref_param = {"reference": os.path.basename(ref)}
         if reference.shape != source.pattern_shape:
             raise InputError(f"reference is {reference.shape[1]}x{reference.shape[0]} px but the scan's "
                              f"patterns are {source.pattern_shape[1]}x{source.pattern_shape[0]} px", ref)
     else:
         reference = scan_io.reference_from_scan(source, ref_index)
-        ref_desc = {"reference_index": ref_index if np.ndim(ref_index) == 0 else list(ref_index)}
+        ref_param = {"reference_index": ref_index if np.ndim(ref_index) == 0 else list(ref_index)}
     layout = build_layout(config.roi, source.pattern_shape, path=source.path)
     static_bg = None
     if config.static_background not in (None, "mean"):
@@ -378,20 +379,20 @@ def _process(source, ref, ref_index, output, config, resume, overwrite, progress
             static_bg = _mean_pattern(source, backend, 64)
         pipeline = Pipeline(backend, config, layout, reference, static_background=static_bg)
         try:
-            return _run(pipeline, source, ref, ref_desc, out, config, resume, overwrite, progress,
-                        command_line, backend)
+            return _run(pipeline, source, ref, ref_param, out, config, resume, overwrite, progress,
+                        command_line)
         finally:
             pipeline.close()
 
 
-def _run(pipeline, source, ref, ref_desc, out, config, resume, overwrite, progress, command_line, backend):
-    layout = pipeline.layout
+def _run(pipeline, source, ref, ref_param, out, config, resume, overwrite, progress, command_line):
+    layout, backend = pipeline.layout, pipeline.backend
     batch = config.batch or auto_batch(pipeline, source.n_patterns)
     inputs = [input_record(source.path)] if os.path.isfile(source.path) else []
     if ref is not None:
         inputs.append(input_record(ref))
     params = {**config.parameters(), "scan": os.path.basename(source.path),
-              "dataset": source.metadata.get("dataset"), **_jsonable_ref(ref_desc)}
+              "dataset": source.metadata.get("dataset"), **ref_param}
     if resume:
         writer = ResultsWriter.resume(out, grid=source.grid, parameters=params, inputs=inputs)
     else:
@@ -410,11 +411,4 @@ def _run(pipeline, source, ref, ref_desc, out, config, resume, overwrite, progre
         finally:
             progress.close()
     return out
-
-
-def _jsonable_ref(d):
-    r = d.get("reference")
-    if r is not None:  # the parameters compare across resumes: keep only what identifies the file
-        return {"reference": r["name"]}
-    return d
 
