@@ -27,39 +27,17 @@ from ebsdxc.preprocess import PreprocessConfig
 from ebsdxc.recipes import ProcessConfig, RoiConfig
 from ebsdxc.runner import Pipeline, build_layout
 
-sys.path.insert(0, os.path.dirname(__file__))
-from common import _rotation  # noqa: E402
-
 METHODS = ("dft", "upsampled", "quadratic", "gaussian", "parabolic")
 
 
-def simulate_scan(rows, cols, shape=(256, 256), *, counts=1000, noise=True, seed=1):
-    """(patterns (rows*cols, H, W), reference (H, W), truth function of ROI centres)."""
-    rng = np.random.default_rng(seed)
-    master = sim.load_nickel_master_pattern()
-    g = _rotation((160, 40, 20))
-    H, W = shape
-    pc_ref = np.array([0.5, 0.45, 0.6])
-    F = sim.smooth_deformation_field(rows, cols, strain=1e-3, rotation=1e-3, seed=seed)
-    # The beam scan moves the pattern centre: shifts of up to about +-1 px over the map.
-    yy, xx = np.meshgrid(np.linspace(-1, 1, rows), np.linspace(-1, 1, cols), indexing="ij")
-    pc = np.empty((rows, cols, 3))
-    pc[..., 0] = pc_ref[0] + 0.9 * xx / W
-    pc[..., 1] = pc_ref[1] + 0.9 * yy / H
-    pc[..., 2] = pc_ref[2] * (1 + 5e-4 * yy)
-    pats = np.empty((rows * cols, H, W), dtype=np.uint16 if noise else np.float32)
-    for i in range(rows):
-        for j in range(cols):
-            p = sim.simulate_pattern(master, shape=shape, pc=pc[i, j], orientation=g, F=F[i, j])
-            pats[i * cols + j] = sim.poisson_noise(p, counts=counts, rng=rng) if noise else p * 1000
-    ref = sim.simulate_pattern(master, shape=shape, pc=pc_ref, orientation=g)
-    ref = sim.poisson_noise(ref, counts=8 * counts, rng=rng) if noise else (ref * 1000).astype(np.float32)
+def simulate_scan(rows, cols, *, noise=True):
+    """(patterns (rows*cols, H, W), reference, truth function of ROI centres)."""
+    sc = sim.simulate_scan(rows, cols, counts=1000 if noise else None, seed=1)
 
     def truth(centres):
-        return sim.displacement_truth(centres, shape=shape, pc_ref=pc_ref, pc=pc, F=F).reshape(
-            rows * cols, len(centres), 2)
+        return sc.truth(centres).reshape(rows * cols, len(centres), 2)
 
-    return pats, ref, truth
+    return sc.patterns.reshape(rows * cols, *sc.patterns.shape[2:]), sc.reference, truth
 
 
 def evaluate(backend, pats, ref, truth, cfg):

@@ -15,24 +15,13 @@ def simulated_patterns(n_distinct, shape, *, seed=0, counts=1000):
 
     rng = np.random.default_rng(seed)
     master = sim.load_nickel_master_pattern()
-    g = _rotation((160, 40, 20))
+    g = sim.bunge_to_matrix(160, 40, 20)
     F = sim.smooth_deformation_field(1, n_distinct, strain=1e-3, rotation=1e-3, seed=seed)[0]
     out = np.empty((n_distinct, *shape), dtype=np.uint16)
     for i in range(n_distinct):
         p = sim.simulate_pattern(master, shape=shape, pc=(0.5, 0.45, 0.6), orientation=g, F=F[i])
         out[i] = sim.poisson_noise(p, counts=counts, rng=rng)
     return out
-
-
-def _rotation(euler_deg):
-    # Bunge (phi1, Phi, phi2) -> sample-to-crystal matrix, as ebsdxc.simulate expects.
-    p1, P, p2 = np.radians(euler_deg)
-    c1, s1, c, s, c2, s2 = np.cos(p1), np.sin(p1), np.cos(P), np.sin(P), np.cos(p2), np.sin(p2)
-    return np.array([
-        [c1 * c2 - s1 * s2 * c, s1 * c2 + c1 * s2 * c, s2 * s],
-        [-c1 * s2 - s1 * c2 * c, -s1 * s2 + c1 * c2 * c, c2 * s],
-        [s1 * s, -c1 * s, c],
-    ])
 
 
 def make_scan(path, n_patterns, shape=(256, 256), *, n_distinct=64, chunk=64, seed=0):

@@ -56,6 +56,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -545,3 +546,93 @@ def smooth_deformation_field(rows: int, cols: int, *, strain: float = 1e-3,
     w = rotation * np.stack([field() for _ in range(3)], axis=-1)
     F = (np.eye(3) + eps) @ _rotation_matrices(w)
     return F
+
+
+def bunge_to_matrix(phi1: float, Phi: float, phi2: float) -> np.ndarray:
+    """Orientation matrix g (sample -> crystal, v_c = g v_s) of Bunge Euler angles in degrees.
+
+    Equals orix ``Rotation.from_euler(np.radians([phi1, Phi, phi2])).to_matrix()[0]``.
+    """
+    p1, P, p2 = np.radians([phi1, Phi, phi2])
+    c1, s1, c, s, c2, s2 = np.cos(p1), np.sin(p1), np.cos(P), np.sin(P), np.cos(p2), np.sin(p2)
+    return np.array([
+        [c1 * c2 - s1 * s2 * c, s1 * c2 + c1 * s2 * c, s2 * s],
+        [-c1 * s2 - s1 * c2 * c, -s1 * s2 + c1 * c2 * c, c2 * s],
+        [s1 * s, -c1 * s, c],
+    ])
+
+
+@dataclass
+class SimulatedScan:
+    """A simulated strained scan and what is needed for its ground truth.
+
+    Attributes
+    ----------
+    patterns : (rows, cols, H, W) uint16 (with noise) or float32 (without)
+    reference : (H, W) pattern of the undeformed crystal at ``pc_ref``
+    F : (rows, cols, 3, 3) deformation gradients (sample frame)
+    pc : (rows, cols, 3) pattern centres (Bruker)
+    pc_ref : (3,) reference pattern centre
+    """
+
+    patterns: np.ndarray
+    reference: np.ndarray
+    F: np.ndarray
+    pc: np.ndarray
+    pc_ref: np.ndarray
+    sample_tilt: float = 70.0
+    detector_tilt: float = 0.0
+
+    def truth(self, centres) -> np.ndarray:
+        """(rows, cols, n, 2) true [dx, dy] of the ROI ``centres`` ((n, 2) [x, y] px)."""
+        return displacement_truth(centres, shape=self.patterns.shape[2:], pc_ref=self.pc_ref, pc=self.pc,
+                                  F=self.F, sample_tilt=self.sample_tilt, detector_tilt=self.detector_tilt)
+
+
+def simulate_scan(rows: int, cols: int, *, shape=(256, 256), counts: float | None = 1000,
+                  strain: float = 1e-3, rotation: float = 1e-3, pc_shift_px: float = 0.9,
+                  euler_deg=(160.0, 40.0, 20.0), pc_ref=(0.5, 0.45, 0.6), seed: int = 1,
+                  master=None) -> SimulatedScan:
+    """A Ni scan under a smoothly varying small deformation, with a pattern centre that moves.
+
+    Parameters
+    ----------
+    rows, cols : int
+        Scan grid.
+    shape : (int, int)
+        Pattern (H, W).
+    counts : float or None
+        Mean counts per pixel of the Poisson noise (the reference gets 8 times more);
+        ``None`` for noise-free float32 patterns.
+    strain, rotation : float
+        Magnitudes of :func:`smooth_deformation_field`.
+    pc_shift_px : float
+        The beam scan moves the pattern centre by up to this many pixels in x and y at the
+        map edges (a near-uniform pattern shift on top of the deformation).
+    euler_deg : (float, float, float)
+        Crystal orientation, Bunge angles in degrees.
+    pc_ref : (float, float, float)
+        Reference pattern centre (Bruker).
+    master : (2, n, n) array, optional
+        Master pattern; default :func:`load_nickel_master_pattern`.
+    """
+    rng = np.random.default_rng(seed)
+    master = load_nickel_master_pattern() if master is None else master
+    g = bunge_to_matrix(*euler_deg)
+    H, W = _check_shape(shape)
+    pc_ref = np.asarray(pc_ref, dtype=np.float64)
+    F = smooth_deformation_field(rows, cols, strain=strain, rotation=rotation, seed=seed)
+    yy, xx = np.meshgrid(np.linspace(-1, 1, rows), np.linspace(-1, 1, cols), indexing="ij")
+    pc = np.empty((rows, cols, 3))
+    pc[..., 0] = pc_ref[0] + pc_shift_px * xx / W
+    pc[..., 1] = pc_ref[1] + pc_shift_px * yy / H
+    pc[..., 2] = pc_ref[2] * (1 + 5e-4 * yy)
+    noisy = counts is not None
+    pats = np.empty((rows, cols, H, W), dtype=np.uint16 if noisy else np.float32)
+    for i in range(rows):
+        for j in range(cols):
+            p = simulate_pattern(master, shape=(H, W), pc=pc[i, j], orientation=g, F=F[i, j])
+            pats[i, j] = poisson_noise(p, counts=counts, rng=rng) if noisy else p * 1000
+    ref = simulate_pattern(master, shape=(H, W), pc=pc_ref, orientation=g)
+    ref = poisson_noise(ref, counts=8 * counts, rng=rng) if noisy else (ref * 1000).astype(np.float32)
+    return SimulatedScan(pats, ref, F, pc, pc_ref)

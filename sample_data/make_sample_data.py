@@ -69,20 +69,6 @@ detector_tilt, delta = detector pixel size:
 """
 
 
-def bunge_matrix(phi1: float, Phi: float, phi2: float) -> np.ndarray:
-    """Orientation matrix g (sample -> crystal) of Bunge Euler angles in degrees."""
-    c1, s1 = np.cos(np.deg2rad(phi1)), np.sin(np.deg2rad(phi1))
-    c, s = np.cos(np.deg2rad(Phi)), np.sin(np.deg2rad(Phi))
-    c2, s2 = np.cos(np.deg2rad(phi2)), np.sin(np.deg2rad(phi2))
-    return np.array(
-        [
-            [c1 * c2 - s1 * s2 * c, s1 * c2 + c1 * s2 * c, s2 * s],
-            [-c1 * s2 - s1 * c2 * c, -s1 * s2 + c1 * c2 * c, c2 * s],
-            [s1 * s, -c1 * s, c],
-        ]
-    )
-
-
 def scan_pattern_centres(p: dict) -> np.ndarray:
     """Per-point PC (rows, cols, 3) moving with the beam (Singh et al. 2017)."""
     rows, cols = p["scan_shape"]
@@ -114,7 +100,7 @@ def make(out: str, p: dict = PARAMS, *, verbose: bool = True) -> dict:
     rows, cols = p["scan_shape"]
     tilts = dict(sample_tilt=p["sample_tilt_deg"], detector_tilt=p["detector_tilt_deg"])
     master = sim.load_nickel_master_pattern()
-    g = bunge_matrix(*p["euler_bunge_deg"])
+    g = sim.bunge_to_matrix(*p["euler_bunge_deg"])
     pc_ref = np.asarray(p["pattern_centre_ref"], dtype=float)
     pc = scan_pattern_centres(p)
     F = sim.smooth_deformation_field(

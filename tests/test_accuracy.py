@@ -85,60 +85,25 @@ def test_sample_data_subpixel_methods_ordering(sample_runs, sample_truth):
 # ----------------------------------------------------------------------------- simulated scan
 
 
-def _rotation(euler_deg):
-    """Bunge (phi1, Phi, phi2) in degrees -> sample-to-crystal matrix (as ebsdxc.simulate wants)."""
-    p1, P, p2 = np.radians(euler_deg)
-    c1, s1, c, s, c2, s2 = np.cos(p1), np.sin(p1), np.cos(P), np.sin(P), np.cos(p2), np.sin(p2)
-    return np.array([
-        [c1 * c2 - s1 * s2 * c, s1 * c2 + c1 * s2 * c, s2 * s],
-        [-c1 * s2 - s1 * c2 * c, -s1 * s2 + c1 * c2 * c, c2 * s],
-        [s1 * s, -c1 * s, c],
-    ])
-
-
-def simulate_scan(rows, cols, shape=(256, 256), *, counts=1000, seed=3):
-    """Strained Ni scan with a moving pattern centre and Poisson noise (as benchmarks/accuracy.py)."""
-    rng = np.random.default_rng(seed)
-    master = sim.load_nickel_master_pattern()
-    g = _rotation((160, 40, 20))
-    H, W = shape
-    pc_ref = np.array([0.5, 0.45, 0.6])
-    F = sim.smooth_deformation_field(rows, cols, strain=1e-3, rotation=1e-3, seed=seed)
-    yy, xx = np.meshgrid(np.linspace(-1, 1, rows), np.linspace(-1, 1, cols), indexing="ij")
-    pc = np.empty((rows, cols, 3))
-    pc[..., 0] = pc_ref[0] + 0.9 * xx / W  # the beam scan moves the PC: shifts up to ~1 px
-    pc[..., 1] = pc_ref[1] + 0.9 * yy / H
-    pc[..., 2] = pc_ref[2] * (1 + 5e-4 * yy)
-    pats = np.empty((rows, cols, H, W), dtype=np.uint16)
-    for i in range(rows):
-        for j in range(cols):
-            p = sim.simulate_pattern(master, shape=shape, pc=pc[i, j], orientation=g, F=F[i, j])
-            pats[i, j] = sim.poisson_noise(p, counts=counts, rng=rng)
-    ref = sim.simulate_pattern(master, shape=shape, pc=pc_ref, orientation=g)
-    ref = sim.poisson_noise(ref, counts=8 * counts, rng=rng)
-    truth = {"shape": shape, "pc_ref": pc_ref, "pc": pc, "F": F, "sample_tilt": 70.0,
-             "detector_tilt": 0.0}
-    return pats, ref, truth
-
-
 def test_simulated_strained_scan_paper_layout(tmp_path):
-    pats, ref, truth = simulate_scan(4, 4)
-    tifffile.imwrite(tmp_path / "ref.tif", ref)
+    sc = sim.simulate_scan(4, 4, seed=3)
+    tifffile.imwrite(tmp_path / "ref.tif", sc.reference)
     scan = tmp_path / "sim.h5"
     with h5py.File(scan, "w") as f:
-        f["patterns"] = pats
+        f["patterns"] = sc.patterns
     cfg = load_recipe("paper-86roi-96").replace(device="cpu")
     assert cfg.correlation.subpixel == "dft"
     out = process(str(scan), ref=str(tmp_path / "ref.tif"), output=str(tmp_path / "res.h5"), config=cfg)
     res = read_results(out)
     assert res["roi_centers"].shape == (86, 2) and res["roi_size"].tolist() == [96, 96]
     assert (res["status"] == st.OK).all()
-    e, d = errors_against_truth(res, truth)
+    d = sc.truth(res["roi_centers"])
+    e = res["displacement"] - d
     assert np.abs(d).max() > 0.8, np.abs(d).max()  # shifts reach about a pixel
     assert rms(e) <= 0.02, rms(e)
     assert np.abs(e).max() <= 0.08, np.abs(e).max()
 
     # the same patterns in memory (ArraySource) give the same answer
-    out2 = process(ArraySource(pats), ref=str(tmp_path / "ref.tif"), output=str(tmp_path / "res2.h5"),
+    out2 = process(ArraySource(sc.patterns), ref=str(tmp_path / "ref.tif"), output=str(tmp_path / "res2.h5"),
                    config=cfg)
     np.testing.assert_allclose(read_results(out2)["displacement"], res["displacement"], atol=1e-5)
