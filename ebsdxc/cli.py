@@ -234,6 +234,10 @@ def main(argv=None) -> int:
         print("ebsdxc: interrupted; the results file is marked incomplete, continue with --resume",
               file=sys.stderr)
         return 130
+    except MemoryError as e:  # host memory, or CuPy's OutOfMemoryError (a MemoryError subclass)
+        print(f"ebsdxc: error: out of memory ({e}); try a smaller --batch, then --resume",
+              file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":
