@@ -4,17 +4,20 @@ The reference spectra are computed once and stay on the device; each batch costs
 one forward real FFT per scan tile, a product, and one inverse FFT. FFT sizes are
 the smallest fast sizes that avoid wrap-around for the shifts searched:
 ``2w - 1`` in full mode, ``w + max_shift`` in window mode (a lag ``l`` aliases to
-``l - N``, which must stay outside the ``w - 1`` lags with any overlap).
+``l - N``, which must stay outside the ``w - 1`` lags with any overlap), or the tile size
+itself for circular window correlation.
+
+On the GPU the peak search and subpixel refinement run in the fused kernels of
+:mod:`ebsdxc.engines.gpu_ops`; on the CPU in :func:`ebsdxc.peaks.locate_peaks`.
 """
 
 from __future__ import annotations
 
+import numpy as np
 import scipy.fft
 
-import numpy as np
-
-from ..peaks import (DFT_MAX_MOVES, DFT_STEPS, SPECTRUM_METHODS, integer_lag_table, locate_peaks, upsampled_dft_peak,
-                     window_power_spectrum)
+from ..peaks import (DFT_MAX_MOVES, DFT_STEPS, SPECTRUM_METHODS, integer_lag_table, locate_peaks,
+                     upsampled_dft_peak, window_power_spectrum)
 from .base import CorrelationEngine
 
 __all__ = ["FFTEngine", "fft_shape"]
@@ -50,11 +53,11 @@ class FFTEngine(CorrelationEngine):
         self.fft_shape = fft_shape(self.tile_shape, self.max_lag, config.mode, circular=config.circular)
         self._ref_conj = None
         self._window_spectra = None
-        self._lags = False  # computed on first use
         if config.compensate and window_1d is not None:
             wy, wx = window_1d
             self._window_spectra = (window_power_spectrum(wy, self.fft_shape[0], self.xp),
                                     window_power_spectrum(wx, self.fft_shape[1], self.xp))
+        self._lags = self._window_lags()
 
     @property
     def input_shape(self):
@@ -94,8 +97,6 @@ class FFTEngine(CorrelationEngine):
         from .gpu_ops import dft_refine, find_peaks
 
         method, shape = self.config.subpixel, self.fft_shape
-        if self._lags is False:
-            self._lags = self._window_lags()
         spec = self.backend.rfft2(tiles, s=shape)
         if method == "dft":
             # Product out of place: the inverse FFT may destroy it, while the refinement
