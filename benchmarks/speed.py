@@ -157,6 +157,10 @@ def main(argv=None):
     for label, corr in windows:
         res.append(run_ebsdxc(scan, ref_path, out, base.replace(correlation=corr), label))
     if be.is_gpu:
+        direct = base.replace(engine="direct", correlation=EngineConfig(mode="window", max_shift=16,
+                                                                       subpixel="quadratic"))
+        res.append(run_ebsdxc(scan, ref_path, out, direct,
+                              "ebsdxc window 16, engine=direct (overlap-wise), subpixel=quadratic"))
         res.append(run_plain_cupy(scan, ref, layout, min(a.patterns, 20000)))
         cpu_scan = make_scan(os.path.join(a.workdir, f"bench_{a.cpu_patterns}.h5"), a.cpu_patterns)
         cpu = base.replace(device="cpu", batch=None)

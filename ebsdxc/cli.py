@@ -52,6 +52,7 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _parser():
+    from .engines import ENGINES
     from .peaks import SUBPIXEL_METHODS
 
     p = _Parser(prog="ebsdxc", description="Fast cross-correlation of EBSD patterns.")
@@ -78,6 +79,8 @@ def _parser():
     pp.add_argument("--max-shift", type=_positive_int, metavar="PX",
                     help="search only shifts up to PX (window mode); default: all shifts (full mode)")
     pp.add_argument("--subpixel", choices=SUBPIXEL_METHODS, help="subpixel peak method")
+    pp.add_argument("--engine", choices=("auto", *ENGINES),
+                    help="correlation engine: fft (default; CPU and GPU) or direct (definition-based, GPU)")
     pp.add_argument("--dynamic-background", type=float, metavar="SIGMA",
                     help="divide each pattern by its Gaussian blur of SIGMA px")
     pp.add_argument("--static-background", metavar="FILE|mean",
@@ -139,6 +142,8 @@ def _config_from_args(a):
         cfg = cfg.replace(static_background=a.static_background)
     if a.device:
         cfg = cfg.replace(device=a.device)
+    if a.engine:
+        cfg = cfg.replace(engine=a.engine)
     if a.batch:
         cfg = cfg.replace(batch=a.batch)
     return cfg

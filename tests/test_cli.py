@@ -468,3 +468,11 @@ def test_main_keyboard_interrupt_returns_130_then_resume(tmp_path, scan, ref, mo
     data, attrs = read_group(out)
     assert bool(attrs["complete"]) and data["done"].all()
     assert (data["status"] == st.OK).all()
+
+
+def test_direct_engine_on_the_cpu_is_one_clear_error(tmp_path, scan, ref):
+    out = tmp_path / "direct.h5"
+    res = run_cli("process", scan, "--ref", ref, "-o", out, "--device", "cpu", "--engine", "direct", *SMALL)
+    assert res.returncode == 2 and res.stderr.count("\n") == 1, res.stderr
+    assert "direct engine" in res.stderr and "GPU" in res.stderr
+    assert not out.exists()

@@ -292,3 +292,65 @@ def test_gpu_stream_interrupted_and_resumed_equals_uninterrupted(tmp_path, sampl
     assert b["attrs"]["complete"]
     for k in ("displacement", "peak_height", "status", "done"):
         np.testing.assert_array_equal(a[k], b[k])
+
+
+def _direct_oracle(ref, scan, n, max_lag):
+    """float64 definition: lag (dy, dx) = sum over the overlap of ref[y, x] * scan[y + dy, x + dx]."""
+    from scipy.signal import correlate2d
+
+    T, h, w = scan.shape
+    ry, rx = max_lag
+    out = np.empty((T, 2 * ry + 1, 2 * rx + 1))
+    for t in range(T):
+        full = correlate2d(scan[t].astype(np.float64), ref[t % n].astype(np.float64), mode="full")
+        for dy in range(-ry, ry + 1):
+            for dx in range(-rx, rx + 1):
+                out[t, dy % (2 * ry + 1), dx % (2 * rx + 1)] = full[dy + h - 1, dx + w - 1]
+    return out
+
+
+@pytest.mark.parametrize("tile", [(1, 1), (7, 13), (17, 5), (33, 64), (40, 40)])
+@pytest.mark.parametrize("mode,max_shift", [("full", None), ("window", 3)])
+def test_direct_kernel_matches_float64_definition(cp, rng, tile, mode, max_shift):
+    h, w = tile
+    n, B = 3, 2
+    eng = make_engine("direct", select_backend("cuda"), tile,
+                      EngineConfig(mode=mode, max_shift=max_shift, subpixel="quadratic"))
+    ref = rng.standard_normal((n, h, w)).astype(np.float32)
+    scan = rng.standard_normal((B, n, h, w)).astype(np.float32)
+    eng.set_reference(cp.asarray(ref), cp.ones(n, dtype=cp.float32), cp.zeros(n, dtype=cp.uint8))
+    got = eng.correlation_maps(cp.asarray(scan)).get().reshape(B * n, *eng.map_shape)
+    want = _direct_oracle(ref, scan.reshape(B * n, h, w), n, eng.max_lag)
+    assert np.abs(got - want).max() <= 1e-5 * np.abs(want).max() + 1e-6
+
+
+@pytest.mark.parametrize("method", ["quadratic", "parabolic", "none"])
+def test_direct_engine_agrees_with_fft_engine(sample_dir, method):
+    be = select_backend("cuda")
+    (rt, re, rs), (t, e, s) = _sample_tiles(sample_dir, be)
+    res = []
+    for name in ("direct", "fft"):
+        eng = make_engine(name, be, (40, 40), EngineConfig(mode="window", max_shift=6, subpixel=method),
+                          window_1d=(window_1d(40), window_1d(40)))
+        eng.set_reference(rt, re, rs)
+        r = eng.match(t, e, s)
+        res.append([be.asnumpy(a) for a in (r.displacement, r.peak_height, r.status)])
+    (d0, h0, s0), (d1, h1, s1) = res
+    np.testing.assert_array_equal(s0, s1)
+    np.testing.assert_allclose(d0, d1, atol=1e-3, equal_nan=True)
+    np.testing.assert_allclose(h0, h1, atol=1e-4, equal_nan=True)
+
+
+def test_process_with_direct_engine(tmp_path, sample_dir):
+    from ebsdxc.cli import main
+    from ebsdxc.io.results import read_results
+
+    out = {}
+    for engine in ("direct", "fft"):
+        o = tmp_path / f"{engine}.h5"
+        assert main(["process", os.path.join(sample_dir, "scan.h5"), "--ref", os.path.join(sample_dir, "ref.tif"),
+                     "-o", str(o), "-q", "--device", "cuda", "--engine", engine, "--max-shift", "6",
+                     "--subpixel", "quadratic"]) == 0
+        out[engine] = read_results(o)
+    assert out["direct"]["attrs"]["engine"] == "direct"
+    np.testing.assert_allclose(out["direct"]["displacement"], out["fft"]["displacement"], atol=1e-3)

@@ -1,12 +1,15 @@
 """Correlation engines behind one interface (:class:`CorrelationEngine`).
 
-``fft`` is the FFT engine; the paper's direct CUDA kernels register here too.
+``fft``: FFT correlation (CPU and GPU); ``direct``: the paper's definition-based
+overlap-wise kernel (GPU).
 """
 
+from ..errors import InputError
 from .base import CorrelationEngine, EngineConfig, PeakResult
+from .direct import DirectEngine
 from .fft import FFTEngine
 
-ENGINES = {"fft": FFTEngine}
+ENGINES = {"fft": FFTEngine, "direct": DirectEngine}
 
 __all__ = ["CorrelationEngine", "EngineConfig", "PeakResult", "ENGINES", "make_engine"]
 
@@ -22,5 +25,5 @@ def make_engine(name, backend, tile_shape, config: EngineConfig, *, window_1d=No
     try:
         cls = ENGINES[name]
     except KeyError:
-        raise ValueError(f"unknown engine {name!r}; known: {', '.join(ENGINES)}") from None
+        raise InputError(f"unknown engine {name!r} (auto, {', '.join(ENGINES)})") from None
     return cls(backend, tile_shape, config, window_1d=window_1d)
