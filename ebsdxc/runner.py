@@ -181,12 +181,16 @@ def _todo_chunks(done_flat: np.ndarray, batch: int):
     return out
 
 
+def _native(a: np.ndarray) -> np.ndarray:
+    return a.astype(a.dtype.newbyteorder("="), copy=False)
+
+
 def _mean_pattern(source, backend, batch) -> np.ndarray:
     xp = backend.xp
     acc = xp.zeros(source.pattern_shape, dtype=xp.float64)
     for a in range(0, source.n_patterns, batch):
         b = min(a + batch, source.n_patterns)
-        acc += xp.asarray(source.read(a, b)).astype(xp.float64).sum(axis=0)
+        acc += xp.asarray(_native(source.read(a, b))).astype(xp.float64).sum(axis=0)
     return backend.asnumpy(acc / source.n_patterns)
 
 
@@ -238,6 +242,9 @@ class _Reader(threading.Thread):
 
 
 def _host_buffers(backend, n, shape, dtype):
+    # Native byte order: the reader converts big-endian files while reading, and CuPy
+    # takes native arrays only.
+    dtype = np.dtype(dtype).newbyteorder("=")
     if backend.is_gpu:
         import cupyx
 
@@ -359,10 +366,11 @@ def _process(source, ref, ref_index, output, config, resume, overwrite, progress
     else:
         reference = scan_io.reference_from_scan(source, ref_index)
         ref_param = {"reference_index": ref_index if np.ndim(ref_index) == 0 else list(ref_index)}
+    reference = _native(reference)
     layout = build_layout(config.roi, source.pattern_shape, path=source.path)
     static_bg = None
     if config.static_background not in (None, "mean"):
-        static_bg = scan_io.read_reference(config.static_background)
+        static_bg = _native(scan_io.read_reference(config.static_background))
         if static_bg.shape != source.pattern_shape:
             raise InputError(f"static background is {static_bg.shape} but patterns are "
                              f"{source.pattern_shape}", config.static_background)

@@ -461,3 +461,28 @@ def test_read_error_mid_run_is_one_clear_error_and_resumable(tmp_path):
         assert not f["ebsdxc"].attrs["complete"]
         done = f["ebsdxc/done"][...].ravel()
     assert done[:10].all() and not done[10:].any()
+
+
+def test_big_endian_scan_and_reference_give_the_same_shifts(tmp_path, sample_dir):
+    """Big-endian files (some acquisition software writes them) are read into native buffers."""
+    import tifffile
+
+    from ebsdxc.io.results import read_results
+    from ebsdxc.recipes import ProcessConfig, RoiConfig
+    from ebsdxc.runner import process
+
+    with h5py.File(os.path.join(sample_dir, "scan.h5"), "r") as f:
+        pats = f["patterns"][:3]
+    ref = tifffile.imread(os.path.join(sample_dir, "ref.tif"))
+    cfg = ProcessConfig(roi=RoiConfig(grid=(3, 3), size=32), device="cpu")
+    out = {}
+    for order in ("<", ">"):
+        scan = tmp_path / f"scan{order == '>'}.h5"
+        with h5py.File(scan, "w") as f:
+            f["patterns"] = pats.astype(pats.dtype.newbyteorder(order))
+        r = tmp_path / f"ref{order == '>'}.tif"
+        tifffile.imwrite(r, ref.astype(ref.dtype.newbyteorder(order)), byteorder=order)
+        out[order] = read_results(process(str(scan), ref=str(r), output=str(tmp_path / f"o{order == '>'}.h5"),
+                                          config=cfg))
+    np.testing.assert_array_equal(out["<"]["displacement"], out[">"]["displacement"])
+    assert (out[">"]["status"] == 0).all()
