@@ -430,7 +430,8 @@ def locate_peaks(corr, *, max_lag, method="quadratic", cross_power=None, upsampl
         wx = integer_lag_table(window_spectra[1], xp)[_wrap_index(lx[:, None] + d, Nx, xp)]
         with np.errstate(divide="ignore", invalid="ignore"):  # flagged (all-zero) maps: 0/0
             neigh = neigh / (wy[:, :, None] * wx[:, None, :])
-    dy, dx = fit_3x3(neigh, "quadratic" if method == "dft" else method, xp)
+    with np.errstate(invalid="ignore", divide="ignore"):  # NaN maps of flagged tiles: offsets become 0
+        dy, dx = fit_3x3(neigh, "quadratic" if method == "dft" else method, xp)
     y, x = ly + dy, lx + dx
     if method == "dft":
         if cross_power is None:
