@@ -4,7 +4,8 @@ The package is layered; arrows point down only::
 
     cli ──► runner, recipes ──► preprocess, rois, engines/, peaks ──► io/, backend, kernel loader
 
-Start from :func:`ebsdxc.runner.process` for the whole pipeline, or use the stages
+Start from :func:`ebsdxc.process` (``ebsdxc.runner.process``) for the whole pipeline,
+:func:`ebsdxc.read_results` for its output, or use the stages
 (:mod:`ebsdxc.rois`, :mod:`ebsdxc.preprocess`, :mod:`ebsdxc.engines`, :mod:`ebsdxc.peaks`)
 as array-in/array-out functions.
 """
@@ -12,3 +13,23 @@ as array-in/array-out functions.
 __version__ = "0.1.0"
 
 from .errors import InputError  # noqa: E402,F401
+
+# The everyday entry points, imported on first use so that `import ebsdxc` stays light.
+_LAZY = {
+    "process": ("ebsdxc.runner", "process"),
+    "open_scan": ("ebsdxc.io", "open_scan"),
+    "read_results": ("ebsdxc.io.results", "read_results"),
+    "load_recipe": ("ebsdxc.recipes", "load_recipe"),
+    "ProcessConfig": ("ebsdxc.recipes", "ProcessConfig"),
+}
+
+__all__ = ["InputError", "__version__", *_LAZY]
+
+
+def __getattr__(name):
+    if name in _LAZY:
+        import importlib
+
+        module, attr = _LAZY[name]
+        return getattr(importlib.import_module(module), attr)
+    raise AttributeError(f"module 'ebsdxc' has no attribute {name!r}")

@@ -162,7 +162,8 @@ def _cmd_process(a, argv):
 
     s = read_summary(out)
     print(f"{out}: {s['points_done']}/{s['points']} points, {s['n_roi']} ROIs, "
-          f"{s['ok_fraction']:.1%} of matches ok, median peak height {s['median_peak_height']:.3f}")
+          f"{s['ok_fraction']:.1%} of matches ok, median peak height {s['median_peak_height']:.3f} "
+          f"({s['device']})")
     return 0
 
 

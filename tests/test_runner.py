@@ -486,3 +486,18 @@ def test_big_endian_scan_and_reference_give_the_same_shifts(tmp_path, sample_dir
                                           config=cfg))
     np.testing.assert_array_equal(out["<"]["displacement"], out[">"]["displacement"])
     assert (out[">"]["status"] == 0).all()
+
+
+def test_top_level_entry_points_are_lazy_and_work(tmp_path, sample_dir):
+    code = ("import sys, ebsdxc; assert 'ebsdxc.runner' not in sys.modules and 'h5py' not in sys.modules; "
+            "assert ebsdxc.process.__module__ == 'ebsdxc.runner'; print('ok')")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert r.stdout.strip() == "ok", r.stderr
+    import ebsdxc
+
+    cfg = ebsdxc.ProcessConfig(device="cpu")
+    out = ebsdxc.process(os.path.join(sample_dir, "scan.h5"), ref=os.path.join(sample_dir, "ref.tif"),
+                         output=str(tmp_path / "r.h5"), config=cfg)
+    assert ebsdxc.read_results(out)["done"].all()
+    with pytest.raises(AttributeError):
+        ebsdxc.no_such_thing
