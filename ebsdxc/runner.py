@@ -19,7 +19,7 @@ import numpy as np
 
 from . import io as scan_io
 from .backend import Backend, select_backend
-from .engines import EngineConfig, PeakResult, make_engine
+from .engines import PeakResult, make_engine
 from .engines.fft import fft_shape
 from .errors import InputError
 from .io.results import ResultsWriter, input_record

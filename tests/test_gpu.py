@@ -10,7 +10,6 @@ from ebsdxc.backend import select_backend
 from ebsdxc.engines import EngineConfig, make_engine
 from ebsdxc.peaks import locate_peaks, window_autocorrelation, window_power_spectrum
 from ebsdxc.preprocess import window_1d, window_2d
-from ebsdxc.rois import RoiLayout
 
 pytestmark = pytest.mark.gpu
 

@@ -16,8 +16,8 @@ import tifffile
 
 import ebsdxc
 from ebsdxc import status as st
-from ebsdxc.io import ArraySource, ScanGrid
-from ebsdxc.progress import NullProgress, Progress
+from ebsdxc.io import ArraySource
+from ebsdxc.progress import Progress
 from ebsdxc.recipes import ProcessConfig, RoiConfig
 from ebsdxc.runner import N_BUFFERS, _todo_chunks, build_layout, default_output, process
 
@@ -500,4 +500,4 @@ def test_top_level_entry_points_are_lazy_and_work(tmp_path, sample_dir):
                          output=str(tmp_path / "r.h5"), config=cfg)
     assert ebsdxc.read_results(out)["done"].all()
     with pytest.raises(AttributeError):
-        ebsdxc.no_such_thing
+        getattr(ebsdxc, "no_such_thing")

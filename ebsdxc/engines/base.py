@@ -135,7 +135,6 @@ class CorrelationEngine(ABC):
         energy : (B, n) float32 their sums of squares
         status : (B, n) uint8 their status from preparation
         """
-        xp = self.xp
         B, n = tiles.shape[:2]
         y, x, value, border = self._locate(tiles)
         return self.assemble(y.reshape(B, n), x.reshape(B, n), value.reshape(B, n),
