@@ -499,3 +499,70 @@ def test_process_kikuchipy_h5ebsd_end_to_end(tmp_path):
         np.testing.assert_allclose(g["displacement"][1, 1], 0.0, atol=1e-4)  # float32 spectra
         np.testing.assert_allclose(g["peak_height"][1, 1], 1.0, atol=1e-5)
         assert (g["status"][...] == 0).mean() > 0.8
+
+
+@pytest.mark.parametrize("opts,check", [
+    (["--dynamic-background", "10"], ("preprocess", "dynamic_sigma", 10.0)),
+    (["--bandpass", "1", "25"], ("preprocess", "bandpass", [1.0, 25.0])),
+    (["--static-background", "mean"], ("static_background", None, "mean")),
+    (["--roi-ring", "6", "--roi-size", "32"], ("roi", "layout", "ring")),
+    (["--pipeline", "hrebsd", "--roi-size", "40"], ("correlation", "max_shift", 24)),
+    (["--pipeline", "fast-cpu", "--roi-grid", "3x3", "--roi-size", "64", "--max-shift", "12"],
+     ("correlation", "circular", True)),
+    (["--max-shift", "5", "--subpixel", "upsampled"], ("correlation", "subpixel", "upsampled")),
+], ids=["dynamic", "bandpass", "static-mean", "ring", "hrebsd", "fast-cpu", "window-upsampled"])
+def test_processing_options_end_to_end(tmp_path, scan, ref, sample_truth, opts, check):
+    """Each option reaches the results file's parameters, and the shifts stay close to the truth."""
+    from ebsdxc import simulate as sim
+
+    out = tmp_path / "o.h5"
+    res = run_cli("process", scan, "--ref", ref, "-o", out, "--device", "cpu", "-q", *opts)
+    assert res.returncode == 0, res.stderr
+    data, attrs = read_group(out)
+    params = json.loads(attrs["parameters"])
+    table, key, value = check
+    assert (params[table] if key is None else params[table][key]) == value
+    truth = sim.displacement_truth(data["roi/centers"], shape=sample_truth["shape"], pc_ref=sample_truth["pc_ref"],
+                                   pc=sample_truth["pc"], F=sample_truth["F"])
+    ok = data["status"] == 0
+    assert ok.mean() > 0.9
+    if value == "mean":
+        # This simulated scan is one grain: its mean pattern is nearly each pattern, so
+        # subtracting it removes the bands themselves (real multi-grain scans average them
+        # out). Only that it ran and was recorded is checked here.
+        return
+    err = (data["displacement"] - truth)[ok]
+    assert np.sqrt(np.mean(err ** 2)) < 0.03, np.sqrt(np.mean(err ** 2))
+
+
+def test_engine_option_that_does_not_fit_is_one_clear_error(tmp_path, scan, ref):
+    res = run_cli("process", scan, "--ref", ref, "-o", tmp_path / "o.h5", "--device", "cpu",
+                  "--pipeline", "fast-cpu", "--roi-grid", "3x3", "--roi-size", "48")
+    assert res.returncode == 2 and res.stderr.count("\n") == 1, res.stderr
+    assert "max_shift" in res.stderr and not (tmp_path / "o.h5").exists()
+
+
+def test_static_background_from_a_file(tmp_path, scan, ref, sample_truth):
+    import tifffile
+
+    from ebsdxc import simulate as sim
+
+    H, W = sample_truth["shape"]
+    yy, xx = np.mgrid[0:H, 0:W]
+    bg = (50 + 20 * np.exp(-((xx - W / 2) ** 2 + (yy - H / 2) ** 2) / (2 * 60.0 ** 2))).astype(np.float32)
+    bg_path = tmp_path / "bg.tif"
+    tifffile.imwrite(bg_path, bg)
+    out = tmp_path / "o.h5"
+    res = run_cli("process", scan, "--ref", ref, "-o", out, "--device", "cpu", "-q",
+                  "--static-background", bg_path)
+    assert res.returncode == 0, res.stderr
+    data, attrs = read_group(out)
+    assert json.loads(attrs["parameters"])["static_background"] == str(bg_path)
+    truth = sim.displacement_truth(data["roi/centers"], shape=(H, W), pc_ref=sample_truth["pc_ref"],
+                                   pc=sample_truth["pc"], F=sample_truth["F"])
+    assert np.sqrt(np.nanmean((data["displacement"] - truth) ** 2)) < 0.03
+    # a background of the wrong size is one clear error naming it
+    tifffile.imwrite(tmp_path / "small.tif", bg[:50, :50])
+    res = run_cli("process", scan, "--ref", ref, "-o", tmp_path / "o2.h5", "--device", "cpu",
+                  "--static-background", tmp_path / "small.tif")
+    assert res.returncode == 2 and "small.tif" in res.stderr and res.stderr.count("\n") == 1

@@ -26,4 +26,9 @@ def make_engine(name, backend, tile_shape, config: EngineConfig, *, window_1d=No
         cls = ENGINES[name]
     except KeyError:
         raise InputError(f"unknown engine {name!r} (auto, {', '.join(ENGINES)})") from None
-    return cls(backend, tile_shape, config, window_1d=window_1d)
+    try:
+        return cls(backend, tile_shape, config, window_1d=window_1d)
+    except ValueError as e:  # options that do not fit these tiles: the user's to change
+        if isinstance(e, InputError):
+            raise
+        raise InputError(str(e)) from None
