@@ -377,3 +377,28 @@ def test_big_endian_inputs_on_the_gpu(tmp_path, sample_dir):
         out[order] = read_results(process(str(scan), ref=str(r), output=str(tmp_path / f"o{order == '>'}.h5"),
                                           config=ProcessConfig(device="cuda", static_background="mean")))
     np.testing.assert_array_equal(out["<"]["displacement"], out[">"]["displacement"])
+
+
+@pytest.mark.parametrize("engine", ["fft", "direct"])
+@pytest.mark.parametrize("shape", [(1, 1), (5, 7), (13, 6), (33, 20), (64, 64)])
+@pytest.mark.parametrize("mode,max_shift", [("full", None), ("window", 3)])
+def test_four_forms_on_the_gpu_match_float64_oracle(cp, rng, engine, shape, mode, max_shift):
+    from ebsdxc import xcorr
+
+    h, w = shape
+    ml = (h - 1, w - 1) if mode == "full" else (min(max_shift, h - 1), min(max_shift, w - 1))
+    lefts = rng.standard_normal((3, h, w)).astype(np.float32)
+    rights = rng.standard_normal((4, h, w)).astype(np.float32)
+    opts = dict(mode=mode, max_shift=max_shift, engine=engine)
+    want = _direct_oracle(np.repeat(lefts[None], 4, 0).reshape(12, h, w),
+                          np.repeat(rights[:, None], 3, 1).reshape(12, h, w), 12, ml)
+    want = np.fft.fftshift(want, axes=(-2, -1)).reshape(4, 3, *want.shape[1:])  # centred
+    got = xcorr.n_to_m(cp.asarray(lefts), cp.asarray(rights), **opts)
+    assert isinstance(got, cp.ndarray) and got.shape == (3, 4, 2 * ml[0] + 1, 2 * ml[1] + 1)
+    scale = np.abs(want).max()
+    assert np.abs(got.get() - want.swapaxes(0, 1)).max() <= 1e-5 * scale + 1e-6
+    one = xcorr.one_to_one(lefts[0], rights[0], device="cuda", **opts)  # NumPy in, NumPy out
+    assert isinstance(one, np.ndarray)
+    assert np.abs(one - want[0, 0]).max() <= 1e-5 * scale + 1e-6
+    p = xcorr.n_to_mn(cp.asarray(lefts), cp.asarray(np.repeat(rights[:, None], 3, 1)), peaks=True, **opts)
+    assert p.displacement.shape == (4, 3, 2) and isinstance(p.status, cp.ndarray)
