@@ -463,8 +463,10 @@ def test_read_error_mid_run_is_one_clear_error_and_resumable(tmp_path):
     assert done[:10].all() and not done[10:].any()
 
 
-def test_big_endian_scan_and_reference_give_the_same_shifts(tmp_path, sample_dir):
-    """Big-endian files (some acquisition software writes them) are read into native buffers."""
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
+def test_big_endian_scan_and_reference_give_the_same_shifts(tmp_path, sample_dir, device):
+    """Big-endian files (some acquisition software writes them) are read into native buffers
+    (CuPy takes native byte order only)."""
     import tifffile
 
     from ebsdxc.io.results import read_results
@@ -474,7 +476,7 @@ def test_big_endian_scan_and_reference_give_the_same_shifts(tmp_path, sample_dir
     with h5py.File(os.path.join(sample_dir, "scan.h5"), "r") as f:
         pats = f["patterns"][:3]
     ref = tifffile.imread(os.path.join(sample_dir, "ref.tif"))
-    cfg = ProcessConfig(roi=RoiConfig(grid=(3, 3), size=32), device="cpu")
+    cfg = ProcessConfig(roi=RoiConfig(grid=(3, 3), size=32), device=device)
     out = {}
     for order in ("<", ">"):
         scan = tmp_path / f"scan{order == '>'}.h5"
