@@ -15,21 +15,7 @@ import time
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(__file__))
-from common import simulated_patterns  # noqa: E402
-
-
-def timed(fn, reps=20):
-    import cupy as cp
-
-    fn()
-    cp.cuda.Device().synchronize()
-    a, b = cp.cuda.Event(), cp.cuda.Event()
-    a.record()
-    for _ in range(reps):
-        fn()
-    b.record()
-    b.synchronize()
-    return cp.cuda.get_elapsed_time(a, b) / reps
+from common import cuda_time as timed, simulated_patterns  # noqa: E402
 
 
 def main(argv=None):

@@ -28,7 +28,7 @@ import time
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(__file__))
-from common import make_scan, write_tiff  # noqa: E402
+from common import cuda_time, make_scan, write_tiff  # noqa: E402
 
 from ebsdxc.backend import select_backend  # noqa: E402
 from ebsdxc.engines import EngineConfig  # noqa: E402
@@ -92,16 +92,8 @@ def run_plain_cupy(scan, ref, layout, n, batch=256):
         c = cp.fft.irfft2(cp.fft.rfft2(tiles, s=s) * rs, s=s)
         return c.reshape(*c.shape[:2], -1).argmax(axis=-1)
 
-    step()
-    cp.cuda.Device().synchronize()
     reps = max(1, n // batch)
-    t0, t1 = cp.cuda.Event(), cp.cuda.Event()
-    t0.record()
-    for _ in range(reps):
-        step()
-    t1.record()
-    t1.synchronize()
-    dt = cp.cuda.get_elapsed_time(t0, t1) / 1e3
+    dt = cuda_time(step, reps) * reps / 1e3
     r = {"label": "plain CuPy rfft2/irfft2 + argmax (resident)", "patterns": reps * batch, "stream_s": dt,
          "patterns_per_s": reps * batch / dt}
     print(f"{r['label']:44s} {reps * batch:7d} patterns  {r['patterns_per_s']:10.1f} patterns/s", flush=True)

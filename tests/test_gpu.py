@@ -149,21 +149,22 @@ def _sample_tiles(sample_dir, be, size=40, grid=(5, 5)):
     return rt, t
 
 
+def _match_sample(sample_dir, device, engine, config):
+    """(displacement, peak height, status) on the host for the sample scan's 5x5 ROIs of 40x40."""
+    be = select_backend(device)
+    (rt, re, rs), (t, e, s) = _sample_tiles(sample_dir, be)
+    eng = make_engine(engine, be, (40, 40), config, window_1d=(window_1d(40), window_1d(40)))
+    eng.set_reference(rt, re, rs)
+    r = eng.match(t, e, s)
+    return [be.asnumpy(a) for a in (r.displacement, r.peak_height, r.status)]
+
+
 @pytest.mark.parametrize("method", ["dft", "upsampled", "quadratic", "parabolic", "gaussian", "none"])
 @pytest.mark.parametrize("mode,max_shift,circular", [("full", None, False), ("window", 6, False),
                                                      ("window", 6, True)])
 def test_fft_engine_gpu_agrees_with_cpu(sample_dir, method, mode, max_shift, circular):
-    results = []
-    for dev in ("cpu", "cuda"):
-        be = select_backend(dev)
-        (rt, re, rs), (t, e, s) = _sample_tiles(sample_dir, be)
-        eng = make_engine("fft", be, (40, 40), EngineConfig(mode=mode, max_shift=max_shift, subpixel=method,
-                                                            circular=circular),
-                          window_1d=(window_1d(40), window_1d(40)))
-        eng.set_reference(rt, re, rs)
-        r = eng.match(t, e, s)
-        results.append([be.asnumpy(a) for a in (r.displacement, r.peak_height, r.status)])
-    (d0, h0, s0), (d1, h1, s1) = results
+    config = EngineConfig(mode=mode, max_shift=max_shift, subpixel=method, circular=circular)
+    (d0, h0, s0), (d1, h1, s1) = (_match_sample(sample_dir, dev, "fft", config) for dev in ("cpu", "cuda"))
     np.testing.assert_array_equal(s0, s1)
     assert (s0 == st.OK).mean() > 0.95
     np.testing.assert_allclose(d1, d0, atol=1e-3, equal_nan=True)
@@ -325,16 +326,8 @@ def test_direct_kernel_matches_float64_definition(cp, rng, tile, mode, max_shift
 
 @pytest.mark.parametrize("method", ["quadratic", "parabolic", "none"])
 def test_direct_engine_agrees_with_fft_engine(sample_dir, method):
-    be = select_backend("cuda")
-    (rt, re, rs), (t, e, s) = _sample_tiles(sample_dir, be)
-    res = []
-    for name in ("direct", "fft"):
-        eng = make_engine(name, be, (40, 40), EngineConfig(mode="window", max_shift=6, subpixel=method),
-                          window_1d=(window_1d(40), window_1d(40)))
-        eng.set_reference(rt, re, rs)
-        r = eng.match(t, e, s)
-        res.append([be.asnumpy(a) for a in (r.displacement, r.peak_height, r.status)])
-    (d0, h0, s0), (d1, h1, s1) = res
+    config = EngineConfig(mode="window", max_shift=6, subpixel=method)
+    (d0, h0, s0), (d1, h1, s1) = (_match_sample(sample_dir, "cuda", name, config) for name in ("direct", "fft"))
     np.testing.assert_array_equal(s0, s1)
     np.testing.assert_allclose(d0, d1, atol=1e-3, equal_nan=True)
     np.testing.assert_allclose(h0, h1, atol=1e-4, equal_nan=True)
