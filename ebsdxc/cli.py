@@ -80,7 +80,12 @@ def _parser():
                     help="search only shifts up to PX (window mode); default: all shifts (full mode)")
     pp.add_argument("--subpixel", choices=SUBPIXEL_METHODS, help="subpixel peak method")
     pp.add_argument("--engine", choices=("auto", *ENGINES),
-                    help="correlation engine: fft (default; CPU and GPU) or direct (definition-based, GPU)")
+                    help="correlation engine: auto (default: fft for the dft/upsampled subpixel methods and "
+                         "on the CPU, else the fastest measured), fft (CPU and GPU), direct (definition-based "
+                         "kernels, GPU) or fused (shared-memory FFT, GPU)")
+    pp.add_argument("--kernel", metavar="NAME[:OPTS]",
+                    help="definition-based kernel of the direct engine, e.g. grouped_overlap:g=4,kr=8 "
+                         "(default: the fastest measured; see 'ebsdxc bench')")
     pp.add_argument("--dynamic-background", type=float, metavar="SIGMA",
                     help="divide each pattern by its Gaussian blur of SIGMA px")
     pp.add_argument("--static-background", metavar="FILE|mean",
@@ -100,6 +105,20 @@ def _parser():
     pi.add_argument("--json", action="store_true", help="print JSON")
 
     sub.add_parser("recipes", help="list the shipped recipes")
+
+    pb = sub.add_parser("bench", help="time the correlation engines on this GPU (the paper's Table 1)",
+                        description="Time every engine and definition-based kernel on this GPU. Without "
+                                    "options: the paper's Table 1 (forms 1-1 to 32-32, sizes 16 to 384, full "
+                                    "mode), written as CSV and PNG, winners printed. --calibrate: also "
+                                    "window-mode and EBSD cases, saved as this GPU's dispatch table.")
+    pb.add_argument("--calibrate", action="store_true",
+                    help="measure the dispatcher's table for this GPU and keep it in the user cache")
+    pb.add_argument("--quick", action="store_true", help="fewer, smaller cases (a minute or two)")
+    pb.add_argument("--sizes", metavar="S,S,...", help="matrix sizes of Table 1 (default 16,32,64,128,256,384)")
+    pb.add_argument("--out", default=".", metavar="DIR", help="folder for ebsdxc-bench-GPU.csv/.png (default .)")
+    pb.add_argument("--from-csv", metavar="CSV", help="no GPU: rebuild the table and plot from an earlier CSV")
+    pb.add_argument("--overwrite", action="store_true", help="replace existing output files")
+    pb.add_argument("--device", default="cuda", help="cuda or cuda:N")
     return p
 
 
@@ -144,6 +163,11 @@ def _config_from_args(a):
         cfg = cfg.replace(device=a.device)
     if a.engine:
         cfg = cfg.replace(engine=a.engine)
+    if a.kernel:
+        try:
+            cfg = cfg.replace(correlation=dataclasses.replace(cfg.correlation, kernel=a.kernel))
+        except ValueError as e:
+            raise InputError(f"--kernel: {e}") from None
     if a.batch:
         cfg = cfg.replace(batch=a.batch)
     return cfg
@@ -228,11 +252,90 @@ def _cmd_recipes(a, argv):
     return 0
 
 
+def _cmd_bench(a, argv):
+    import os
+
+    from . import bench
+
+    sizes = bench.TABLE1_SIZES
+    if a.sizes:
+        try:
+            sizes = tuple(int(v) for v in a.sizes.split(","))
+        except ValueError:
+            raise InputError(f"--sizes: expected comma-separated integers, got {a.sizes!r}") from None
+        if not sizes or min(sizes) < 1:
+            raise InputError(f"--sizes: sizes must be positive, got {a.sizes!r}")
+    if a.from_csv:
+        if not os.path.isfile(a.from_csv):
+            raise InputError("no such file", a.from_csv)
+        try:
+            results = bench.read_csv(a.from_csv)
+        except (KeyError, ValueError) as e:
+            raise InputError(f"not an 'ebsdxc bench' CSV ({e})", a.from_csv) from None
+        stem = os.path.splitext(a.from_csv)[0]
+        png = stem + ".png"
+        _refuse_existing([png], a.overwrite)
+        print(bench.table1_markdown(results))
+        bench.plot_table1(results, png)
+        print(f"plot: {png}")
+        return 0
+    from .backend import select_backend
+    from .dispatch import cache_path, gpu_model
+
+    backend = select_backend(a.device)
+    if not backend.is_gpu:
+        raise InputError("'ebsdxc bench' needs a CUDA GPU (CuPy); use --from-csv to plot earlier results")
+    import cupy as cp
+
+    with cp.cuda.Device(backend.device_id):
+        gpu = gpu_model()
+        slug = "".join(ch if ch.isalnum() else "-" for ch in gpu.lower()).strip("-")
+        stem = os.path.join(a.out, f"ebsdxc-bench-{slug}" + ("-calibration" if a.calibrate else ""))
+        csv_path, png = stem + ".csv", stem + ".png"
+        _refuse_existing([csv_path, png], a.overwrite)
+        os.makedirs(a.out, exist_ok=True)
+        cases = (bench.calibration_cases(quick=a.quick) if a.calibrate
+                 else bench.table1_cases((16, 32, 64, 128) if a.quick and not a.sizes else sizes))
+        print(f"{gpu}: {len(cases)} cases", file=sys.stderr)
+        done = [0]
+
+        def progress(m):
+            if m.choice.engine == "fft":
+                done[0] += 1
+                c = m.case
+                print(f"  [{done[0]}/{len(cases)}] {c.form} {c.n_left}-{c.n_right} {c.h}x{c.w} {c.mode}"
+                      f"{' r=' + str(c.max_shift) if c.max_shift else ''}{' peaks' if c.peaks else ''}",
+                      file=sys.stderr)
+
+        results = bench.run_cases(cases, progress=progress)
+        bench.write_csv(results, csv_path)
+        print(bench.table1_markdown(results))
+        try:
+            bench.plot_table1(results, png)
+            print(f"times: {csv_path}\nplot: {png}")
+        except ImportError:
+            print(f"times: {csv_path} (no matplotlib here: plot later with --from-csv)")
+        if a.calibrate:
+            path = cache_path(gpu)
+            bench.to_table(results, gpu, {"command": shlex.join(["ebsdxc", *argv])}).save(path)
+            print(f"dispatch table for {gpu}: {path}")
+    return 0
+
+
+def _refuse_existing(paths, overwrite):
+    import os
+
+    for p in paths:
+        if os.path.exists(p) and not overwrite:
+            raise InputError("exists; pass --overwrite to replace it", p)
+
+
 def main(argv=None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     a = _parser().parse_args(argv)
     try:
-        return {"process": _cmd_process, "info": _cmd_info, "recipes": _cmd_recipes}[a.command](a, argv)
+        commands = {"process": _cmd_process, "info": _cmd_info, "recipes": _cmd_recipes, "bench": _cmd_bench}
+        return commands[a.command](a, argv)
     except InputError as e:
         print(f"ebsdxc: error: {e}", file=sys.stderr)
         return 2

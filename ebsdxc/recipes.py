@@ -6,7 +6,8 @@ A recipe (see ``pipelines/*.toml``) has up to four tables::
                    drop_corners, n, radius, include_centre, centres = "file.csv"
     [preprocess]   static_background = "mean" | "file.tif", static_operation,
                    dynamic_background_sigma, bandpass = [low_sigma, high_sigma], window
-    [correlation]  engine, mode = "full" | "window", max_shift, subpixel, upsample, compensate
+    [correlation]  engine, mode = "full" | "window", max_shift, subpixel, upsample, compensate,
+                   circular, kernel (direct engine: "auto" or e.g. "grouped_overlap:g=4,kr=8")
     [run]          batch, device
 
 Shipped recipes can be named without their folder: ``--pipeline paper-86roi-96``.
@@ -90,7 +91,7 @@ _KEYS = {
     "roi": {f.name for f in dataclasses.fields(RoiConfig)},
     "preprocess": {"static_background", "static_operation", "dynamic_background_sigma",
                    "bandpass", "window"},
-    "correlation": {"engine", "mode", "max_shift", "subpixel", "upsample", "compensate", "circular"},
+    "correlation": {"engine", "mode", "max_shift", "subpixel", "upsample", "compensate", "circular", "kernel"},
     "run": {"batch", "device"},
 }
 

@@ -96,7 +96,8 @@ class Pipeline:
         self.window = window_2d(self.tile_shape, config.preprocess.window, xp)
         self.engine = make_engine(config.engine, stage_backend, self.tile_shape, config.correlation,
                                   window_1d=(window_1d(h, config.preprocess.window),
-                                             window_1d(w, config.preprocess.window)))
+                                             window_1d(w, config.preprocess.window)),
+                                  n_tiles=layout.n, batch=config.batch)
         ref = self.preprocessor(xp.asarray(reference)[None])
         t, e, s = prepare_tiles(extract_tiles(ref, layout, xp)[0], self.window, xp)
         self.engine.set_reference(t, e, s)

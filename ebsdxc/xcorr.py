@@ -46,7 +46,25 @@ def _is_cupy(a):
     return type(a).__module__.startswith("cupy")
 
 
-def _n_to_mn(lefts, rights, *, mode, max_shift, subpixel, peaks, engine, device):
+def _direct_maps(lefts, rights, pairing, mode, max_shift, kernel):
+    """Definition-based maps in any pairing on the GPU: (n_pairs, 2ry+1, 2rx+1), centred."""
+    from .dispatch import Case, choose
+    from .engines.definition import correlate_maps, parse_kernel
+
+    n, h, w = lefts.shape
+    cfg = EngineConfig(mode=mode, max_shift=max_shift, subpixel="none", compensate=False)
+    ry, rx = cfg.max_lag((h, w))
+    if kernel == "auto":
+        form = "n_to_m" if pairing.rs_a == 0 else "n_to_mn"
+        choice = choose(Case(form, pairing.na, pairing.nb, h, w, mode, max_shift if mode == "window" else None),
+                        engines=("direct",)).kernel
+    else:
+        choice = parse_kernel(kernel)
+    maps = correlate_maps(lefts, rights, pairing, (ry, rx), choice)
+    return __import__("cupy").fft.fftshift(maps, axes=(-2, -1))
+
+
+def _n_to_mn(lefts, rights, *, mode, max_shift, subpixel, peaks, engine, device, kernel="auto"):
     """Core: lefts (n, h, w), rights (m, n, h, w) -> maps (m, n, 2ry+1, 2rx+1) or Peaks (m, n)."""
     on_gpu_input = _is_cupy(lefts) or _is_cupy(rights)
     backend = select_backend(device if device != "auto" else ("cuda" if on_gpu_input else "cpu"))
@@ -60,8 +78,14 @@ def _n_to_mn(lefts, rights, *, mode, max_shift, subpixel, peaks, engine, device)
     if subpixel not in SUBPIXEL_METHODS:
         raise ValueError(f"subpixel method must be one of {SUBPIXEL_METHODS}, got {subpixel!r}")
     config = EngineConfig(mode=mode, max_shift=max_shift, subpixel=subpixel if peaks else "none",
-                          compensate=False)
-    eng = make_engine(engine, backend, (h, w), config)
+                          compensate=False, kernel=kernel)
+    if engine == "direct" and not peaks and backend.is_gpu:
+        from .engines.definition import Pairing
+
+        m = rights.shape[0]
+        return _direct_maps(lefts, rights.reshape(m * n, h, w), Pairing.n_to_mn(n, m), mode, max_shift,
+                            kernel).reshape(m, n, *_map_shape(config, h, w)), backend
+    eng = make_engine(engine, backend, (h, w), config, n_tiles=n, batch=rights.shape[0])
 
     def energy_status(t):
         e = (t.astype(xp.float64) ** 2).sum(axis=(-2, -1))
@@ -84,6 +108,11 @@ def _n_to_mn(lefts, rights, *, mode, max_shift, subpixel, peaks, engine, device)
     return maps[..., iy[:, None], ix[None, :]].astype(xp.float32), backend
 
 
+def _map_shape(config, h, w):
+    ry, rx = config.max_lag((h, w))
+    return 2 * ry + 1, 2 * rx + 1
+
+
 def _out(result, backend, like_gpu):
     # Same kind of array as the inputs: NumPy in, NumPy out.
     if like_gpu or not backend.is_gpu:
@@ -99,7 +128,7 @@ def _check(a, ndim, what):
 
 
 def n_to_mn(lefts, rights, *, mode="full", max_shift=None, peaks=False, subpixel="quadratic",
-            engine="auto", device="auto"):
+            engine="auto", kernel="auto", device="auto"):
     """Correlate each of n left matrices with its own m right matrices.
 
     Parameters
@@ -115,7 +144,12 @@ def n_to_mn(lefts, rights, *, mode="full", max_shift=None, peaks=False, subpixel
         Return :class:`Peaks` (subpixel peak, normalised height, status) instead of maps.
     subpixel : str
         Subpixel method for ``peaks=True`` (:data:`ebsdxc.peaks.SUBPIXEL_METHODS`).
-    engine : {"auto", "fft", "direct"}
+    engine : {"auto", "fft", "direct", "fused"}
+        ``auto``: the dispatcher's measured choice on the GPU (:mod:`ebsdxc.dispatch`), FFT on
+        the CPU.
+    kernel : str
+        Definition-based kernel of the ``direct`` engine (``"auto"`` or a label such as
+        ``"grouped_overlap:g=4,kr=8"``, :mod:`ebsdxc.engines.definition`).
     device : {"auto", "cpu", "cuda", "cuda:i"}
         ``auto``: where the inputs are.
 
@@ -127,7 +161,7 @@ def n_to_mn(lefts, rights, *, mode="full", max_shift=None, peaks=False, subpixel
     _check(lefts, 3, "left matrices")
     _check(rights, 4, "right matrices")
     res, be = _n_to_mn(lefts, rights, mode=mode, max_shift=max_shift, subpixel=subpixel, peaks=peaks,
-                       engine=engine, device=device)
+                       engine=engine, device=device, kernel=kernel)
     return _out(res, be, gpu_in)
 
 
@@ -162,7 +196,25 @@ def n_to_m(lefts, rights, **options):
     _check(lefts, 3, "left matrices")
     _check(rights, 3, "right matrices")
     n = lefts.shape[0]
-    xp = np if not (_is_cupy(lefts) or _is_cupy(rights)) else __import__("cupy")
+    gpu_in = _is_cupy(lefts) or _is_cupy(rights)
+    if options.get("engine") == "direct" and not options.get("peaks"):
+        # Every left against every right without copying the rights n times.
+        from .engines.definition import Pairing
+
+        backend = select_backend(options.get("device", "auto") if options.get("device", "auto") != "auto"
+                                 else ("cuda" if gpu_in else "cpu"))
+        if backend.is_gpu:
+            xp = backend.xp
+            lefts = xp.asarray(lefts, dtype=xp.float32)
+            rights = xp.asarray(rights, dtype=xp.float32)
+            if rights.shape[1:] != lefts.shape[1:]:
+                raise ValueError(f"right matrices must be (m, {lefts.shape[1]}, {lefts.shape[2]}), "
+                                 f"got shape {tuple(rights.shape)}")
+            m = rights.shape[0]
+            mode, max_shift = options.get("mode", "full"), options.get("max_shift")
+            maps = _direct_maps(lefts, rights, Pairing.n_to_m(n, m), mode, max_shift, options.get("kernel", "auto"))
+            return _out(maps.reshape(n, m, *maps.shape[1:]), backend, gpu_in)
+    xp = np if not gpu_in else __import__("cupy")
     tiled = xp.broadcast_to(rights[:, None], (rights.shape[0], n, *rights.shape[1:]))
     res = n_to_mn(lefts, tiled, **options)
     if isinstance(res, Peaks):

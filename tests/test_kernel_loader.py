@@ -5,26 +5,31 @@ import re
 import pytest
 
 from ebsdxc.engines import gpu_ops
+from ebsdxc.engines.definition import ALGORITHMS, KernelChoice
 from ebsdxc.kernel_loader import kernel_source
 
 
-@pytest.mark.parametrize("name", ["tiles.cu", "peaks.cu", "direct.cu"])
+@pytest.mark.parametrize("name", ["tiles.cu", "peaks.cu", "definition.cu"])
 def test_sources_found_and_includes_inlined(name):
     src = kernel_source(name)
     assert "#include \"" not in src
-    if name != "direct.cu":
+    if name != "definition.cu":
         assert "block_sum" in src or "warp_sum" in src  # common.cuh was inlined
     assert "#pragma once" not in src
 
 
 def test_every_launched_kernel_exists_in_its_source():
     names = {"tiles.cu": gpu_ops._TILE_NAMES, "peaks.cu": gpu_ops._PEAK_NAMES + ("dft_refine",),
-             "direct.cu": ("xcorr_overlap",)}
+             "definition.cu": tuple(KernelChoice(a, **({"kr": 2} if a == "multi_matrix_right" else
+                                                    {"kl": 2} if a == "multi_matrix_both" else
+                                                    {"g": 2} if a == "grouped_overlap" else
+                                                    {"splits": 2} if a == "split_row" else {})).name_expression
+                                    for a in ALGORITHMS)}
     for source, exprs in names.items():
         src = kernel_source(source)
         for expr in exprs:
             base = expr.split("<")[0]
-            pattern = r"__global__ void (__launch_bounds__\([^)]*\) )?" + re.escape(base) + r"\("
+            pattern = r"__global__ void\s+(__launch_bounds__\([^)]*\)\s+)?" + re.escape(base) + r"\("
             assert re.search(pattern, src), (source, expr)
 
 

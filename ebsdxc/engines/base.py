@@ -45,6 +45,10 @@ class EngineConfig:
         to ``w + max_shift``. Faster (smaller FFTs); the wrapped products involve only
         the tapered tile edges, so with a Hann window and ``max_shift <= w/4`` they stay
         negligible (measured in ``BENCHMARKS.md``); without a window it is an error.
+    kernel : str
+        Definition-based kernel of the ``direct`` engine: ``"auto"`` (the dispatcher's
+        measured choice) or a label such as ``"grouped_overlap:g=4,kr=8"``
+        (:mod:`ebsdxc.engines.definition`).
     """
 
     mode: str = "full"
@@ -53,6 +57,7 @@ class EngineConfig:
     upsample: int = 16
     compensate: bool = True
     circular: bool = False
+    kernel: str = "auto"
 
     def __post_init__(self):
         if self.mode not in MODES:
@@ -65,6 +70,10 @@ class EngineConfig:
             raise ValueError("circular correlation needs window mode (--max-shift)")
         if self.upsample < 2:
             raise ValueError(f"upsample factor must be >= 2, got {self.upsample}")
+        if self.kernel != "auto":
+            from .definition import parse_kernel
+
+            parse_kernel(self.kernel)
 
     def max_lag(self, tile_shape):
         """(ry, rx): the largest |dy|, |dx| searched for tiles of (h, w)."""

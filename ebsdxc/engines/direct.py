@@ -1,11 +1,11 @@
-"""Direct (definition-based) correlation engine on the GPU: the paper's overlap-wise baseline.
+"""Direct (definition-based) correlation engine on the GPU: the paper's kernels.
 
-Every output lag is summed over the overlap of the two tiles, in float32, by one CUDA
-thread (``kernels/direct.cu``). Its cost grows with the number of lags times the
-overlap, so it suits window mode (small ``max_shift``) and small tiles; the FFT engine
-wins for full-mode correlation of large tiles. The faster definition-based kernels of
-the paper (warp-shuffle, multi-matrix, grouped-overlap, split-row) are to come behind
-the same interface.
+Every lag is summed over the overlap of the two tiles, in float32, by one of the kernels
+of :mod:`ebsdxc.engines.definition` (``kernels/definition.cu``): the one named by
+``EngineConfig.kernel``, or with ``"auto"`` the one the dispatcher measured fastest for
+this tile size, count and window on this GPU (:mod:`ebsdxc.dispatch`). Its cost grows
+with the number of lags times the overlap, so it suits window mode (small
+``max_shift``) and small tiles; FFT engines win for full-mode correlation of large tiles.
 
 Peaks use the 3x3 subpixel methods (fused peak kernel); the spectrum-based methods
 (``dft``, ``upsampled``) need the FFT engine.
@@ -16,9 +16,9 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import InputError
-from ..kernel_loader import get_function
 from ..peaks import integer_lag_table, window_power_spectrum
 from .base import CorrelationEngine
+from .definition import Pairing, correlate_maps, parse_kernel
 
 __all__ = ["DirectEngine"]
 
@@ -39,6 +39,7 @@ class DirectEngine(CorrelationEngine):
         self.map_shape = (2 * ry + 1, 2 * rx + 1)
         self._ref = None
         self._lags = None
+        self._choice = None if config.kernel == "auto" else parse_kernel(config.kernel)
         if config.compensate and window_1d is not None:
             self._lags = tuple(self._linear_lags(f, n, r) for f, n, r in
                                zip(window_1d, self.map_shape, self.max_lag))
@@ -53,22 +54,23 @@ class DirectEngine(CorrelationEngine):
     def _set_reference(self, tiles):
         self._ref = self.xp.ascontiguousarray(tiles, dtype=self.xp.float32)
 
+    def kernel_for(self, batch):
+        """The :class:`~ebsdxc.engines.definition.KernelChoice` used for ``batch`` patterns."""
+        if self._choice is not None:
+            return self._choice
+        from ..dispatch import Case, choose
+
+        h, w = self.tile_shape
+        case = Case("n_to_mn", self._ref.shape[0], batch, h, w, self.config.mode,
+                    self.config.max_shift if self.config.mode == "window" else None)
+        return choose(case, engines=("direct",)).kernel
+
     def correlation_maps(self, tiles):
         cp = self.xp
-        tiles = cp.ascontiguousarray(tiles, dtype=cp.float32)
         B, n, h, w = tiles.shape
-        T = B * n
-        My, Mx = self.map_shape
-        out = cp.empty((B, n, My, Mx), dtype=cp.float32)
-        nlags = My * Mx
-        threads = 256
-        if T:
-            fn = get_function("direct.cu", "xcorr_overlap")
-            ry, rx = self.max_lag
-            fn(((nlags + threads - 1) // threads, T), (threads,),
-               (self._ref, tiles, np.int32(n), np.int32(h), np.int32(w), np.int32(ry), np.int32(rx),
-                out, np.int32(My), np.int32(Mx)))
-        return out
+        rights = cp.ascontiguousarray(tiles, dtype=cp.float32).reshape(B * n, h, w)
+        maps = correlate_maps(self._ref, rights, Pairing.n_to_mn(n, B), self.max_lag, self.kernel_for(B))
+        return maps.reshape(B, n, *self.map_shape)
 
     def _locate(self, tiles):
         from .gpu_ops import find_peaks

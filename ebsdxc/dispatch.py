@@ -1,0 +1,251 @@
+"""Which engine and kernel to run, chosen from times measured on the GPU in use.
+
+A calibration table holds, for a grid of cases (form, matrix size, counts, mode,
+window, maps or peaks), the time of every candidate: the ``fft`` engine (cuFFT), the
+``fused`` shared-memory FFT engine where the tiles fit, and the definition-based kernels
+of :mod:`ebsdxc.engines.definition` with their blocking factors. ``ebsdxc bench
+--calibrate`` measures one on the local GPU and keeps it in the user cache, one file
+per GPU model; tables measured on an H100 and an H200 ship with the package and serve
+GPUs that have none.
+
+:func:`choose` takes the measured cell nearest to the query (distance in log2 of the
+matrix area, the counts and the window width, within the same form, mode and output)
+and returns its fastest candidate that applies to the query. Without any table it
+falls back to fixed rules (:func:`fallback`).
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import math
+import os
+import re
+from dataclasses import asdict, dataclass
+from importlib import resources
+from pathlib import Path
+
+from .engines.definition import KernelChoice, Pairing, default_choice, parse_kernel
+
+__all__ = ["Case", "Choice", "CalibrationTable", "choose", "fallback", "gpu_model", "cache_path",
+           "load_table", "FORMS"]
+
+FORMS = ("one_to_one", "one_to_many", "n_to_mn", "n_to_m")
+SCHEMA = 1
+
+
+@dataclass(frozen=True)
+class Case:
+    """One correlation problem.
+
+    ``n_left`` left matrices; ``n_right`` right matrices per left matrix for one-to-many and
+    n-to-mn (m), all right matrices for n-to-m; ``max_shift`` None in full mode.
+    """
+
+    form: str
+    n_left: int
+    n_right: int
+    h: int
+    w: int
+    mode: str = "full"
+    max_shift: int | None = None
+    peaks: bool = False
+    dtype: str = "float32"
+
+    def __post_init__(self):
+        if self.form not in FORMS:
+            raise ValueError(f"form must be one of {FORMS}, got {self.form!r}")
+        if self.mode not in ("full", "window"):
+            raise ValueError(f"mode must be full or window, got {self.mode!r}")
+        if self.mode == "window" and not self.max_shift:
+            raise ValueError("window mode needs max_shift")
+
+    @property
+    def max_lag(self):
+        if self.mode == "full":
+            return self.h - 1, self.w - 1
+        return min(self.max_shift, self.h - 1), min(self.max_shift, self.w - 1)
+
+    @property
+    def pairing(self):
+        if self.form == "n_to_m":
+            return Pairing.n_to_m(self.n_left, self.n_right)
+        return Pairing.n_to_mn(self.n_left, self.n_right)
+
+    def key(self):
+        return (self.form, self.mode, self.peaks)
+
+    def coords(self):
+        r = self.max_lag
+        return (math.log2(self.h * self.w), math.log2(self.n_left), math.log2(self.n_right),
+                math.log2((2 * r[0] + 1) * (2 * r[1] + 1)))
+
+
+@dataclass(frozen=True)
+class Choice:
+    """An engine name (``fft``, ``fused``, ``direct``) and, for ``direct``, its kernel."""
+
+    engine: str
+    kernel: KernelChoice | None = None
+
+    @property
+    def label(self):
+        return self.engine if self.kernel is None else f"{self.engine}/{self.kernel.label}"
+
+    @classmethod
+    def from_label(cls, text):
+        engine, _, kernel = text.partition("/")
+        return cls(engine, parse_kernel(kernel) if kernel else None)
+
+
+def applies(choice, case):
+    """Whether ``choice`` can run ``case``."""
+    if choice.engine == "fused":
+        try:
+            from .engines.fused import supports
+        except ImportError:
+            return False
+        return case.form != "n_to_m" and supports((case.h, case.w), case.mode, case.max_shift)
+    if choice.engine == "direct":
+        return choice.kernel is not None and choice.kernel.fits(case.pairing)
+    return choice.engine == "fft"
+
+
+def fallback(case, engines=("fft", "fused", "direct")):
+    """Fixed rules where no measurement exists: FFT for full mode of tiles above 16x16,
+    the definition-based kernels otherwise."""
+    k = default_choice(case.pairing, (case.h, case.w), case.max_lag)
+    small = case.mode == "window" or case.h * case.w <= 256
+    order = (("direct", "fused", "fft") if small else ("fused", "fft", "direct"))
+    for e in order:
+        if e in engines:
+            c = Choice(e, k if e == "direct" else None)
+            if applies(c, case):
+                return c
+    raise ValueError(f"no engine among {engines} applies to {case}")
+
+
+@dataclass
+class CalibrationTable:
+    """Measured times: rows of case fields + ``engine``, ``kernel``, ``ms``."""
+
+    gpu: str
+    rows: list
+    meta: dict
+
+    @classmethod
+    def load(cls, path):
+        with open(path) as f:
+            doc = json.load(f)
+        if doc.get("schema") != SCHEMA:
+            raise ValueError(f"{path}: calibration schema {doc.get('schema')!r}, expected {SCHEMA}")
+        return cls(doc["gpu"], doc["rows"], doc.get("meta", {}))
+
+    def save(self, path):
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(".tmp")
+        with open(tmp, "w") as f:
+            json.dump({"schema": SCHEMA, "gpu": self.gpu, "meta": self.meta, "rows": self.rows}, f, indent=0)
+        os.replace(tmp, path)  # never a half-written table
+
+    @staticmethod
+    def row(case, choice, ms):
+        d = asdict(case)
+        d.update(engine=choice.engine, kernel=choice.kernel.label if choice.kernel else None,
+                 ms=None if ms is None else float(ms))
+        return d
+
+    def cells(self):
+        """{Case: [(Choice, ms), ...]} over the measured rows."""
+        out = {}
+        fields = Case.__dataclass_fields__
+        for r in self.rows:
+            if r.get("ms") is None:
+                continue
+            case = Case(**{k: r[k] for k in fields if k in r})
+            kernel = parse_kernel(r["kernel"]) if r.get("kernel") else None
+            out.setdefault(case, []).append((Choice(r["engine"], kernel), r["ms"]))
+        return out
+
+    def best(self, case, engines=("fft", "fused", "direct")):
+        """Fastest applicable choice of the nearest measured cell, or None."""
+        cells = [(c, v) for c, v in self._cells().items() if c.key() == case.key()]
+        if not cells:
+            return None
+        q = case.coords()
+        cells.sort(key=lambda cv: sum((a - b) ** 2 for a, b in zip(cv[0].coords(), q)))
+        for _, measured in cells[:3]:  # the nearest cell whose winners apply here
+            for choice, _ in sorted(measured, key=lambda t: t[1]):
+                if choice.engine in engines and applies(choice, case):
+                    return choice
+        return None
+
+    @functools.cache  # noqa: B019 (tables live as long as the process)
+    def _cells(self):
+        return self.cells()
+
+    __hash__ = object.__hash__
+
+
+def _slug(name):
+    return re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-")
+
+
+def gpu_model(device=None):
+    """Name of the current (or given) CUDA device, e.g. ``NVIDIA H200``."""
+    import cupy as cp
+
+    dev = cp.cuda.Device(device) if device is not None else cp.cuda.Device()
+    name = cp.cuda.runtime.getDeviceProperties(dev.id)["name"]
+    return name.decode() if isinstance(name, bytes) else str(name)
+
+
+def cache_path(gpu):
+    """User calibration file for GPU model ``gpu`` (``$EBSDXC_CACHE_DIR`` or ~/.cache/ebsdxc)."""
+    root = os.environ.get("EBSDXC_CACHE_DIR") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"), "ebsdxc")
+    return Path(root) / "calibration" / f"{_slug(gpu)}.json"
+
+
+def _shipped():
+    try:
+        root = resources.files("ebsdxc.calibration")
+    except ModuleNotFoundError:  # pragma: no cover - source checkout without install
+        root = Path(__file__).resolve().parent / "calibration"
+    return {p.name[:-5]: p for p in root.iterdir() if p.name.endswith(".json")}
+
+
+@functools.lru_cache(maxsize=None)
+def load_table(gpu):
+    """The table for ``gpu``: the user's own calibration, else the shipped one for the same
+    model, else the shipped H200 table (or None when there is none)."""
+    for path in (cache_path(gpu),):
+        if path.is_file():
+            return CalibrationTable.load(path)
+    shipped = _shipped()
+    slug = _slug(gpu)
+    for name, p in sorted(shipped.items()):
+        if name and name in slug:  # "nvidia-h100" matches "nvidia-h100-80gb-hbm3"
+            return CalibrationTable.load(p)
+    for name in ("nvidia-h200", *sorted(shipped)):
+        if name in shipped:
+            return CalibrationTable.load(shipped[name])
+    return None
+
+
+def choose(case, *, engines=("fft", "fused", "direct"), gpu=None):
+    """The measured-fastest :class:`Choice` for ``case`` on ``gpu`` (default: current GPU)."""
+    if gpu is None:
+        try:
+            gpu = gpu_model()
+        except Exception:  # no CUDA here: rules only
+            return fallback(case, tuple(engines))
+    return _choose(case, tuple(engines), gpu)
+
+
+@functools.lru_cache(maxsize=4096)
+def _choose(case, engines, gpu):
+    table = load_table(gpu)
+    choice = table.best(case, engines) if table is not None else None
+    return choice or fallback(case, engines)
