@@ -1,15 +1,17 @@
 """Correlation engines behind one interface (:class:`CorrelationEngine`).
 
 ``fft``: FFT correlation (CPU and GPU); ``direct``: the paper's definition-based
-overlap-wise kernel (GPU).
+overlap-wise kernel (GPU); ``fused``: FFT correlation and peak search in one
+shared-memory kernel (GPU).
 """
 
 from ..errors import InputError
 from .base import CorrelationEngine, EngineConfig, PeakResult
 from .direct import DirectEngine
 from .fft import FFTEngine
+from .fused import FusedFFTEngine
 
-ENGINES = {"fft": FFTEngine, "direct": DirectEngine}
+ENGINES = {"fft": FFTEngine, "direct": DirectEngine, "fused": FusedFFTEngine}
 
 __all__ = ["CorrelationEngine", "EngineConfig", "PeakResult", "ENGINES", "make_engine"]
 

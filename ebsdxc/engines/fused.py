@@ -1,0 +1,247 @@
+"""Fused shared-memory FFT correlation engine (GPU): one CUDA block per (pattern, ROI) pair.
+
+Everything between the float32 scan tile and its peak stays in shared memory
+(``kernels/fftcorr.cu``): a real 2-D FFT of the zero-padded tile (two rows packed as one
+complex row FFT, all-zero padding rows skipped), the product with the resident conjugate
+reference spectrum (read from L2), the inverse 2-D FFT (two map rows packed as one complex
+row FFT), and the peak search with the 3x3 subpixel fit of :mod:`ebsdxc.engines.gpu_ops`
+(``find_peaks``), so the maps never reach global memory. The spectrum of a 96x96 tile
+padded to 192x192 (192 x 97 complex64 = 149 KB) fits the 227 KB of opt-in shared memory of
+sm_90.
+
+FFT lengths are the smallest ``2^a 3^b`` >= ``2h - 1`` (full mode) or ``h + max_shift``
+(window mode) that split into two factors N = N1 * N2 of at most 32 each. Each 1-D FFT is
+one four-step pass done by a team of threads of one warp: N2 threads do N1-point DFTs in
+registers, twiddle, exchange through shared memory in a skewed layout (no bank
+conflicts), then N1 threads do N2-point DFTs. The column pass runs forward FFT, product and
+inverse FFT back to back, the inverse starting from the registers of the forward one.
+
+Sizes whose spectrum does not fit in shared memory (or with a length over 1024) are refused
+with a ValueError (:func:`supports` says so beforehand); the FFT engine handles them.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..errors import InputError
+from ..kernel_loader import get_function
+from ..peaks import integer_lag_table, window_power_spectrum
+from .base import CorrelationEngine
+
+__all__ = ["FusedFFTEngine", "axis_factors", "fft_length", "fused_plan", "skew", "supports"]
+
+RADIX_MAX = 32          # largest DFT held in one thread's registers
+LENGTH_MAX = RADIX_MAX * RADIX_MAX
+SMEM_OPTIN = 232448     # bytes of opt-in dynamic shared memory per block on sm_90 (227 KB)
+THREADS_MAX = 512
+_STATIC_SMEM = 512      # static shared memory of the kernel (reduction slots), rounded up
+_METHODS = {"none": 0, "parabolic": 1, "gaussian": 2, "quadratic": 3}
+_KERNELS = tuple(f"fused_peaks<{m}>" for m in _METHODS.values()) + ("fused_maps",)
+
+
+def _smooth(n):
+    for p in (2, 3):
+        while n % p == 0:
+            n //= p
+    return n == 1
+
+
+@functools.cache
+def axis_factors(n):
+    """(N1, N2) with N1 * N2 = n, both 2^a 3^b <= RADIX_MAX, as balanced as possible
+    (N2 >= N1 on ties); None where there is no such split."""
+    best = None
+    for n1 in range(1, min(n, RADIX_MAX) + 1):
+        if n % n1 or not _smooth(n1):
+            continue
+        n2 = n // n1
+        if n2 > RADIX_MAX or not _smooth(n2):
+            continue
+        key = (max(n1, n2), n1 > n2)
+        if best is None or key < best[0]:
+            best = (key, (n1, n2))
+    return None if best is None else best[1]
+
+
+def fft_length(need):
+    """Smallest 2^a 3^b >= ``need`` the kernel can transform (see :func:`axis_factors`), or None."""
+    n = max(int(need), 1)
+    while n <= LENGTH_MAX:
+        if _smooth(n) and axis_factors(n) is not None:
+            return n
+        n += 1
+    return None
+
+
+def skew(n2, k1, n1_len, n2_len):
+    """Shared-memory slot of the intermediate value (n2, k1) between the two passes of an
+    N1 x N2 four-step FFT: rows of N2 slots per k1, rotated by k1, so that both the N2
+    writers of a k1 and the N1 readers of an n2 hit distinct banks."""
+    return k1 * n2_len + (n2 + k1) % n2_len
+
+
+def _team(n1, n2):
+    t = 1
+    while t < max(n1, n2):
+        t *= 2
+    return t
+
+
+@dataclass(frozen=True)
+class FusedPlan:
+    tile: tuple          # (h, w)
+    fft: tuple           # (Ny, Nx)
+    max_lag: tuple       # (ry, rx)
+    fy: tuple            # (N1, N2) of the column FFT
+    fx: tuple            # (N1, N2) of the row FFT
+    ld: int              # complex row stride of the shared spectrum
+    rows: int            # rows allocated (even)
+    smem: int            # dynamic shared memory, bytes
+    threads: int
+
+    @property
+    def nxh(self):
+        return self.fft[1] // 2 + 1
+
+    def defines(self, maps):
+        (h, w), (ny, nx), (ry, rx) = self.tile, self.fft, self.max_lag
+        return (("FC_H", h), ("FC_W", w), ("FC_NY", ny), ("FC_NX", nx), ("FC_RY", ry), ("FC_RX", rx),
+                ("FC_N1Y", self.fy[0]), ("FC_N2Y", self.fy[1]), ("FC_N1X", self.fx[0]), ("FC_N2X", self.fx[1]),
+                ("FC_TY", _team(*self.fy)), ("FC_TX", _team(*self.fx)), ("FC_LD", self.ld),
+                ("FC_ROWS", self.rows), ("FC_NT", self.threads), ("FC_ALL_ROWS", int(maps)))
+
+
+def _need(tile_shape, mode, max_shift):
+    h, w = (int(v) for v in tile_shape)
+    if mode == "full":
+        return (h - 1, w - 1), (2 * h - 1, 2 * w - 1)
+    if mode != "window":
+        raise ValueError(f"the fused engine correlates in full or window mode, not {mode!r}")
+    if max_shift is None or max_shift < 1:
+        raise ValueError("window mode needs max_shift >= 1 px")
+    ry, rx = min(int(max_shift), h - 1), min(int(max_shift), w - 1)
+    return (ry, rx), (h + ry, w + rx)
+
+
+def fused_plan(tile_shape, mode, max_shift=None, *, smem_limit=SMEM_OPTIN):
+    """Kernel plan for tiles of (h, w); ValueError where the fused kernel cannot run them."""
+    h, w = (int(v) for v in tile_shape)
+    if h < 1 or w < 1:
+        raise ValueError(f"tile shape must be positive, got {tile_shape}")
+    max_lag, need = _need((h, w), mode, max_shift)
+    fft = tuple(fft_length(n) for n in need)
+    if None in fft:
+        raise ValueError(f"the fused FFT engine handles FFT lengths up to {LENGTH_MAX}; {w}x{h} tiles "
+                         f"in {mode} mode need {need[1]}x{need[0]}: use the fft engine")
+    ny, nx = fft
+    nxh = nx // 2 + 1
+    ld = nxh | 1                       # odd stride: a column's rows fall in distinct banks
+    rows = ny + (ny & 1)
+    smem = rows * ld * 8 + (nx + ny) * 8
+    if smem + _STATIC_SMEM > smem_limit:
+        raise ValueError(f"{w}x{h} tiles in {mode} mode need a {nx}x{ny} FFT whose spectrum "
+                         f"({smem // 1024} KB) does not fit in {smem_limit // 1024} KB of shared "
+                         "memory: use the fft engine")
+    fy, fx = axis_factors(ny), axis_factors(nx)
+    ty, tx = _team(*fy), _team(*fx)
+    work = max(tx * ((h + 1) // 2), ty * nxh, tx * ((ny + 1) // 2), 32)
+    threads = min(THREADS_MAX, -(-work // 32) * 32)
+    return FusedPlan((h, w), fft, max_lag, fy, fx, ld, rows, smem, threads)
+
+
+def supports(tile_shape, mode, max_shift=None, *, smem_limit=SMEM_OPTIN) -> bool:
+    """Whether :class:`FusedFFTEngine` can correlate tiles of ``tile_shape`` in ``mode``."""
+    try:
+        fused_plan(tile_shape, mode, max_shift, smem_limit=smem_limit)
+    except ValueError:
+        return False
+    return True
+
+
+class FusedFFTEngine(CorrelationEngine):
+    """n-to-mn FFT correlation fused in shared memory, CUDA only (full and window mode)."""
+
+    name = "fused"
+
+    def __init__(self, backend, tile_shape, config, *, window_1d=None):
+        if not backend.is_gpu:
+            raise InputError("the fused engine runs on a CUDA GPU only; use engine 'fft' on the CPU")
+        if config.subpixel not in _METHODS:
+            raise InputError(f"subpixel method {config.subpixel!r} needs the FFT engine; the fused "
+                             "engine offers quadratic, gaussian, parabolic and none")
+        if config.circular:
+            raise InputError("the fused engine does not do circular correlation; use engine 'fft'")
+        super().__init__(backend, tile_shape, config)
+        limit = int(self.xp.cuda.Device().attributes.get("MaxSharedMemoryPerBlockOptin", SMEM_OPTIN))
+        self.plan = fused_plan(self.tile_shape, config.mode, config.max_shift, smem_limit=limit)
+        self.fft_shape = self.plan.fft
+        ny, nx = self.fft_shape
+        cp = self.xp
+        self._twiddles = cp.asarray(np.concatenate([np.exp(-2j * np.pi * np.arange(nx) / nx),
+                                                    np.exp(-2j * np.pi * np.arange(ny) / ny)]).astype(np.complex64))
+        self._lags = None
+        if config.compensate and window_1d is not None:
+            self._lags = tuple(cp.ascontiguousarray(integer_lag_table(window_power_spectrum(f, n, cp), cp),
+                                                    dtype=cp.float64)
+                               for f, n in zip(window_1d, self.fft_shape))
+        self._ref = None
+
+    def _set_reference(self, tiles):
+        cp = self.xp
+        ny, nx = self.fft_shape
+        spec = cp.fft.rfft2(tiles.astype(cp.float64), s=(ny, nx), axes=(-2, -1))
+        spec = cp.conj(spec) / (ny * nx)           # the inverse FFT's scale folded in
+        # (n, Nx//2+1, Ny): a column of the spectrum is contiguous (read along ky by a team).
+        self._ref = cp.ascontiguousarray(spec.transpose(0, 2, 1), dtype=cp.complex64)
+
+    def _kernel(self, name):
+        fn = get_function("fftcorr.cu", name, name_expressions=_KERNELS,
+                          defines=self.plan.defines(maps=name == "fused_maps"))
+        fn.max_dynamic_shared_size_bytes = self.plan.smem
+        return fn
+
+    def _tiles(self, tiles):
+        cp = self.xp
+        tiles = cp.asarray(tiles, dtype=cp.float32)
+        h, w = self.tile_shape
+        if tiles.ndim != 4 or tiles.shape[2] < h or tiles.shape[3] < w:
+            raise ValueError(f"tiles must be (B, n, >={h}, >={w}), got {tiles.shape}")
+        if tiles.shape[1] != self._ref.shape[0]:
+            raise ValueError(f"{tiles.shape[1]} tiles per pattern for {self._ref.shape[0]} references")
+        if not tiles.flags.c_contiguous:
+            tiles = cp.ascontiguousarray(tiles)
+        # tile t, row y, column x at t * frame + y * row + x (a padded frame is read in place)
+        return tiles, tiles.shape[2] * tiles.shape[3], tiles.shape[3]
+
+    def correlation_maps(self, tiles):
+        cp = self.xp
+        tiles, frame, row = self._tiles(tiles)
+        B, n = tiles.shape[:2]
+        ny, nx = self.fft_shape
+        out = cp.empty((B, n, ny, nx), dtype=cp.float32)
+        if B * n:
+            self._kernel("fused_maps")((B * n,), (self.plan.threads,),
+                                       (tiles, np.int64(frame), np.int32(row), self._ref, np.int32(n),
+                                        self._twiddles, out), shared_mem=self.plan.smem)
+        return out
+
+    def _locate(self, tiles):
+        cp = self.xp
+        tiles, frame, row = self._tiles(tiles)
+        B, n = tiles.shape[:2]
+        T = B * n
+        y = cp.empty(T, dtype=cp.float64)
+        x = cp.empty(T, dtype=cp.float64)
+        value = cp.empty(T, dtype=cp.float32)
+        border = cp.empty(T, dtype=cp.uint8)
+        if T:
+            wy, wx = self._lags if self._lags is not None else (cp.ones(1), cp.ones(1))
+            fn = self._kernel(f"fused_peaks<{_METHODS[self.config.subpixel]}>")
+            fn((T,), (self.plan.threads,),
+               (tiles, np.int64(frame), np.int32(row), self._ref, np.int32(n), self._twiddles,
+                wy, wx, np.int32(self._lags is not None), y, x, value, border), shared_mem=self.plan.smem)
+        return y, x, value, border.astype(bool)

@@ -1,0 +1,473 @@
+// Fused FFT cross-correlation in shared memory (ebsdxc/engines/fused.py): one block per
+// (pattern, ROI) pair does the real 2-D FFT of the zero-padded scan tile, the product with
+// the conjugate reference spectrum, the inverse 2-D FFT and the peak search of find_peaks
+// (peaks.cu), without any pass through global memory.
+//
+// Sizes are compile-time (#define prelude from FusedPlan.defines): tile FC_H x FC_W, FFT
+// FC_NY x FC_NX, FFT lengths split as N = N1 * N2 (FC_N1Y/FC_N2Y, FC_N1X/FC_N2X).
+// A 1-D FFT is a four-step pass of one team of FC_TY or FC_TX (a power of two <= 32) threads
+// of one warp: stage A, thread n2 < N2 takes x[n2 + N2 n1] (n1 < N1), does an N1-point DFT in
+// registers and twiddles by W_N^(n2 k1); the values go through shared memory in the skewed
+// slots of skew(); stage B, thread k1 < N1 takes them back, does an N2-point DFT and holds
+// X[k1 + N1 k2]. Team barriers are __syncwarp(): every lane of a warp runs every barrier.
+// tests/test_fused.py holds a NumPy model of this scheme, index for index.
+#include "peaks.cu"
+
+#ifndef FC_H  // a default plan (96x96 tiles, full mode) so that the file compiles on its own
+#define FC_H 96
+#define FC_W 96
+#define FC_NY 192
+#define FC_NX 192
+#define FC_RY 95
+#define FC_RX 95
+#define FC_N1Y 12
+#define FC_N2Y 16
+#define FC_N1X 12
+#define FC_N2X 16
+#define FC_TY 16
+#define FC_TX 16
+#define FC_LD 97
+#define FC_ROWS 192
+#define FC_NT 512
+#define FC_ALL_ROWS 0
+#endif
+
+namespace fc {
+
+constexpr int H = FC_H, W = FC_W, NY = FC_NY, NX = FC_NX, RY = FC_RY, RX = FC_RX;
+constexpr int N1Y = FC_N1Y, N2Y = FC_N2Y, N1X = FC_N1X, N2X = FC_N2X;
+constexpr int LD = FC_LD, ROWS = FC_ROWS, NT = FC_NT, NXH = NX / 2 + 1;
+constexpr int NWARPS = NT / 32;
+static_assert(N1Y * N2Y == NY && N1X * N2X == NX, "FFT length splits");
+static_assert(NT % 32 == 0 && 32 % FC_TY == 0 && 32 % FC_TX == 0, "teams inside warps");
+static_assert(FC_TY >= N1Y && FC_TY >= N2Y && FC_TX >= N1X && FC_TX >= N2X, "team sizes");
+
+__device__ __forceinline__ float2 cadd(float2 a, float2 b) { return make_float2(a.x + b.x, a.y + b.y); }
+__device__ __forceinline__ float2 csub(float2 a, float2 b) { return make_float2(a.x - b.x, a.y - b.y); }
+__device__ __forceinline__ float2 cmul(float2 a, float2 b) {
+    return make_float2(a.x * b.x - a.y * b.y, a.x * b.y + a.y * b.x);
+}
+// a * b (D < 0) or a * conj(b) (D > 0)
+template <int D>
+__device__ __forceinline__ float2 cmul_dir(float2 a, float2 b) {
+    return D < 0 ? cmul(a, b) : make_float2(a.x * b.x + a.y * b.y, a.y * b.x - a.x * b.y);
+}
+// i * a * D (multiplication by D i)
+template <int D>
+__device__ __forceinline__ float2 mul_i(float2 a) {
+    return D > 0 ? make_float2(-a.y, a.x) : make_float2(a.y, -a.x);
+}
+
+// ------------------------------------------------------------ compile-time twiddles
+__host__ __device__ constexpr double ksin(double x) {
+    double term = x, sum = x;
+    for (int i = 1; i < 40; ++i) {
+        term *= -x * x / ((2.0 * i) * (2.0 * i + 1.0));
+        sum += term;
+    }
+    return sum;
+}
+__host__ __device__ constexpr double kcos(double x) {
+    double term = 1.0, sum = 1.0;
+    for (int i = 1; i < 40; ++i) {
+        term *= -x * x / ((2.0 * i - 1.0) * (2.0 * i));
+        sum += term;
+    }
+    return sum;
+}
+__host__ __device__ constexpr float snap(double v) { return (v < 1e-12 && v > -1e-12) ? 0.0f : (float)v; }
+
+template <int R>
+struct Tw {
+    float c[R];
+    float s[R];
+};
+// exp(D 2 pi i m / R), m < R
+template <int R, int D>
+__host__ __device__ constexpr Tw<R> make_tw() {
+    Tw<R> t{};
+    for (int m = 0; m < R; ++m) {
+        const int mm = 2 * m > R ? m - R : m;  // angle in [-pi, pi] for the series
+        const double a = 2.0 * 3.14159265358979323846 * mm / R;
+        t.c[m] = snap(kcos(a));
+        t.s[m] = snap(D * ksin(a));
+    }
+    return t;
+}
+
+// ------------------------------------------------------------ DFTs in registers
+// Dft<R, D>::run(v): v[k] <- sum_n v[n] exp(D 2 pi i n k / R), in place, natural order.
+template <int R, int D>
+struct Dft {
+    static constexpr int A = R % 4 == 0 ? 4 : (R % 3 == 0 ? 3 : 2);
+    static constexpr int B = R / A;
+    __device__ static __forceinline__ void run(float2* v) {
+        constexpr Tw<R> tw = make_tw<R, D>();
+        float2 t[R];
+#pragma unroll
+        for (int b = 0; b < B; ++b) {
+            float2 u[A];
+#pragma unroll
+            for (int a = 0; a < A; ++a) u[a] = v[b + B * a];
+            Dft<A, D>::run(u);
+#pragma unroll
+            for (int ka = 0; ka < A; ++ka) {
+                const int m = b * ka;
+                t[b + B * ka] = m == 0 ? u[ka] : cmul(u[ka], make_float2(tw.c[m], tw.s[m]));
+            }
+        }
+#pragma unroll
+        for (int ka = 0; ka < A; ++ka) {
+            float2 u[B];
+#pragma unroll
+            for (int b = 0; b < B; ++b) u[b] = t[ka * B + b];
+            Dft<B, D>::run(u);
+#pragma unroll
+            for (int kb = 0; kb < B; ++kb) v[ka + A * kb] = u[kb];
+        }
+    }
+};
+template <int D>
+struct Dft<1, D> {
+    __device__ static __forceinline__ void run(float2*) {}
+};
+template <int D>
+struct Dft<2, D> {
+    __device__ static __forceinline__ void run(float2* v) {
+        const float2 a = v[0], b = v[1];
+        v[0] = cadd(a, b);
+        v[1] = csub(a, b);
+    }
+};
+template <int D>
+struct Dft<3, D> {
+    __device__ static __forceinline__ void run(float2* v) {
+        const float s3 = 0.86602540378443864676f;
+        const float2 a = v[0], s = cadd(v[1], v[2]), d = csub(v[1], v[2]);
+        const float2 t = make_float2(a.x - 0.5f * s.x, a.y - 0.5f * s.y);
+        const float2 r = mul_i<D>(make_float2(s3 * d.x, s3 * d.y));
+        v[0] = cadd(a, s);
+        v[1] = cadd(t, r);
+        v[2] = csub(t, r);
+    }
+};
+template <int D>
+struct Dft<4, D> {
+    __device__ static __forceinline__ void run(float2* v) {
+        const float2 s02 = cadd(v[0], v[2]), d02 = csub(v[0], v[2]);
+        const float2 s13 = cadd(v[1], v[3]), d13 = mul_i<D>(csub(v[1], v[3]));
+        v[0] = cadd(s02, s13);
+        v[1] = cadd(d02, d13);
+        v[2] = csub(s02, s13);
+        v[3] = csub(d02, d13);
+    }
+};
+
+// Slot of the intermediate (n2, k1) of an N1 x N2 four-step FFT (fused.skew).
+template <int N2>
+__device__ __forceinline__ int skew(int n2, int k1) {
+    return k1 * N2 + (n2 + k1) % N2;
+}
+
+// Stage A after the loads: N1-point DFT, then the twiddles W_N^(D n2 k1) from the table
+// tw[m] = exp(-2 pi i m / N).
+template <int N1, int D>
+__device__ __forceinline__ void stage_a(float2* v, int n2, const float2* tw) {
+    Dft<N1, D>::run(v);
+#pragma unroll
+    for (int k1 = 1; k1 < N1; ++k1) v[k1] = cmul_dir<D>(v[k1], tw[n2 * k1]);
+}
+
+// Teams of T threads inside warps; items are handed out so that every lane of a warp runs
+// the same number of rounds (its barriers), idle teams with valid = false.
+template <int T>
+struct Teams {
+    static constexpr int PER_WARP = 32 / T;
+    int lane, first, step;
+    __device__ Teams() {
+        lane = threadIdx.x % T;
+        first = (threadIdx.x >> 5) * PER_WARP;
+        step = NWARPS * PER_WARP;
+    }
+    __device__ int item(int base) const { return base + (threadIdx.x & 31) / T; }
+};
+
+// Inverse row pass: row pairs q needed for lags |dy| <= RY + 1 (all pairs for maps).
+constexpr int NPAIRS = (NY + 1) / 2;
+constexpr int PAIR_FIRST = (RY + 3) / 2;
+constexpr int PAIR_LO = (NY - RY - 1) / 2;
+constexpr bool PAIRS_ALL = FC_ALL_ROWS || PAIR_LO <= PAIR_FIRST;
+constexpr int PAIR_ITEMS = PAIRS_ALL ? NPAIRS : PAIR_FIRST + (NPAIRS - PAIR_LO);
+
+// The whole transform: leaves the correlation map of tile t in shared memory, map row y at
+// floats [y * 2 LD, y * 2 LD + NX) of S.
+__device__ __forceinline__ void correlate(float2* S, const float2* twx, const float2* twy,
+                                          const float* __restrict__ tile, int row,
+                                          const float2* __restrict__ R) {
+    // 1. rows: tile rows 2p, 2p+1 as one complex row, zero-padded to NX; the pair's two rows
+    //    of S (2 LD >= NX + 1 complex) hold the FFT, then the two half spectra.
+    {
+        Teams<FC_TX> tm;
+        constexpr int ITEMS = (H + 1) / 2;
+        for (int base = tm.first; base < ITEMS; base += tm.step) {
+            const int p = tm.item(base);
+            const bool valid = p < ITEMS;
+            float2* L = S + 2 * p * LD;
+            float2 v[N1X];
+            if (valid && tm.lane < N2X) {
+                const float* ra = tile + (long long)(2 * p) * row;
+                const bool has_b = 2 * p + 1 < H;
+#pragma unroll
+                for (int n1 = 0; n1 < N1X; ++n1) {
+                    const int m = tm.lane + N2X * n1;
+                    float2 z = make_float2(0.0f, 0.0f);
+                    if (N2X * n1 < W && m < W) z = make_float2(ra[m], has_b ? ra[row + m] : 0.0f);
+                    v[n1] = z;
+                }
+                stage_a<N1X, -1>(v, tm.lane, twx);
+#pragma unroll
+                for (int k1 = 0; k1 < N1X; ++k1) L[skew<N2X>(tm.lane, k1)] = v[k1];
+            }
+            __syncwarp();
+            float2 u[N2X], bq[N2X];
+            const bool act = valid && tm.lane < N1X;
+            if (act) {
+#pragma unroll
+                for (int n2 = 0; n2 < N2X; ++n2) u[n2] = L[skew<N2X>(n2, tm.lane)];
+                Dft<N2X, -1>::run(u);
+            }
+            __syncwarp();
+            if (act) {
+#pragma unroll
+                for (int k2 = 0; k2 < N2X; ++k2) L[tm.lane + N1X * k2] = u[k2];
+            }
+            __syncwarp();
+            // unpack Z = A + i B: A[m] = (Z[m] + conj Z[-m]) / 2, B[m] = (Z[m] - conj Z[-m]) / 2i
+            if (act) {
+#pragma unroll
+                for (int k2 = 0; k2 < N2X; ++k2) {
+                    const int m = tm.lane + N1X * k2;
+                    if (N1X * k2 <= NX / 2 && m <= NX / 2) {
+                        const float2 zp = L[m == 0 ? 0 : NX - m];
+                        const float2 z = u[k2];
+                        u[k2] = make_float2(0.5f * (z.x + zp.x), 0.5f * (z.y - zp.y));
+                        bq[k2] = make_float2(0.5f * (z.y + zp.y), -0.5f * (z.x - zp.x));
+                    }
+                }
+            }
+            __syncwarp();
+            if (act) {
+#pragma unroll
+                for (int k2 = 0; k2 < N2X; ++k2) {
+                    const int m = tm.lane + N1X * k2;
+                    if (N1X * k2 <= NX / 2 && m <= NX / 2) {
+                        L[m] = u[k2];
+                        L[LD + m] = bq[k2];
+                    }
+                }
+            }
+        }
+    }
+    __syncthreads();
+    // 2. columns: forward FFT (rows >= H are zero), product with the reference, inverse FFT
+    //    with the roles of N1 and N2 swapped, starting from the registers of stage B.
+    {
+        Teams<FC_TY> tm;
+        for (int base = tm.first; base < NXH; base += tm.step) {
+            const int c = tm.item(base);
+            const bool valid = c < NXH;
+            float2* col = S + c;
+            float2 v[N1Y];
+            const bool act_a = valid && tm.lane < N2Y;
+            if (act_a) {
+#pragma unroll
+                for (int n1 = 0; n1 < N1Y; ++n1) {
+                    const int m = tm.lane + N2Y * n1;
+                    v[n1] = (N2Y * n1 < H && m < H) ? col[m * LD] : make_float2(0.0f, 0.0f);
+                }
+                stage_a<N1Y, -1>(v, tm.lane, twy);
+            }
+            __syncwarp();
+            if (act_a) {
+#pragma unroll
+                for (int k1 = 0; k1 < N1Y; ++k1) col[skew<N2Y>(tm.lane, k1) * LD] = v[k1];
+            }
+            __syncwarp();
+            float2 u[N2Y];
+            const bool act_b = valid && tm.lane < N1Y;
+            if (act_b) {
+#pragma unroll
+                for (int n2 = 0; n2 < N2Y; ++n2) u[n2] = col[skew<N2Y>(n2, tm.lane) * LD];
+                Dft<N2Y, -1>::run(u);
+                const float2* rc = R + (long long)c * NY;
+#pragma unroll
+                for (int k2 = 0; k2 < N2Y; ++k2) u[k2] = cmul(u[k2], __ldg(rc + tm.lane + N1Y * k2));
+                // inverse, N = N2 x N1: this thread is n2' = k1 and holds n1' = k2
+                stage_a<N2Y, 1>(u, tm.lane, twy);
+            }
+            __syncwarp();
+            if (act_b) {
+#pragma unroll
+                for (int k = 0; k < N2Y; ++k) col[skew<N1Y>(tm.lane, k) * LD] = u[k];
+            }
+            __syncwarp();
+            float2 w[N1Y];
+            if (act_a) {
+#pragma unroll
+                for (int n = 0; n < N1Y; ++n) w[n] = col[skew<N1Y>(n, tm.lane) * LD];
+                Dft<N1Y, 1>::run(w);
+            }
+            __syncwarp();
+            if (act_a) {
+#pragma unroll
+                for (int k = 0; k < N1Y; ++k) col[(tm.lane + N2Y * k) * LD] = w[k];
+            }
+        }
+    }
+    __syncthreads();
+    // 3. rows: half spectra of map rows 2q, 2q+1 as one complex row Z = A + i B (Hermitian
+    //    extension, imaginary parts of the DC and Nyquist terms dropped as irfft does); the
+    //    inverse FFT is a + i b, written as floats over the pair's rows.
+    {
+        Teams<FC_TX> tm;
+        float* Mf = reinterpret_cast<float*>(S);
+        for (int base = tm.first; base < PAIR_ITEMS; base += tm.step) {
+            const int it = tm.item(base);
+            const bool valid = it < PAIR_ITEMS;
+            const int q = (PAIRS_ALL || it < PAIR_FIRST) ? it : PAIR_LO + it - PAIR_FIRST;
+            float2* L = S + 2 * q * LD;
+            float2 v[N1X];
+            if (valid && tm.lane < N2X) {
+                const bool has_b = 2 * q + 1 < NY;
+#pragma unroll
+                for (int n1 = 0; n1 < N1X; ++n1) {
+                    const int m = tm.lane + N2X * n1;
+                    const bool far = m > NX / 2;
+                    const int mm = far ? NX - m : m;
+                    float2 a = L[mm];
+                    float2 b = has_b ? L[LD + mm] : make_float2(0.0f, 0.0f);
+                    if (mm == 0 || 2 * mm == NX) { a.y = 0.0f; b.y = 0.0f; }
+                    if (far) { a.y = -a.y; b.y = -b.y; }
+                    v[n1] = make_float2(a.x - b.y, a.y + b.x);
+                }
+                stage_a<N1X, 1>(v, tm.lane, twx);
+            }
+            __syncwarp();
+            if (valid && tm.lane < N2X) {
+#pragma unroll
+                for (int k1 = 0; k1 < N1X; ++k1) L[skew<N2X>(tm.lane, k1)] = v[k1];
+            }
+            __syncwarp();
+            float2 u[N2X];
+            const bool act = valid && tm.lane < N1X;
+            if (act) {
+#pragma unroll
+                for (int n2 = 0; n2 < N2X; ++n2) u[n2] = L[skew<N2X>(n2, tm.lane)];
+                Dft<N2X, 1>::run(u);
+            }
+            __syncwarp();
+            if (act) {
+                float* ya = Mf + (long long)(2 * q) * 2 * LD;
+#pragma unroll
+                for (int k2 = 0; k2 < N2X; ++k2) {
+                    const int m = tm.lane + N1X * k2;
+                    ya[m] = u[k2].x;
+                    ya[2 * LD + m] = u[k2].y;
+                }
+            }
+        }
+    }
+    __syncthreads();
+}
+
+__device__ __forceinline__ float2* setup(const float2* __restrict__ tw) {
+    extern __shared__ float2 fc_smem[];
+    float2* twx = fc_smem + ROWS * LD;  // NX entries, then NY
+    for (int i = threadIdx.x; i < NX + NY; i += blockDim.x) twx[i] = tw[i];
+    __syncthreads();
+    return fc_smem;
+}
+
+}  // namespace fc
+
+// Correlation maps (T, NY, NX) in the circular lag layout of the FFT engine.
+__global__ void __launch_bounds__(FC_NT, 1)
+fused_maps(const float* __restrict__ tiles, long long frame, int row, const float2* __restrict__ ref,
+           int n_ref, const float2* __restrict__ tw, float* __restrict__ out) {
+    using namespace fc;
+    float2* S = setup(tw);
+    const long long t = blockIdx.x;
+    correlate(S, S + ROWS * LD, S + ROWS * LD + NX, tiles + t * frame, row,
+              ref + (long long)(t % n_ref) * NXH * NY);
+    const float* Mf = reinterpret_cast<const float*>(S);
+    float* o = out + t * (long long)NY * NX;
+    for (int i = threadIdx.x; i < NY * NX; i += blockDim.x) {
+        const int y = i / NX, x = i - y * NX;
+        o[i] = Mf[y * 2 * LD + x];
+    }
+}
+
+// Peaks: integer search over |dy| <= RY, |dx| <= RX and 3x3 fit, as find_peaks (peaks.cu)
+// on the maps fused_maps writes. wy (NY,), wx (NX,): window autocorrelation by lag mod N,
+// used where comp != 0.
+template <int METHOD>
+__global__ void __launch_bounds__(FC_NT, 1)
+fused_peaks(const float* __restrict__ tiles, long long frame, int row, const float2* __restrict__ ref,
+            int n_ref, const float2* __restrict__ tw, const double* __restrict__ wy,
+            const double* __restrict__ wx, int comp, double* __restrict__ out_y, double* __restrict__ out_x,
+            float* __restrict__ out_value, unsigned char* __restrict__ out_border) {
+    using namespace fc;
+    __shared__ float sval[32];
+    __shared__ int sidx[32];
+    float2* S = setup(tw);
+    const long long t = blockIdx.x;
+    correlate(S, S + ROWS * LD, S + ROWS * LD + NX, tiles + t * frame, row,
+              ref + (long long)(t % n_ref) * NXH * NY);
+    const float* Mf = reinterpret_cast<const float*>(S);
+    constexpr int rw = 2 * RX + 1, rh = 2 * RY + 1;
+    float best = EBSDXC_NEG_INF;
+    int bi = 0x7fffffff;
+    for (int iy = threadIdx.x >> 5; iy < rh; iy += NWARPS) {
+        int yy = iy - RY;
+        yy += yy < 0 ? NY : 0;
+        const float* rowp = Mf + yy * 2 * LD;
+        for (int ix = threadIdx.x & 31; ix < rw; ix += 32) {
+            int xx = ix - RX;
+            xx += xx < 0 ? NX : 0;
+            const float v = rowp[xx];
+            const int i = iy * rw + ix;
+            if (v > best || (v == best && i < bi)) { best = v; bi = i; }
+        }
+    }
+    for (int o = 16; o > 0; o >>= 1) {
+        const float v2 = __shfl_down_sync(0xffffffffu, best, o);
+        const int i2 = __shfl_down_sync(0xffffffffu, bi, o);
+        if (v2 > best || (v2 == best && i2 < bi)) { best = v2; bi = i2; }
+    }
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    if (lane == 0) { sval[warp] = best; sidx[warp] = bi; }
+    __syncthreads();
+    if (threadIdx.x != 0) return;
+    for (int wi = 1; wi < NWARPS; ++wi) {
+        if (sval[wi] > best || (sval[wi] == best && sidx[wi] < bi)) { best = sval[wi]; bi = sidx[wi]; }
+    }
+    const int ly = bi / rw - RY, lx = bi % rw - RX;
+    out_value[t] = best;
+    out_border[t] = ((RY > 0 && abs(ly) == RY) || (RX > 0 && abs(lx) == RX)) ? 1 : 0;
+    double dy = 0.0, dx = 0.0;
+    if (METHOD != M_NONE) {
+        double v[3][3];
+        for (int a = 0; a < 3; ++a) {
+            const int yy = ((ly + a - 1) % NY + NY) % NY;
+            for (int q = 0; q < 3; ++q) {
+                const int xx = ((lx + q - 1) % NX + NX) % NX;
+                double val = Mf[yy * 2 * LD + xx];
+                if (comp) val /= wy[yy] * wx[xx];
+                v[a][q] = val;
+            }
+        }
+        fit_3x3<METHOD>(v, dy, dx);
+    }
+    out_y[t] = ly + dy;
+    out_x[t] = lx + dx;
+}

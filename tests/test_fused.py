@@ -1,0 +1,411 @@
+"""Fused shared-memory FFT engine: a NumPy model of its index scheme (CPU) and the CUDA kernel
+against float64 oracles, FFTEngine and find_peaks (GPU, ``pytest -m gpu``)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from ebsdxc.engines.fused import (
+    LENGTH_MAX,
+    axis_factors,
+    fft_length,
+    fused_plan,
+    skew,
+    supports,
+)
+
+# ------------------------------------------------------------------ NumPy model of the kernel
+# The functions below do, index for index, what kernels/fftcorr.cu does (one thread's
+# registers are an array slice, the shared spectrum is an array of rows x ld complex).
+
+
+def reg_dft(v, d):
+    """Dft<R, d>: in-register DFT of the last axis (R <= 4 direct, else R = A * B recursion)."""
+    R = v.shape[-1]
+    if R <= 4:
+        k = np.arange(R)
+        return v @ np.exp(d * 2j * np.pi * np.outer(k, k) / R)
+    A = 4 if R % 4 == 0 else (3 if R % 3 == 0 else 2)
+    B = R // A
+    t = np.empty_like(v)
+    for b in range(B):
+        u = reg_dft(v[..., b + B * np.arange(A)], d)
+        for ka in range(A):
+            t[..., b + B * ka] = u[..., ka] * np.exp(d * 2j * np.pi * b * ka / R)
+    out = np.empty_like(v)
+    for ka in range(A):
+        u = reg_dft(t[..., ka * B + np.arange(B)], d)
+        out[..., ka + A * np.arange(B)] = u
+    return out
+
+
+def team_fft(load, buf, n1, n2, d, sigma=None):
+    """Four-step FFT of one line: load(idx) gives inputs, buf (>= N slots) is the exchange
+    space; returns U with U[k1, k2] = X[k1 + N1 k2] (thread k1's registers after stage B)."""
+    N = n1 * n2
+    sigma = sigma or (lambda a, b: skew(a, b, n1, n2))
+    # stage A, thread n2 = q2: every thread loads before any writes (a team barrier)
+    V = [reg_dft(load(q2 + n2 * np.arange(n1)), d) * np.exp(d * 2j * np.pi * q2 * np.arange(n1) / N)
+         for q2 in range(n2)]
+    for q2 in range(n2):
+        for k1 in range(n1):
+            buf[sigma(q2, k1)] = V[q2][k1]
+    U = np.empty((n1, n2), complex)
+    for k1 in range(n1):                                   # stage B, thread k1
+        U[k1] = reg_dft(np.array([buf[sigma(q2, k1)] for q2 in range(n2)]), d)
+    return U
+
+
+def model_correlate(scan, ref_spec, plan, all_rows=True):
+    """The kernel's map (Ny, Nx) float64 for a tile (h, w) and the engine's reference
+    spectrum layout (Nx//2+1, Ny), pre-scaled by 1 / (Ny Nx) and conjugated."""
+    (h, w), (ny, nx), (ry, _) = plan.tile, plan.fft, plan.max_lag
+    (n1y, n2y), (n1x, n2x), ld = plan.fy, plan.fx, plan.ld
+    nxh = nx // 2 + 1
+    S = np.full(plan.rows * ld, np.nan, complex)           # shared spectrum, rows x ld
+    # 1. row pass: rows 2p, 2p+1 packed as one complex row; the pair's two rows are the line
+    for p in range((h + 1) // 2):
+        L = S[2 * p * ld:(2 * p + 2) * ld]                 # a view: writes land in S
+        b_row = scan[2 * p + 1] if 2 * p + 1 < h else np.zeros(w)
+
+        def load(idx, p=p, b_row=b_row):
+            z = np.zeros(len(idx), complex)
+            ok = idx < w
+            z[ok] = scan[2 * p][idx[ok]] + 1j * b_row[idx[ok]]
+            return z
+
+        U = team_fft(load, L, n1x, n2x, -1)
+        for k1 in range(n1x):
+            L[k1 + n1x * np.arange(n2x)] = U[k1]
+        Z = L[:nx].copy()                                  # unpack (all reads, then writes)
+        m = np.arange(nxh)
+        Zp = np.conj(Z[(nx - m) % nx])
+        A, D = (Z[m] + Zp) / 2, Z[m] - Zp
+        L[m] = A
+        L[ld + m] = (D.imag - 1j * D.real) / 2
+    # 2. column pass: forward FFT (rows >= h are zero), product, inverse FFT
+    for c in range(nxh):
+        col = S[c::ld][:ny]                                # view of column c
+
+        def load(idx, col=col):
+            z = np.zeros(len(idx), complex)
+            ok = idx < h
+            z[ok] = col[idx[ok]]
+            return z
+
+        U = team_fft(load, col, n1y, n2y, -1)
+        for k1 in range(n1y):
+            U[k1] = U[k1] * ref_spec[c, k1 + n1y * np.arange(n2y)]
+        # inverse, roles swapped: N = N2 x N1 with thread n2' = k1 holding n1' = k2
+        sig2 = (lambda a, b: skew(a, b, n2y, n1y))
+        for k1 in range(n1y):
+            v = reg_dft(U[k1], +1) * np.exp(2j * np.pi * k1 * np.arange(n2y) / ny)
+            for kk in range(n2y):
+                col[sig2(k1, kk)] = v[kk]
+        W = [reg_dft(np.array([col[sig2(q, kk)] for q in range(n1y)]), +1) for kk in range(n2y)]
+        for kk in range(n2y):                              # (after a team barrier)
+            col[kk + n2y * np.arange(n1y)] = W[kk]
+    # 3. inverse row pass: rows y, y+1 packed; the real map rows overwrite the pair's line
+    M = S.view(np.float64).reshape(plan.rows, 2 * ld)      # map row y = floats [y, :nx]
+    pairs = range((ny + 1) // 2) if all_rows else row_pairs(ny, ry)
+    for q in pairs:
+        L = S[2 * q * ld:(2 * q + 2) * ld]
+
+        def load(idx, q=q):
+            m = np.where(idx <= nx // 2, idx, nx - idx)
+            a = S[2 * q * ld + m].copy()
+            b = S[(2 * q + 1) * ld + m].copy() if 2 * q + 1 < ny else np.zeros(len(idx), complex)
+            edge = (m == 0) | (2 * m == nx)
+            a[edge], b[edge] = a[edge].real, b[edge].real
+            far = idx > nx // 2
+            a[far], b[far] = np.conj(a[far]), np.conj(b[far])
+            return a + 1j * b
+
+        U = team_fft(load, L, n1x, n2x, +1)
+        z = np.empty(nx, complex)
+        for k1 in range(n1x):
+            z[k1 + n1x * np.arange(n2x)] = U[k1]
+        M[2 * q, :nx] = z.real
+        M[2 * q + 1, :nx] = z.imag
+    return M[:ny, :nx].copy()
+
+
+def row_pairs(ny, ry):
+    """Row pairs q (rows 2q, 2q+1) the inverse row pass needs for lags |dy| <= ry + 1."""
+    lo = (ny - ry - 1) // 2
+    first = (ry + 3) // 2
+    if lo <= first:
+        return list(range((ny + 1) // 2))
+    return list(range(first)) + list(range(lo, (ny + 1) // 2))
+
+
+def ref_spectrum(ref, fft):
+    ny, nx = fft
+    return (np.conj(np.fft.rfft2(ref.astype(np.float64), s=(ny, nx))) / (ny * nx)).T
+
+
+def definition_map(scan, ref, fft):
+    """Zero-padded linear correlation c[dy, dx] = sum scan[y+dy, x+dx] ref[y, x], circular layout."""
+    h, w = ref.shape
+    ny, nx = fft
+    out = np.zeros(fft)
+    s, r = scan.astype(np.float64), ref.astype(np.float64)
+    for dy in range(-(h - 1), h):
+        for dx in range(-(w - 1), w):
+            y0, y1, x0, x1 = max(0, -dy), min(h, h - dy), max(0, -dx), min(w, w - dx)
+            v = (s[y0 + dy:y1 + dy, x0 + dx:x1 + dx] * r[y0:y1, x0:x1]).sum()
+            if abs(dy) < ny and abs(dx) < nx:
+                out[dy % ny, dx % nx] += v
+    return out
+
+
+# ------------------------------------------------------------------ CPU tests
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, 4, 6, 8, 9, 12, 16, 18, 24, 27, 32])
+@pytest.mark.parametrize("d", [-1, 1])
+def test_register_dft_matches_numpy(rng, n, d):
+    v = rng.standard_normal((3, n)) + 1j * rng.standard_normal((3, n))
+    want = np.fft.fft(v) if d < 0 else np.fft.ifft(v) * n
+    np.testing.assert_allclose(reg_dft(v, d), want, atol=1e-10 * n)
+
+
+@pytest.mark.parametrize("n", [1, 2, 6, 9, 16, 27, 48, 72, 128, 162, 192, 216, 243, 576, 1024])
+@pytest.mark.parametrize("d", [-1, 1])
+def test_team_fft_matches_numpy(rng, n, d):
+    n1, n2 = axis_factors(n)
+    x = rng.standard_normal(n) + 1j * rng.standard_normal(n)
+    buf = np.full(n, np.nan, complex)
+    U = team_fft(lambda idx: x[idx], buf, n1, n2, d)
+    X = np.empty(n, complex)
+    for k1 in range(n1):
+        X[k1 + n1 * np.arange(n2)] = U[k1]
+    want = np.fft.fft(x) if d < 0 else np.fft.ifft(x) * n
+    np.testing.assert_allclose(X, want, atol=1e-9 * n)
+
+
+@pytest.mark.parametrize("n", [6, 48, 72, 162, 192, 243, 576])
+def test_skew_is_a_bijection_without_bank_conflicts(n):
+    n1, n2 = axis_factors(n)
+    slots = np.array([[skew(a, b, n1, n2) for b in range(n1)] for a in range(n2)])
+    assert sorted(slots.ravel()) == list(range(n))
+    # 64-bit accesses: 16 lanes per wavefront; slots (stride 1 or an odd row stride) map to
+    # banks by slot mod 16. Writers of one k1 (lanes n2) and readers of one n2 (lanes k1).
+    worst = max(max(np.bincount(g[i:i + 16] % 16).max() for i in range(0, len(g), 16))
+                for g in [slots[:, k] for k in range(n1)] + [slots[a, :] for a in range(n2)])
+    assert worst <= (1 if n in (48, 192) else 3)
+
+
+@pytest.mark.parametrize("tile,mode,shift", [((1, 1), "full", None), ((5, 7), "full", None),
+                                             ((13, 6), "full", None), ((6, 13), "window", 3),
+                                             ((9, 4), "window", 2), ((16, 12), "full", None),
+                                             ((11, 8), "window", 20)])
+def test_kernel_model_equals_definition(rng, tile, mode, shift):
+    plan = fused_plan(tile, mode, shift)
+    h, w = tile
+    scan, ref = rng.standard_normal((2, h, w))
+    got = model_correlate(scan, ref_spectrum(ref, plan.fft), plan)
+    want = definition_map(scan, ref, plan.fft)
+    ry, rx = plan.max_lag
+    iy, ix = np.arange(-ry, ry + 1) % plan.fft[0], np.arange(-rx, rx + 1) % plan.fft[1]
+    if mode == "full":
+        np.testing.assert_allclose(got, want, atol=1e-9)
+    else:  # only the searched lags are linear correlations
+        np.testing.assert_allclose(got[np.ix_(iy, ix)], want[np.ix_(iy, ix)], atol=1e-9)
+    if mode == "window":  # the rows the peak search reads are all computed with the row subset
+        part = model_correlate(scan, ref_spectrum(ref, plan.fft), plan, all_rows=False)
+        rows = np.arange(-ry - 1, ry + 2) % plan.fft[0]
+        np.testing.assert_allclose(part[rows], got[rows], atol=1e-12)
+
+
+def test_fft_lengths_are_smallest_usable_2a3b():
+    assert fft_length(191) == 192
+    assert fft_length(1) == 1
+    assert fft_length(65) == 72
+    assert fft_length(39) == 48
+    assert fft_length(159) == 162
+    assert fft_length(25) == 27
+    assert fft_length(960) == 1024  # 972 = 4 * 243 has no split into two factors <= 32
+    assert fft_length(LENGTH_MAX + 1) is None
+    assert axis_factors(192) == (12, 16)
+    assert axis_factors(972) is None
+
+
+def test_plans_and_refusals():
+    p = fused_plan((96, 96), "full")
+    assert p.fft == (192, 192) and p.ld == 97 and p.smem < 160 * 1024 and p.threads == 512
+    assert p.max_lag == (95, 95)
+    w = fused_plan((96, 80), "window", 16)
+    assert w.fft == (128, 96) and w.max_lag == (16, 16)
+    assert fused_plan((1, 1), "full").fft == (1, 1)
+    assert supports((96, 96), "full") and supports((128, 128), "window", 8)
+    assert not supports((128, 128), "full")
+    with pytest.raises(ValueError, match="shared memory: use the fft engine"):
+        fused_plan((128, 128), "full")
+    with pytest.raises(ValueError, match="up to 1024"):
+        fused_plan((600, 4), "full")
+    with pytest.raises(ValueError, match="not 'circular'"):
+        fused_plan((8, 8), "circular")
+    assert not supports((8, 8), "window", None)
+
+
+def test_engine_refuses_cpu_and_spectrum_methods():
+    from ebsdxc.backend import select_backend
+    from ebsdxc.engines import EngineConfig, make_engine
+    from ebsdxc.errors import InputError
+
+    with pytest.raises(InputError, match="CUDA GPU only"):
+        make_engine("fused", select_backend("cpu"), (8, 8), EngineConfig(subpixel="quadratic"))
+
+
+# ------------------------------------------------------------------ GPU tests
+
+SIZES = [(1, 1), (5, 7), (13, 6), (33, 20), (64, 64), (96, 96), (96, 80)]
+
+
+def _fft_oracle(scan, ref, fft):
+    """float64 zero-padded linear correlation (exact: the FFT size leaves no wrap-around)."""
+    h, w = ref.shape[-2:]
+    s = (2 * h - 1, 2 * w - 1)
+    c = np.fft.irfft2(np.fft.rfft2(scan.astype(np.float64), s=s) * np.conj(np.fft.rfft2(ref.astype(np.float64), s=s)), s=s)
+    out = np.zeros(scan.shape[:-2] + tuple(fft))
+    ly, lx = np.arange(-(h - 1), h), np.arange(-(w - 1), w)
+    keep_y, keep_x = np.abs(ly) < fft[0], np.abs(lx) < fft[1]
+    np.add.at(out, (..., (ly[keep_y] % fft[0])[:, None], (lx[keep_x] % fft[1])[None, :]),
+              c[..., ly[keep_y] % s[0], :][..., lx[keep_x] % s[1]])
+    return out
+
+
+def _engine(tile, mode, shift=None, method="none", compensate=True, window=True):
+    from ebsdxc.backend import select_backend
+    from ebsdxc.engines import EngineConfig, make_engine
+    from ebsdxc.preprocess import window_1d
+
+    h, w = tile
+    win = (window_1d(h), window_1d(w)) if window else None
+    cfg = EngineConfig(mode=mode, max_shift=shift, subpixel=method, compensate=compensate)
+    return make_engine("fused", select_backend("cuda"), tile, cfg, window_1d=win), win
+
+
+def _shifted_tiles(rng, B, n, tile, shift=2.3):
+    """Smooth random reference tiles and scan tiles of the same content moved by ~shift px."""
+    from scipy import ndimage
+
+    h, w = tile
+    big = ndimage.gaussian_filter(rng.standard_normal((n, h + 16, w + 16)), (0, 2, 2))
+    ref = big[:, 8:8 + h, 8:8 + w]
+    scan = np.empty((B, n, h, w))
+    for b in range(B):
+        d = rng.uniform(-shift, shift, 2)
+        moved = ndimage.shift(big, (0, d[0], d[1]), order=3, mode="wrap")
+        scan[b] = moved[:, 8:8 + h, 8:8 + w] + 0.05 * rng.standard_normal((n, h, w))
+    return scan.astype(np.float32), ref.astype(np.float32)
+
+
+@pytest.mark.gpu
+def test_oracle_is_the_definition(rng):
+    scan, ref = rng.standard_normal((2, 6, 5))
+    np.testing.assert_allclose(_fft_oracle(scan, ref, (12, 9)), definition_map(scan, ref, (12, 9)), atol=1e-12)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("tile", SIZES)
+@pytest.mark.parametrize("mode,shift", [("full", None), ("window", 3), ("window", 16)])
+def test_maps_match_float64_definition(rng, tile, mode, shift):
+    import cupy as cp
+
+    eng, _ = _engine(tile, mode, shift)
+    h, w = tile
+    B, n = 2, 3
+    ref = rng.standard_normal((n, h, w)).astype(np.float32)
+    scan = (rng.standard_normal((B, n, h, w)) + 0.3).astype(np.float32)
+    eng.set_reference(cp.asarray(ref), np.ones(n), np.zeros(n, np.uint8))
+    got = eng.correlation_maps(cp.asarray(scan)).get()
+    ny, nx = eng.fft_shape
+    assert got.shape == (B, n, ny, nx)
+    want = _fft_oracle(scan, ref[None], (ny, nx))
+    ry, rx = eng.max_lag
+    if mode == "window":
+        iy, ix = np.arange(-ry, ry + 1) % ny, np.arange(-rx, rx + 1) % nx
+        got, want = got[..., iy, :][..., ix], want[..., iy, :][..., ix]
+    peak = np.abs(want).max()
+    assert np.abs(got - want).max() <= 1e-5 * peak
+    # a padded frame (tile at the top-left) is read in place
+    frames = np.zeros((B, n, h + 3, w + 5), np.float32)
+    frames[..., :h, :w] = scan
+    again = eng.correlation_maps(cp.asarray(frames)).get()
+    if mode == "window":
+        again = again[..., iy, :][..., ix]
+    np.testing.assert_array_equal(again, got)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("method", ["none", "parabolic", "gaussian", "quadratic"])
+@pytest.mark.parametrize("tile,mode,shift", [((96, 96), "full", None), ((33, 20), "full", None),
+                                             ((64, 64), "window", 8), ((13, 6), "window", 3), ((1, 1), "full", None)])
+@pytest.mark.parametrize("compensate", [False, True])
+def test_peaks_equal_find_peaks_on_the_maps(rng, method, tile, mode, shift, compensate):
+    import cupy as cp
+
+    from ebsdxc.engines.gpu_ops import find_peaks
+
+    eng, _ = _engine(tile, mode, shift, method, compensate)
+    B, n = 3, 4
+    scan, ref = _shifted_tiles(rng, B, n, tile)
+    scan[0, 0] = 0.0  # a flagged (all-zero) tile: ties everywhere, first lag wins
+    eng.set_reference(cp.asarray(ref), np.ones(n), np.zeros(n, np.uint8))
+    dev = cp.asarray(scan)
+    y, x, v, b = (a.get() for a in eng._locate(dev))
+    maps = eng.correlation_maps(dev).reshape(B * n, *eng.fft_shape)
+    wy, wx, vv, bb, _, _ = find_peaks(maps, eng.max_lag, method, eng._lags)
+    np.testing.assert_array_equal(v, vv.get())
+    np.testing.assert_array_equal(b, bb.get())
+    np.testing.assert_allclose(y, wy.get(), atol=1e-9)
+    np.testing.assert_allclose(x, wx.get(), atol=1e-9)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("method", ["none", "parabolic", "gaussian", "quadratic"])
+@pytest.mark.parametrize("tile,mode,shift", [((96, 96), "full", None), ((96, 80), "window", 16),
+                                             ((33, 20), "full", None)])
+def test_peaks_match_fft_engine(rng, method, tile, mode, shift):
+    import cupy as cp
+
+    from ebsdxc.backend import select_backend
+    from ebsdxc.engines import EngineConfig, make_engine
+
+    eng, win = _engine(tile, mode, shift, method)
+    fft = make_engine("fft", select_backend("cuda"), tile,
+                      EngineConfig(mode=mode, max_shift=shift, subpixel=method), window_1d=win)
+    B, n = 4, 5
+    scan, ref = _shifted_tiles(rng, B, n, tile)
+    for e in (eng, fft):
+        e.set_reference(cp.asarray(ref), np.ones(n), np.zeros(n, np.uint8))
+    dev = cp.asarray(scan)
+    got = [a.get() for a in eng._locate(dev)]
+    want = [a.get() for a in fft._locate(dev)]
+    np.testing.assert_allclose(got[2], want[2], rtol=1e-5, atol=1e-5 * np.abs(want[2]).max())
+    np.testing.assert_array_equal(got[3], want[3])
+    np.testing.assert_allclose(got[0], want[0], atol=2e-3)
+    np.testing.assert_allclose(got[1], want[1], atol=2e-3)
+
+
+@pytest.mark.gpu
+def test_engine_match_and_refusals():
+    import cupy as cp
+
+    from ebsdxc.errors import InputError
+
+    with pytest.raises(InputError, match="needs the FFT engine"):
+        _engine((16, 16), "full", method="dft")
+    with pytest.raises(InputError, match="shared memory"):
+        _engine((128, 128), "full", method="quadratic")
+    eng, _ = _engine((32, 32), "window", 4, "quadratic")
+    rng = np.random.default_rng(1)
+    scan, ref = _shifted_tiles(rng, 2, 3, (32, 32), shift=1.5)
+    e = (ref.astype(np.float64) ** 2).sum((-2, -1))
+    eng.set_reference(cp.asarray(ref), e, np.zeros(3, np.uint8))
+    res = eng.match(cp.asarray(scan), cp.asarray((scan.astype(np.float64) ** 2).sum((-2, -1)), dtype=cp.float32),
+                    cp.zeros((2, 3), cp.uint8))
+    assert res.displacement.shape == (2, 3, 2) and bool((res.peak_height > 0.5).all())
