@@ -29,7 +29,6 @@
 #define FC_LD 97
 #define FC_ROWS 192
 #define FC_NT 512
-#define FC_ALL_ROWS 0
 #endif
 
 namespace fc {
@@ -196,14 +195,14 @@ struct Teams {
 constexpr int NPAIRS = (NY + 1) / 2;
 constexpr int PAIR_FIRST = (RY + 3) / 2;
 constexpr int PAIR_LO = (NY - RY - 1) / 2;
-constexpr bool PAIRS_ALL = FC_ALL_ROWS || PAIR_LO <= PAIR_FIRST;
+constexpr bool PAIRS_ALL = PAIR_LO <= PAIR_FIRST;
 constexpr int PAIR_ITEMS = PAIRS_ALL ? NPAIRS : PAIR_FIRST + (NPAIRS - PAIR_LO);
 
 // The whole transform: leaves the correlation map of tile t in shared memory, map row y at
 // floats [y * 2 LD, y * 2 LD + NX) of S.
 __device__ __forceinline__ void correlate(float2* S, const float2* twx, const float2* twy,
                                           const float* __restrict__ tile, int row,
-                                          const float2* __restrict__ R) {
+                                          const float2* __restrict__ R, bool all_rows) {
     // 1. rows: tile rows 2p, 2p+1 as one complex row, zero-padded to NX; the pair's two rows
     //    of S (2 LD >= NX + 1 complex) hold the FFT, then the two half spectra.
     {
@@ -331,10 +330,12 @@ __device__ __forceinline__ void correlate(float2* S, const float2* twx, const fl
     {
         Teams<FC_TX> tm;
         float* Mf = reinterpret_cast<float*>(S);
-        for (int base = tm.first; base < PAIR_ITEMS; base += tm.step) {
+        const bool every = all_rows || PAIRS_ALL;
+        const int items = every ? NPAIRS : PAIR_ITEMS;
+        for (int base = tm.first; base < items; base += tm.step) {
             const int it = tm.item(base);
-            const bool valid = it < PAIR_ITEMS;
-            const int q = (PAIRS_ALL || it < PAIR_FIRST) ? it : PAIR_LO + it - PAIR_FIRST;
+            const bool valid = it < items;
+            const int q = (every || it < PAIR_FIRST) ? it : PAIR_LO + it - PAIR_FIRST;
             float2* L = S + 2 * q * LD;
             float2 v[N1X];
             if (valid && tm.lane < N2X) {
@@ -398,7 +399,7 @@ fused_maps(const float* __restrict__ tiles, long long frame, int row, const floa
     float2* S = setup(tw);
     const long long t = blockIdx.x;
     correlate(S, S + ROWS * LD, S + ROWS * LD + NX, tiles + t * frame, row,
-              ref + (long long)(t % n_ref) * NXH * NY);
+              ref + (long long)(t % n_ref) * NXH * NY, true);
     const float* Mf = reinterpret_cast<const float*>(S);
     float* o = out + t * (long long)NY * NX;
     for (int i = threadIdx.x; i < NY * NX; i += blockDim.x) {
@@ -409,12 +410,11 @@ fused_maps(const float* __restrict__ tiles, long long frame, int row, const floa
 
 // Peaks: integer search over |dy| <= RY, |dx| <= RX and 3x3 fit, as find_peaks (peaks.cu)
 // on the maps fused_maps writes. wy (NY,), wx (NX,): window autocorrelation by lag mod N,
-// used where comp != 0.
-template <int METHOD>
+// used where comp != 0. method: 0 none, 1 parabolic, 2 gaussian, 3 quadratic (M_* of peaks.cu).
 __global__ void __launch_bounds__(FC_NT, 1)
 fused_peaks(const float* __restrict__ tiles, long long frame, int row, const float2* __restrict__ ref,
             int n_ref, const float2* __restrict__ tw, const double* __restrict__ wy,
-            const double* __restrict__ wx, int comp, double* __restrict__ out_y, double* __restrict__ out_x,
+            const double* __restrict__ wx, int comp, int method, double* __restrict__ out_y, double* __restrict__ out_x,
             float* __restrict__ out_value, unsigned char* __restrict__ out_border) {
     using namespace fc;
     __shared__ float sval[32];
@@ -422,7 +422,7 @@ fused_peaks(const float* __restrict__ tiles, long long frame, int row, const flo
     float2* S = setup(tw);
     const long long t = blockIdx.x;
     correlate(S, S + ROWS * LD, S + ROWS * LD + NX, tiles + t * frame, row,
-              ref + (long long)(t % n_ref) * NXH * NY);
+              ref + (long long)(t % n_ref) * NXH * NY, false);
     const float* Mf = reinterpret_cast<const float*>(S);
     constexpr int rw = 2 * RX + 1, rh = 2 * RY + 1;
     float best = EBSDXC_NEG_INF;
@@ -455,7 +455,7 @@ fused_peaks(const float* __restrict__ tiles, long long frame, int row, const flo
     out_value[t] = best;
     out_border[t] = ((RY > 0 && abs(ly) == RY) || (RX > 0 && abs(lx) == RX)) ? 1 : 0;
     double dy = 0.0, dx = 0.0;
-    if (METHOD != M_NONE) {
+    if (method != M_NONE) {
         double v[3][3];
         for (int a = 0; a < 3; ++a) {
             const int yy = ((ly + a - 1) % NY + NY) % NY;
@@ -466,7 +466,9 @@ fused_peaks(const float* __restrict__ tiles, long long frame, int row, const flo
                 v[a][q] = val;
             }
         }
-        fit_3x3<METHOD>(v, dy, dx);
+        if (method == M_PARABOLIC) fit_3x3<M_PARABOLIC>(v, dy, dx);
+        else if (method == M_GAUSSIAN) fit_3x3<M_GAUSSIAN>(v, dy, dx);
+        else fit_3x3<M_QUADRATIC>(v, dy, dx);
     }
     out_y[t] = ly + dy;
     out_x[t] = lx + dx;

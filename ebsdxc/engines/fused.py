@@ -40,7 +40,7 @@ SMEM_OPTIN = 232448     # bytes of opt-in dynamic shared memory per block on sm_
 THREADS_MAX = 512
 _STATIC_SMEM = 512      # static shared memory of the kernel (reduction slots), rounded up
 _METHODS = {"none": 0, "parabolic": 1, "gaussian": 2, "quadratic": 3}
-_KERNELS = tuple(f"fused_peaks<{m}>" for m in _METHODS.values()) + ("fused_maps",)
+_KERNELS = ("fused_peaks", "fused_maps")
 
 
 def _smooth(n):
@@ -107,12 +107,12 @@ class FusedPlan:
     def nxh(self):
         return self.fft[1] // 2 + 1
 
-    def defines(self, maps):
+    def defines(self):
         (h, w), (ny, nx), (ry, rx) = self.tile, self.fft, self.max_lag
         return (("FC_H", h), ("FC_W", w), ("FC_NY", ny), ("FC_NX", nx), ("FC_RY", ry), ("FC_RX", rx),
                 ("FC_N1Y", self.fy[0]), ("FC_N2Y", self.fy[1]), ("FC_N1X", self.fx[0]), ("FC_N2X", self.fx[1]),
                 ("FC_TY", _team(*self.fy)), ("FC_TX", _team(*self.fx)), ("FC_LD", self.ld),
-                ("FC_ROWS", self.rows), ("FC_NT", self.threads), ("FC_ALL_ROWS", int(maps)))
+                ("FC_ROWS", self.rows), ("FC_NT", self.threads))
 
 
 def _need(tile_shape, mode, max_shift):
@@ -200,7 +200,7 @@ class FusedFFTEngine(CorrelationEngine):
 
     def _kernel(self, name):
         fn = get_function("fftcorr.cu", name, name_expressions=_KERNELS,
-                          defines=self.plan.defines(maps=name == "fused_maps"))
+                          defines=self.plan.defines())
         fn.max_dynamic_shared_size_bytes = self.plan.smem
         return fn
 
@@ -240,8 +240,8 @@ class FusedFFTEngine(CorrelationEngine):
         border = cp.empty(T, dtype=cp.uint8)
         if T:
             wy, wx = self._lags if self._lags is not None else (cp.ones(1), cp.ones(1))
-            fn = self._kernel(f"fused_peaks<{_METHODS[self.config.subpixel]}>")
+            fn = self._kernel("fused_peaks")
             fn((T,), (self.plan.threads,),
                (tiles, np.int64(frame), np.int32(row), self._ref, np.int32(n), self._twiddles,
-                wy, wx, np.int32(self._lags is not None), y, x, value, border), shared_mem=self.plan.smem)
+                wy, wx, np.int32(self._lags is not None), np.int32(_METHODS[self.config.subpixel]), y, x, value, border), shared_mem=self.plan.smem)
         return y, x, value, border.astype(bool)
