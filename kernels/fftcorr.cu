@@ -381,10 +381,18 @@ __device__ __forceinline__ void correlate(float2* S, const float2* twx, const fl
     __syncthreads();
 }
 
-__device__ __forceinline__ float2* setup(const float2* __restrict__ tw) {
+// Shared memory: spectrum / map (ROWS x LD complex), twiddles (NX, then NY complex), and
+// for the peak kernel the window lag tables (NY, then NX doubles).
+__device__ __forceinline__ float2* setup(const float2* __restrict__ tw, const double* __restrict__ wy = nullptr,
+                                         const double* __restrict__ wx = nullptr) {
     extern __shared__ float2 fc_smem[];
     float2* twx = fc_smem + ROWS * LD;  // NX entries, then NY
     for (int i = threadIdx.x; i < NX + NY; i += blockDim.x) twx[i] = tw[i];
+    if (wy != nullptr) {
+        double* lag = reinterpret_cast<double*>(twx + NX + NY);
+        for (int i = threadIdx.x; i < NY; i += blockDim.x) lag[i] = wy[i];
+        for (int i = threadIdx.x; i < NX; i += blockDim.x) lag[NY + i] = wx[i];
+    }
     __syncthreads();
     return fc_smem;
 }
@@ -410,7 +418,7 @@ fused_maps(const float* __restrict__ tiles, long long frame, int row, const floa
 
 // Peaks: integer search over |dy| <= RY, |dx| <= RX and 3x3 fit, as find_peaks (peaks.cu)
 // on the maps fused_maps writes. wy (NY,), wx (NX,): window autocorrelation by lag mod N,
-// used where comp != 0. method: 0 none, 1 parabolic, 2 gaussian, 3 quadratic (M_* of peaks.cu).
+// used where comp != 0 (the launch gives NX + NY more doubles of shared memory then). method: 0 none, 1 parabolic, 2 gaussian, 3 quadratic (M_* of peaks.cu).
 __global__ void __launch_bounds__(FC_NT, 1)
 fused_peaks(const float* __restrict__ tiles, long long frame, int row, const float2* __restrict__ ref,
             int n_ref, const float2* __restrict__ tw, const double* __restrict__ wy,
@@ -419,7 +427,9 @@ fused_peaks(const float* __restrict__ tiles, long long frame, int row, const flo
     using namespace fc;
     __shared__ float sval[32];
     __shared__ int sidx[32];
-    float2* S = setup(tw);
+    float2* S = setup(tw, comp ? wy : nullptr, wx);
+    const double* lag_y = reinterpret_cast<const double*>(S + ROWS * LD + NX + NY);
+    const double* lag_x = lag_y + NY;
     const long long t = blockIdx.x;
     correlate(S, S + ROWS * LD, S + ROWS * LD + NX, tiles + t * frame, row,
               ref + (long long)(t % n_ref) * NXH * NY, false);
@@ -462,7 +472,7 @@ fused_peaks(const float* __restrict__ tiles, long long frame, int row, const flo
             for (int q = 0; q < 3; ++q) {
                 const int xx = ((lx + q - 1) % NX + NX) % NX;
                 double val = Mf[yy * 2 * LD + xx];
-                if (comp) val /= wy[yy] * wx[xx];
+                if (comp) val /= lag_y[yy] * lag_x[xx];
                 v[a][q] = val;
             }
         }

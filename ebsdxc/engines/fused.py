@@ -141,7 +141,7 @@ def fused_plan(tile_shape, mode, max_shift=None, *, smem_limit=SMEM_OPTIN):
     nxh = nx // 2 + 1
     ld = nxh | 1                       # odd stride: a column's rows fall in distinct banks
     rows = ny + (ny & 1)
-    smem = rows * ld * 8 + (nx + ny) * 8
+    smem = rows * ld * 8 + (nx + ny) * 16    # spectrum, twiddles, window lag tables
     if smem + _STATIC_SMEM > smem_limit:
         raise ValueError(f"{w}x{h} tiles in {mode} mode need a {nx}x{ny} FFT whose spectrum "
                          f"({smem // 1024} KB) does not fit in {smem_limit // 1024} KB of shared "
@@ -188,7 +188,9 @@ class FusedFFTEngine(CorrelationEngine):
             self._lags = tuple(cp.ascontiguousarray(integer_lag_table(window_power_spectrum(f, n, cp), cp),
                                                     dtype=cp.float64)
                                for f, n in zip(window_1d, self.fft_shape))
+        self._no_lags = (cp.ones(ny), cp.ones(nx))  # kernel arguments when not compensating
         self._ref = None
+        self._fns = {}
 
     def _set_reference(self, tiles):
         cp = self.xp
@@ -199,9 +201,12 @@ class FusedFFTEngine(CorrelationEngine):
         self._ref = cp.ascontiguousarray(spec.transpose(0, 2, 1), dtype=cp.complex64)
 
     def _kernel(self, name):
-        fn = get_function("fftcorr.cu", name, name_expressions=_KERNELS,
-                          defines=self.plan.defines())
-        fn.max_dynamic_shared_size_bytes = self.plan.smem
+        key = (self.xp.cuda.Device().id, name)
+        fn = self._fns.get(key)
+        if fn is None:
+            fn = get_function("fftcorr.cu", name, name_expressions=_KERNELS, defines=self.plan.defines())
+            fn.max_dynamic_shared_size_bytes = self.plan.smem
+            self._fns[key] = fn
         return fn
 
     def _tiles(self, tiles):
@@ -239,9 +244,9 @@ class FusedFFTEngine(CorrelationEngine):
         value = cp.empty(T, dtype=cp.float32)
         border = cp.empty(T, dtype=cp.uint8)
         if T:
-            wy, wx = self._lags if self._lags is not None else (cp.ones(1), cp.ones(1))
+            wy, wx = self._lags if self._lags is not None else self._no_lags
             fn = self._kernel("fused_peaks")
             fn((T,), (self.plan.threads,),
                (tiles, np.int64(frame), np.int32(row), self._ref, np.int32(n), self._twiddles,
                 wy, wx, np.int32(self._lags is not None), np.int32(_METHODS[self.config.subpixel]), y, x, value, border), shared_mem=self.plan.smem)
-        return y, x, value, border.astype(bool)
+        return y, x, value, border.view(cp.bool_)
