@@ -16,6 +16,10 @@ registers, twiddle, exchange through shared memory in a skewed layout (no bank
 conflicts), then N1 threads do N2-point DFTs. The column pass runs forward FFT, product and
 inverse FFT back to back, the inverse starting from the registers of the forward one.
 
+Measured (H200, ``benchmarks/fused_fft.py``): 86 ROIs of 96x96 against 50 patterns, full mode,
+tiles on the device to quadratic peaks: 1.06 ms (cuFFT engine 3.99 ms); window mode +-16 px
+(128x128 FFTs): 0.51 ms (cuFFT engine 1.75 ms).
+
 Sizes whose spectrum does not fit in shared memory (or with a length over 1024) are refused
 with a ValueError (:func:`supports` says so beforehand); the FFT engine handles them.
 """
