@@ -76,13 +76,35 @@ __global__ void xc_warp_per_overlap(const float* __restrict__ L, const float* __
     if (lane == 0) out[out_offset(p, a, b, dy, dx, My, Mx)] = acc;
 }
 
+// Right row rho, columns u0 + lane (zero past the row's end), of KR matrices.
+template <int W, int KR>
+__device__ __forceinline__ void load_right(const float* const (&Rm)[KR], int rho, int u0, int l, int w,
+                                           float (&v)[KR]) {
+#pragma unroll
+    for (int j = 0; j < KR; ++j) v[j] = u0 + l < w ? __ldg(Rm[j] + rho * w + u0 + l) : 0.0f;
+}
+
+// Column c of left rows top, top-1, ..., top-G+1 of KL matrices (zero outside the matrix).
+template <int W, int KL, int G>
+__device__ __forceinline__ void load_left(const float* const (&Lm)[KL], int top, int c, int h, int w,
+                                          float (&v)[G][KL]) {
+#pragma unroll
+    for (int g = 0; g < G; ++g)
+#pragma unroll
+        for (int i = 0; i < KL; ++i) {
+            const int y = top - g;
+            v[g][i] = (y >= 0 && y < h && c >= 0 && c < w) ? __ldg(Lm[i] + y * w + c) : 0.0f;
+        }
+}
+
 // Warp-shuffle family. A segment of W lanes (W = 32: a warp; 16 or 8 for narrow windows)
 // computes W consecutive dx lags (dx0 + lane) of G consecutive dy lags (grouped-overlap)
 // for KL left and KR right matrices (multi-matrix-both / multi-matrix-right), so one
-// thread holds G*KL*KR sums. Right rows are read W values at a time into one register
-// per lane and broadcast by shuffles; each left row lives in a 2W-item register ring
-// (lo, hi) from which every lane takes its own sliding value by one shuffle per step:
-// the source lane picks which half to send, so the ring never moves. SPLITS > 1
+// thread holds G*KL*KR sums. Right rows are read W values at a time, one per lane, and
+// broadcast to the segment; each left row lives in a 2W-item register ring (lo, hi)
+// from which every lane takes its own sliding value by one shuffle per step: the source
+// lane picks which half to send, so the ring never moves (the paper shifts it, two
+// shuffles per step). SPLITS > 1
 // (split-row) divides the rows of the overlap among independent segments that
 // accumulate with atomicAdd into a zeroed output: parallelism for few, large matrices.
 // Rows where some of the G left rows fall outside the matrix (the paper's init and final
@@ -111,7 +133,7 @@ xc_shuffle(const float* __restrict__ L, const float* __restrict__ R, float* __re
     const int dx0 = dxc * W - rx, dy0 = dyb * G - ry, a0 = ab * KL, b0 = bb * KR;
 
     const float* Lm[KL];
-    const float* Rm[KR];
+    const float* Rm[KR];  // arrays of pointers, indexed at compile time only
 #pragma unroll
     for (int i = 0; i < KL; ++i) Lm[i] = L + (long long)min(a0 + i, p.na - 1) * h * w;
 #pragma unroll
@@ -133,51 +155,77 @@ xc_shuffle(const float* __restrict__ L, const float* __restrict__ R, float* __re
     // Right columns that meet at least one left column for the W lags.
     const int u_lo = max(0, dx0), u_hi = min(w, w + dx0 + W - 1);
 
-    for (int rho = r0; rho < r1; ++rho) {
-        int lrow[G];
+    // Walk the (row, chunk) steps with the next step's values loaded into registers
+    // before the current step's shuffles and FMAs run: the loads' latency hides behind
+    // W steps of arithmetic instead of stalling each chunk.
+    // Right values reach the lanes from shared memory, four at a time by one broadcast
+    // LDS.128 (uniform address), rather than one shuffle each: the broadcast is the
+    // family's most frequent exchange, the sliding left values stay on shuffles.
+    __shared__ __align__(16) float rbuf[128 * KR];
+    float* rs = rbuf + (threadIdx.x / W) * (W * KR);  // this segment's [KR][W] chunk
+    const int nch = (u_hi - u_lo + W - 1) / W;
+    if (r1 > r0 && nch > 0) {
+        float rv[KR], lo[G][KL], hi[G][KL];
+        int rho = r0, ci = 0;
+        load_right<W, KR>(Rm, rho, u_lo, l, w, rv);
 #pragma unroll
-        for (int g = 0; g < G; ++g) lrow[g] = rho - dy0 - g;  // may be outside [0, h)
-        float lo[G][KL], hi[G][KL];
-        int c = u_lo - dx0 - (W - 1) + l;  // this lane's ring slot in the left row
-#pragma unroll
-        for (int g = 0; g < G; ++g)
-#pragma unroll
-            for (int i = 0; i < KL; ++i)
-                lo[g][i] = (lrow[g] >= 0 && lrow[g] < h && c >= 0 && c < w)
-                               ? __ldg(Lm[i] + lrow[g] * w + c) : 0.0f;
-        for (int uc = u_lo; uc < u_hi; uc += W, c += W) {
-            float rv[KR];
-#pragma unroll
-            for (int j = 0; j < KR; ++j) rv[j] = uc + l < w ? __ldg(Rm[j] + rho * w + uc + l) : 0.0f;
-            const int ch = c + W;
-#pragma unroll
-            for (int g = 0; g < G; ++g)
-#pragma unroll
-                for (int i = 0; i < KL; ++i)
-                    hi[g][i] = (lrow[g] >= 0 && lrow[g] < h && ch >= 0 && ch < w)
-                                   ? __ldg(Lm[i] + lrow[g] * w + ch) : 0.0f;
-#pragma unroll
-            for (int k = 0; k < W; ++k) {
-                // Lane l needs left item W-1+k-l of the ring: lane (W-1+k-l) mod W holds
-                // it, in lo when that lane's index is >= k, else in hi.
-                const int src = (W - 1 + k - l) & (W - 1);
-                const bool from_lo = l >= k;
-                float r[KR];
-#pragma unroll
-                for (int j = 0; j < KR; ++j) r[j] = __shfl_sync(mask, rv[j], k, W);
-#pragma unroll
-                for (int g = 0; g < G; ++g)
-#pragma unroll
-                    for (int i = 0; i < KL; ++i) {
-                        const float v = __shfl_sync(mask, from_lo ? lo[g][i] : hi[g][i], src, W);
-#pragma unroll
-                        for (int j = 0; j < KR; ++j) acc[g][i][j] = fmaf(v, r[j], acc[g][i][j]);
-                    }
+        for (int j = 0; j < KR; ++j) rs[j * W + l] = rv[j];
+        __syncwarp(mask);
+        load_left<W, KL, G>(Lm, rho - dy0, u_lo - dx0 - (W - 1) + l, h, w, lo);
+        load_left<W, KL, G>(Lm, rho - dy0, u_lo - dx0 + 1 + l, h, w, hi);
+        while (true) {
+            int nrho = rho, nci = ci + 1;
+            if (nci == nch) {
+                nci = 0;
+                ++nrho;
             }
+            const bool more = nrho < r1;
+            float nrv[KR], nlo[G][KL], nhi[G][KL];
+            if (more) {
+                const int c = u_lo + nci * W - dx0 - (W - 1) + l;  // lane's ring slot, next chunk
+                load_right<W, KR>(Rm, nrho, u_lo + nci * W, l, w, nrv);
+                load_left<W, KL, G>(Lm, nrho - dy0, c + W, h, w, nhi);
+                if (nci == 0) load_left<W, KL, G>(Lm, nrho - dy0, c, h, w, nlo);
+            }
+#pragma unroll 2  // full unrolling hoists every broadcast into registers and spills
+            for (int k4 = 0; k4 < W; k4 += 4) {
+                float4 r4[KR];
+#pragma unroll
+                for (int j = 0; j < KR; ++j) r4[j] = *reinterpret_cast<const float4*>(rs + j * W + k4);
+#pragma unroll
+                for (int kk = 0; kk < 4; ++kk) {
+                    const int k = k4 + kk;
+                    // Lane l needs left item W-1+k-l of the ring: lane (W-1+k-l) mod W
+                    // holds it, in lo when that lane's index is >= k, else in hi.
+                    const int src = (W - 1 + k - l) & (W - 1);
+                    const bool from_lo = l >= k;
+#pragma unroll
+                    for (int g = 0; g < G; ++g)
+#pragma unroll
+                        for (int i = 0; i < KL; ++i) {
+                            const float v = __shfl_sync(mask, from_lo ? lo[g][i] : hi[g][i], src, W);
+#pragma unroll
+                            for (int j = 0; j < KR; ++j) {
+                                const float r = kk == 0 ? r4[j].x : kk == 1 ? r4[j].y : kk == 2 ? r4[j].z : r4[j].w;
+                                acc[g][i][j] = fmaf(v, r, acc[g][i][j]);
+                            }
+                        }
+                }
+            }
+            if (!more) break;
+            __syncwarp(mask);  // every lane has read this chunk before it is replaced
+#pragma unroll
+            for (int j = 0; j < KR; ++j) rs[j * W + l] = nrv[j];
+            __syncwarp(mask);
 #pragma unroll
             for (int g = 0; g < G; ++g)
 #pragma unroll
-                for (int i = 0; i < KL; ++i) lo[g][i] = hi[g][i];
+                for (int i = 0; i < KL; ++i) {
+                    lo[g][i] = nci == 0 ? nlo[g][i] : hi[g][i];
+                    hi[g][i] = nhi[g][i];
+                }
+            rho = nrho;
+            ci = nci;
         }
     }
 
