@@ -308,6 +308,10 @@ def table1_markdown(measurements):
     return "\n".join(lines)
 
 
+_FAMILY_ORDER = ("fft", "fused", "overlap_wise", "warp_per_overlap", "warp_shuffle", "multi_matrix_right",
+                 "multi_matrix_both", "grouped_overlap", "split_row")
+
+
 def plot_table1(measurements, path):
     """PNG: time against matrix size per Table-1 form, best of each algorithm family."""
     import matplotlib
@@ -325,9 +329,13 @@ def plot_table1(measurements, path):
             key = m.choice.kernel.algorithm if m.choice.kernel else m.choice.engine
             fam.setdefault(key, {})
             fam[key][c.h] = min(m.ms, fam[key].get(c.h, math.inf))
-        for key in sorted(fam):
+        for key in sorted(fam, key=_FAMILY_ORDER.index):
             xs = sorted(fam[key])
-            ax.loglog(xs, [fam[key][x] for x in xs], "o-" if key in ("fft", "fused") else ".-", label=key, ms=4)
+            ax.loglog(xs, [fam[key][x] for x in xs], "o-" if key in ("fft", "fused") else ".-", label=key, ms=4,
+                      color=plt.get_cmap("tab10")(_FAMILY_ORDER.index(key)))
+        sizes = sorted({x for f in fam.values() for x in f})
+        ax.set_xticks(sizes, [str(x) for x in sizes])
+        ax.minorticks_off()
         ax.set_title(f"{label} ({form.replace('_', '-')})")
         ax.set_xlabel("matrix size (px)")
         ax.set_ylabel("time (ms)")
