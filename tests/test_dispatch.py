@@ -155,3 +155,16 @@ def test_bench_quick_on_gpu(tmp_path):
     win = bench.winners(ms)
     assert len(win) == 2 * len(bench.TABLE1_FORMS)
     assert all(b.ms > 0 for b, _, _ in win.values())
+
+
+def test_process_refuses_unknown_kernel(tmp_path):
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent / "sample_data"
+    out = tmp_path / "o.h5"
+    r = subprocess.run([sys.executable, "-m", "ebsdxc", "process", str(root / "scan.h5"), "--ref",
+                        str(root / "ref.tif"), "-o", str(out), "--engine", "direct", "--kernel", "bogus:kr=2"],
+                       capture_output=True, text=True)
+    assert r.returncode == 2
+    assert "--kernel: unknown definition-based kernel 'bogus'" in r.stderr and r.stderr.count("\n") == 1
+    assert not out.exists()
