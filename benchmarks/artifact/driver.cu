@@ -784,6 +784,10 @@ int run_case(const Case& c) {
     if (g_resume_state == 1 && g_opt.resume_after.rfind(case_prefix() + "|", 0) != 0) {
         return 0;  // --resume-after names a later case
     }
+    if (g_opt.deadline > 0 && now_s() > g_opt.deadline) {
+        emit_comment("skipped", "-", "-", "time budget of the whole run used up before this case");
+        return 0;
+    }
 
     Buffers B;
     const size_t nl = (c.form == "one_to_one" || c.form == "one_to_many") ? 1 : c.left;
@@ -883,7 +887,7 @@ int run_case(const Case& c) {
                     std::ostringstream m;
                     m << "one run took " << first << " ms > " << g_opt.max_run_ms << " ms; not repeated";
                     emit_comment("skipped", cfg.alg, cfg.params, m.str());
-                    alg_truncated = true;  // the rest of the sweep is expected to be slower still
+                    alg_truncated = true;  // the rest of the sweep is expected to be slower still (reported as truncated)
                     continue;
                 }
                 int reps = reps_for(first);
