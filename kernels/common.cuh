@@ -41,3 +41,16 @@ __device__ float block_max(float v, float* smem) {
     __syncthreads();
     return smem[0];
 }
+
+// Argmax of (value, index) pairs, ties to the lower index: the rule of every peak search.
+__device__ __forceinline__ void argmax_take(float& best, int& bi, float v, int i) {
+    if (v > best || (v == best && i < bi)) { best = v; bi = i; }
+}
+
+__device__ __forceinline__ void warp_argmax(float& best, int& bi) {
+    for (int o = 16; o > 0; o >>= 1) {
+        const float v2 = __shfl_down_sync(0xffffffffu, best, o);
+        const int i2 = __shfl_down_sync(0xffffffffu, bi, o);
+        argmax_take(best, bi, v2, i2);
+    }
+}

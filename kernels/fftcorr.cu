@@ -446,20 +446,16 @@ fused_peaks(const float* __restrict__ tiles, long long frame, int row, const flo
             xx += xx < 0 ? NX : 0;
             const float v = rowp[xx];
             const int i = iy * rw + ix;
-            if (v > best || (v == best && i < bi)) { best = v; bi = i; }
+            argmax_take(best, bi, v, i);
         }
     }
-    for (int o = 16; o > 0; o >>= 1) {
-        const float v2 = __shfl_down_sync(0xffffffffu, best, o);
-        const int i2 = __shfl_down_sync(0xffffffffu, bi, o);
-        if (v2 > best || (v2 == best && i2 < bi)) { best = v2; bi = i2; }
-    }
+    warp_argmax(best, bi);
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     if (lane == 0) { sval[warp] = best; sidx[warp] = bi; }
     __syncthreads();
     if (threadIdx.x != 0) return;
     for (int wi = 1; wi < NWARPS; ++wi) {
-        if (sval[wi] > best || (sval[wi] == best && sidx[wi] < bi)) { best = sval[wi]; bi = sidx[wi]; }
+        argmax_take(best, bi, sval[wi], sidx[wi]);
     }
     const int ly = bi / rw - RY, lx = bi % rw - RX;
     out_value[t] = best;
