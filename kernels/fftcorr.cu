@@ -434,29 +434,10 @@ fused_peaks(const float* __restrict__ tiles, long long frame, int row, const flo
     correlate(S, S + ROWS * LD, S + ROWS * LD + NX, tiles + t * frame, row,
               ref + (long long)(t % n_ref) * NXH * NY, false);
     const float* Mf = reinterpret_cast<const float*>(S);
-    constexpr int rw = 2 * RX + 1, rh = 2 * RY + 1;
-    float best = EBSDXC_NEG_INF;
-    int bi = 0x7fffffff;
-    for (int iy = threadIdx.x >> 5; iy < rh; iy += NWARPS) {
-        int yy = iy - RY;
-        yy += yy < 0 ? NY : 0;
-        const float* rowp = Mf + yy * 2 * LD;
-        for (int ix = threadIdx.x & 31; ix < rw; ix += 32) {
-            int xx = ix - RX;
-            xx += xx < 0 ? NX : 0;
-            const float v = rowp[xx];
-            const int i = iy * rw + ix;
-            argmax_take(best, bi, v, i);
-        }
-    }
-    warp_argmax(best, bi);
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    if (lane == 0) { sval[warp] = best; sidx[warp] = bi; }
-    __syncthreads();
-    if (threadIdx.x != 0) return;
-    for (int wi = 1; wi < NWARPS; ++wi) {
-        argmax_take(best, bi, sval[wi], sidx[wi]);
-    }
+    constexpr int rw = 2 * RX + 1;
+    float best;
+    int bi;
+    if (!block_lag_argmax(Mf, NY, NX, 2 * LD, RY, RX, sval, sidx, best, bi)) return;
     const int ly = bi / rw - RY, lx = bi % rw - RX;
     out_value[t] = best;
     out_border[t] = ((RY > 0 && abs(ly) == RY) || (RX > 0 && abs(lx) == RX)) ? 1 : 0;

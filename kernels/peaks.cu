@@ -58,6 +58,34 @@ __device__ void fit_3x3(const double v[3][3], double& dy, double& dx) {
     dy = clip1(dy);
 }
 
+// First maximum in row-major order over the lags |dy| <= ry, |dx| <= rx of a circular
+// (Ny, Nx) map whose rows are `stride` floats apart, as numpy.argmax: (value, index
+// iy * (2 rx + 1) + ix) in thread 0, which alone returns true. Warps walk rows, lanes walk
+// along a row: coalesced reads, no index division.
+__device__ bool block_lag_argmax(const float* c, int Ny, int Nx, int stride, int ry, int rx, float* sval,
+                                 int* sidx, float& best, int& bi) {
+    best = EBSDXC_NEG_INF;
+    bi = 0x7fffffff;
+    const int rw = 2 * rx + 1, rh = 2 * ry + 1, nwarps = blockDim.x >> 5;
+    for (int iy = threadIdx.x >> 5; iy < rh; iy += nwarps) {
+        int yy = iy - ry;
+        yy += yy < 0 ? Ny : 0;
+        const float* row = c + (long long)yy * stride;
+        for (int ix = threadIdx.x & 31; ix < rw; ix += 32) {
+            int xx = ix - rx;
+            xx += xx < 0 ? Nx : 0;
+            argmax_take(best, bi, row[xx], iy * rw + ix);
+        }
+    }
+    warp_argmax(best, bi);
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    if (lane == 0) { sval[warp] = best; sidx[warp] = bi; }
+    __syncthreads();
+    if (threadIdx.x != 0) return false;
+    for (int wi = 1; wi < nwarps; ++wi) argmax_take(best, bi, sval[wi], sidx[wi]);
+    return true;
+}
+
 template <int METHOD>
 __global__ void find_peaks(const float* __restrict__ corr, int Ny, int Nx, int ry, int rx,
                            const double* __restrict__ wy,  // (Ny,) window autocorrelation by lag mod Ny, or null
@@ -71,31 +99,9 @@ __global__ void find_peaks(const float* __restrict__ corr, int Ny, int Nx, int r
     const float* c = corr + t * (long long)Ny * Nx;
     const int rw = 2 * rx + 1;
 
-    // First maximum in row-major order over the searched lags, as numpy.argmax.
-    float best = EBSDXC_NEG_INF;
-    int bi = 0x7fffffff;
-    // Warps walk rows, lanes walk along a row: coalesced reads, no index division.
-    const int rh = 2 * ry + 1, nwarps = blockDim.x >> 5;
-    for (int iy = threadIdx.x >> 5; iy < rh; iy += nwarps) {
-        int yy = iy - ry;
-        yy += yy < 0 ? Ny : 0;
-        const float* row = c + (long long)yy * Nx;
-        for (int ix = threadIdx.x & 31; ix < rw; ix += 32) {
-            int xx = ix - rx;
-            xx += xx < 0 ? Nx : 0;
-            const float v = row[xx];
-            const int i = iy * rw + ix;
-            argmax_take(best, bi, v, i);
-        }
-    }
-    warp_argmax(best, bi);
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    if (lane == 0) { sval[warp] = best; sidx[warp] = bi; }
-    __syncthreads();
-    if (threadIdx.x != 0) return;
-    for (int wi = 1; wi < (int)(blockDim.x >> 5); ++wi) {
-        argmax_take(best, bi, sval[wi], sidx[wi]);
-    }
+    float best;
+    int bi;
+    if (!block_lag_argmax(c, Ny, Nx, Nx, ry, rx, sval, sidx, best, bi)) return;
     const int ly = bi / rw - ry, lx = bi % rw - rx;
     out_value[t] = best;
     out_border[t] = ((ry > 0 && abs(ly) == ry) || (rx > 0 && abs(lx) == rx)) ? 1 : 0;
