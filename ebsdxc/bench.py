@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .dispatch import CalibrationTable, Case, Choice, applies, gpu_model
-from .engines.definition import KernelChoice, correlate_maps, overlap_fmas, precompile
+from .engines.definition import KernelChoice, correlate_maps, overlap_fmas, precompile, segment_width
 
 __all__ = ["TABLE1_FORMS", "TABLE1_SIZES", "candidates", "measure_case", "table1_cases",
            "calibration_cases", "run_cases", "write_csv", "read_csv", "winners", "plot_table1",
@@ -51,17 +51,12 @@ class Measurement:
         return 2 * overlap_fmas((c.h, c.w), c.max_lag, c.pairing.n_pairs) / (self.ms * 1e-3) / 1e12
 
 
-def _width(case):
-    mx = 2 * case.max_lag[1] + 1
-    return 32 if mx > 16 else (16 if mx > 8 else 8)
-
-
 def candidates(case):
     """The engines and kernels worth timing for ``case``."""
     out = [Choice("fft")]
     if applies(Choice("fused"), case) and case.form != "n_to_m":
         out.append(Choice("fused"))
-    W = _width(case)
+    W = segment_width(case.max_lag)
     per_left = case.n_right
     ks = [KernelChoice("overlap_wise"), KernelChoice("warp_shuffle", width=W)]
     if case.mode == "window" and W > 8:  # narrower segments waste fewer lanes on short rows
@@ -242,8 +237,7 @@ def measure_case(case, *, choices=None, progress=None, skip=True):
 
     inputs = _Inputs(case)
     choices = candidates(case) if choices is None else choices
-    direct = [c.kernel for c in choices if c.engine == "direct"]
-    names = precompile(direct) if direct else None
+    precompile([c.kernel for c in choices if c.engine == "direct"])
     fmas = overlap_fmas((case.h, case.w), case.max_lag, case.pairing.n_pairs)
     out, best = [], math.inf
     for choice in choices:
@@ -251,12 +245,7 @@ def measure_case(case, *, choices=None, progress=None, skip=True):
             out.append(Measurement(case, choice, None, "skipped: slower than the best even at peak FMA rate"))
             continue
         try:
-            run = inputs.runner(choice)
-            if choice.engine == "direct" and not case.peaks:
-                k = choice.kernel
-                run = (lambda k=k: correlate_maps(inputs.lefts, inputs.rights, case.pairing, case.max_lag, k,
-                                                  out=inputs._out, names=names))
-            ms = _time(run)
+            ms = _time(inputs.runner(choice))
         except (ValueError, cp.cuda.memory.OutOfMemoryError) as e:
             out.append(Measurement(case, choice, None, f"failed: {e}"))
             continue

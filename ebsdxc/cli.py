@@ -280,7 +280,7 @@ def _cmd_bench(a, argv):
         print(f"plot: {png}")
         return 0
     from .backend import select_backend
-    from .dispatch import cache_path, gpu_model
+    from .dispatch import cache_path, gpu_model, gpu_slug
 
     backend = select_backend(a.device)
     if not backend.is_gpu:
@@ -289,8 +289,7 @@ def _cmd_bench(a, argv):
 
     with cp.cuda.Device(backend.device_id):
         gpu = gpu_model()
-        slug = "".join(ch if ch.isalnum() else "-" for ch in gpu.lower()).strip("-")
-        stem = os.path.join(a.out, f"ebsdxc-bench-{slug}" + ("-calibration" if a.calibrate else ""))
+        stem = os.path.join(a.out, f"ebsdxc-bench-{gpu_slug(gpu)}" + ("-calibration" if a.calibrate else ""))
         csv_path, png = stem + ".csv", stem + ".png"
         _refuse_existing([csv_path, png], a.overwrite)
         os.makedirs(a.out, exist_ok=True)

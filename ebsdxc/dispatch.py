@@ -27,8 +27,8 @@ from pathlib import Path
 
 from .engines.definition import KernelChoice, Pairing, default_choice, parse_kernel
 
-__all__ = ["Case", "Choice", "CalibrationTable", "choose", "fallback", "gpu_model", "cache_path",
-           "load_table", "FORMS"]
+__all__ = ["Case", "Choice", "CalibrationTable", "choose", "direct_kernel", "fallback", "gpu_model", "gpu_slug",
+           "cache_path", "load_table", "FORMS"]
 
 FORMS = ("one_to_one", "one_to_many", "n_to_mn", "n_to_m")
 SCHEMA = 1
@@ -170,7 +170,7 @@ class CalibrationTable:
 
     def best(self, case, engines=("fft", "fused", "direct")):
         """Fastest applicable choice of the nearest measured cell, or None."""
-        cells = [(c, v) for c, v in self._cells().items() if c.key() == case.key()]
+        cells = [(c, v) for c, v in self._by_case.items() if c.key() == case.key()]
         if not cells:
             return None
         q = case.coords()
@@ -181,14 +181,13 @@ class CalibrationTable:
                     return choice
         return None
 
-    @functools.cache  # noqa: B019 (tables live as long as the process)
-    def _cells(self):
+    @functools.cached_property
+    def _by_case(self):
         return self.cells()
 
-    __hash__ = object.__hash__
 
-
-def _slug(name):
+def gpu_slug(name):
+    """File-name form of a GPU model name: "NVIDIA H200" -> "nvidia-h200"."""
     return re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-")
 
 
@@ -205,7 +204,7 @@ def cache_path(gpu):
     """User calibration file for GPU model ``gpu`` (``$EBSDXC_CACHE_DIR`` or ~/.cache/ebsdxc)."""
     root = os.environ.get("EBSDXC_CACHE_DIR") or os.path.join(
         os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"), "ebsdxc")
-    return Path(root) / "calibration" / f"{_slug(gpu)}.json"
+    return Path(root) / "calibration" / f"{gpu_slug(gpu)}.json"
 
 
 def _shipped():
@@ -220,11 +219,11 @@ def _shipped():
 def load_table(gpu):
     """The table for ``gpu``: the user's own calibration, else the shipped one for the same
     model, else the shipped H200 table (or None when there is none)."""
-    for path in (cache_path(gpu),):
-        if path.is_file():
-            return CalibrationTable.load(path)
+    path = cache_path(gpu)
+    if path.is_file():
+        return CalibrationTable.load(path)
     shipped = _shipped()
-    slug = _slug(gpu)
+    slug = gpu_slug(gpu)
     for name, p in sorted(shipped.items()):
         if name and name in slug:  # "nvidia-h100" matches "nvidia-h100-80gb-hbm3"
             return CalibrationTable.load(p)
@@ -242,6 +241,15 @@ def choose(case, *, engines=("fft", "fused", "direct"), gpu=None):
         except Exception:  # no CUDA here: rules only
             return fallback(case, tuple(engines))
     return _choose(case, tuple(engines), gpu)
+
+
+def direct_kernel(pairing, tile_shape, mode, max_shift=None, *, gpu=None):
+    """The measured-fastest definition-based :class:`KernelChoice` for ``pairing`` of
+    ``tile_shape`` matrices (n-to-m when the right matrices do not depend on the left)."""
+    form = "n_to_m" if pairing.rs_a == 0 else "n_to_mn"
+    h, w = tile_shape
+    case = Case(form, pairing.na, pairing.nb, h, w, mode, max_shift if mode == "window" else None)
+    return choose(case, engines=("direct",), gpu=gpu).kernel
 
 
 @functools.lru_cache(maxsize=4096)

@@ -46,28 +46,25 @@ def _is_cupy(a):
     return type(a).__module__.startswith("cupy")
 
 
+def _backend(device, gpu_in):
+    return select_backend(device if device != "auto" else ("cuda" if gpu_in else "cpu"))
+
+
 def _direct_maps(lefts, rights, pairing, mode, max_shift, kernel):
     """Definition-based maps in any pairing on the GPU: (n_pairs, 2ry+1, 2rx+1), centred."""
-    from .dispatch import Case, choose
+    from .dispatch import direct_kernel
     from .engines.definition import correlate_maps, parse_kernel
 
-    n, h, w = lefts.shape
-    cfg = EngineConfig(mode=mode, max_shift=max_shift, subpixel="none", compensate=False)
-    ry, rx = cfg.max_lag((h, w))
-    if kernel == "auto":
-        form = "n_to_m" if pairing.rs_a == 0 else "n_to_mn"
-        choice = choose(Case(form, pairing.na, pairing.nb, h, w, mode, max_shift if mode == "window" else None),
-                        engines=("direct",)).kernel
-    else:
-        choice = parse_kernel(kernel)
-    maps = correlate_maps(lefts, rights, pairing, (ry, rx), choice)
+    shape = lefts.shape[1:]
+    max_lag = EngineConfig(mode=mode, max_shift=max_shift, subpixel="none").max_lag(shape)
+    choice = (direct_kernel(pairing, shape, mode, max_shift) if kernel == "auto" else parse_kernel(kernel))
+    maps = correlate_maps(lefts, rights, pairing, max_lag, choice)
     return __import__("cupy").fft.fftshift(maps, axes=(-2, -1))
 
 
 def _n_to_mn(lefts, rights, *, mode, max_shift, subpixel, peaks, engine, device, kernel="auto"):
     """Core: lefts (n, h, w), rights (m, n, h, w) -> maps (m, n, 2ry+1, 2rx+1) or Peaks (m, n)."""
-    on_gpu_input = _is_cupy(lefts) or _is_cupy(rights)
-    backend = select_backend(device if device != "auto" else ("cuda" if on_gpu_input else "cpu"))
+    backend = _backend(device, _is_cupy(lefts) or _is_cupy(rights))
     xp = backend.xp
     lefts = xp.asarray(lefts, dtype=xp.float32)
     rights = xp.asarray(rights, dtype=xp.float32)
@@ -83,8 +80,8 @@ def _n_to_mn(lefts, rights, *, mode, max_shift, subpixel, peaks, engine, device,
         from .engines.definition import Pairing
 
         m = rights.shape[0]
-        return _direct_maps(lefts, rights.reshape(m * n, h, w), Pairing.n_to_mn(n, m), mode, max_shift,
-                            kernel).reshape(m, n, *_map_shape(config, h, w)), backend
+        maps = _direct_maps(lefts, rights.reshape(m * n, h, w), Pairing.n_to_mn(n, m), mode, max_shift, kernel)
+        return maps.reshape(m, n, *maps.shape[1:]), backend
     eng = make_engine(engine, backend, (h, w), config, n_tiles=n, batch=rights.shape[0])
 
     def energy_status(t):
@@ -106,11 +103,6 @@ def _n_to_mn(lefts, rights, *, mode, max_shift, subpixel, peaks, engine, device,
     iy = xp.asarray(np.arange(-ry, ry + 1) % My)
     ix = xp.asarray(np.arange(-rx, rx + 1) % Mx)
     return maps[..., iy[:, None], ix[None, :]].astype(xp.float32), backend
-
-
-def _map_shape(config, h, w):
-    ry, rx = config.max_lag((h, w))
-    return 2 * ry + 1, 2 * rx + 1
 
 
 def _out(result, backend, like_gpu):
@@ -201,8 +193,7 @@ def n_to_m(lefts, rights, **options):
         # Every left against every right without copying the rights n times.
         from .engines.definition import Pairing
 
-        backend = select_backend(options.get("device", "auto") if options.get("device", "auto") != "auto"
-                                 else ("cuda" if gpu_in else "cpu"))
+        backend = _backend(options.get("device", "auto"), gpu_in)
         if backend.is_gpu:
             xp = backend.xp
             lefts = xp.asarray(lefts, dtype=xp.float32)

@@ -36,7 +36,7 @@ import numpy as np
 from ..kernel_loader import get_function
 
 __all__ = ["ALGORITHMS", "KernelChoice", "Pairing", "correlate_maps", "overlap_fmas", "precompile",
-           "parse_kernel"]
+           "parse_kernel", "segment_width"]
 
 ALGORITHMS = ("overlap_wise", "warp_per_overlap", "warp_shuffle", "multi_matrix_right",
               "multi_matrix_both", "grouped_overlap", "split_row")
@@ -184,14 +184,12 @@ def overlap_fmas(tile_shape, max_lag, n_pairs=1):
 
 
 def precompile(choices):
-    """Compile every kernel of ``choices`` in one NVRTC call (calibration)."""
-    names = tuple(sorted({c.name_expression for c in choices}))
-    for n in names:
-        get_function("definition.cu", n, name_expressions=names)
-    return names
+    """Compile every kernel of ``choices`` now (each as :func:`correlate_maps` will load it)."""
+    for n in sorted({c.name_expression for c in choices}):
+        get_function("definition.cu", n)
 
 
-def correlate_maps(lefts, rights, pairing, max_lag, choice=KernelChoice(), *, out=None, names=None):
+def correlate_maps(lefts, rights, pairing, max_lag, choice=KernelChoice(), *, out=None):
     """Definition-based correlation maps on the GPU.
 
     Parameters
@@ -204,8 +202,6 @@ def correlate_maps(lefts, rights, pairing, max_lag, choice=KernelChoice(), *, ou
     choice : KernelChoice
     out : CuPy array, optional
         ``(na * nb, 2 ry + 1, 2 rx + 1)`` float32 to write into.
-    names : tuple, optional
-        The module's name expressions (from :func:`precompile`) to reuse its compilation.
 
     Returns
     -------
@@ -233,7 +229,7 @@ def correlate_maps(lefts, rights, pairing, max_lag, choice=KernelChoice(), *, ou
         raise ValueError(f"out must be a contiguous float32 array of shape {shape}")
     if pairing.n_pairs == 0:
         return out
-    fn = get_function("definition.cu", choice.name_expression, name_expressions=names)
+    fn = get_function("definition.cu", choice.name_expression)
     nlags = My * Mx
     if choice.algorithm == "overlap_wise":
         threads = nlags * pairing.n_pairs
@@ -253,11 +249,17 @@ def correlate_maps(lefts, rights, pairing, max_lag, choice=KernelChoice(), *, ou
     return out
 
 
+def segment_width(max_lag):
+    """The narrowest segment width (32, 16 or 8 lanes) that covers a row of ``2 rx + 1`` lags."""
+    mx = 2 * max_lag[1] + 1
+    return 32 if mx > 16 else (16 if mx > 8 else 8)
+
+
 def default_choice(pairing, tile_shape, max_lag):
     """A reasonable kernel without measurements (the dispatcher's fallback)."""
     h, w = tile_shape
     ry, rx = max_lag
-    width = 32 if 2 * rx + 1 > 16 else (16 if 2 * rx + 1 > 8 else 8)
+    width = segment_width(max_lag)
     if h * w <= 64:
         return KernelChoice("warp_per_overlap")
     kr = 8 if pairing.nb >= 8 else (4 if pairing.nb >= 4 else (2 if pairing.nb >= 2 else 1))

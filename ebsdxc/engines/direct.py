@@ -58,12 +58,10 @@ class DirectEngine(CorrelationEngine):
         """The :class:`~ebsdxc.engines.definition.KernelChoice` used for ``batch`` patterns."""
         if self._choice is not None:
             return self._choice
-        from ..dispatch import Case, choose
+        from ..dispatch import direct_kernel
 
-        h, w = self.tile_shape
-        case = Case("n_to_mn", self._ref.shape[0], batch, h, w, self.config.mode,
-                    self.config.max_shift if self.config.mode == "window" else None)
-        return choose(case, engines=("direct",)).kernel
+        return direct_kernel(Pairing.n_to_mn(self._ref.shape[0], batch), self.tile_shape, self.config.mode,
+                             self.config.max_shift)
 
     def correlation_maps(self, tiles):
         cp = self.xp
