@@ -1,4 +1,4 @@
-"""Command line: ``ebsdxc process``, ``ebsdxc info``.
+"""Command line: ``ebsdxc process``, ``ebsdxc strain``, ``ebsdxc info``, ``ebsdxc bench``.
 
 Every failure the user can fix prints one line ``ebsdxc: error: FILE: problem`` and
 exits with status 2; an interrupted run exits with 130 and can be continued with
@@ -42,6 +42,62 @@ def _ref_index(text):
     if len(vals) == 2:
         return vals
     raise argparse.ArgumentTypeError(f"expected N or ROW,COL, got {text!r}")
+
+
+def _triple(text):
+    try:
+        vals = tuple(float(p) for p in text.replace(" ", "").split(","))
+    except ValueError:
+        vals = ()
+    if len(vals) != 3 or not all(np.isfinite(vals)):
+        raise argparse.ArgumentTypeError(f"expected three numbers A,B,C, got {text!r}")
+    return vals
+
+
+def _strain_options(p, *, in_process):
+    from .geometry import PC_CONVENTIONS
+    from .hrebsd import PC_MAPS
+
+    s = p.add_argument_group("strain (HR-EBSD)", "computed when a material is given" if in_process else None)
+    s.add_argument("--material", metavar="NAME|cubic:C11,C12,C44|FILE",
+                   help="crystal stiffness: Ni, Fe, Al, Cu, Si, cubic constants in GPa, or a 6x6 Voigt matrix file")
+    s.add_argument("--pc", type=_triple, metavar="X,Y,Z",
+                   help="pattern centre (of every point, or of the reference point with --pc-map extrapolate)")
+    s.add_argument("--pc-ref", type=_triple, metavar="X,Y,Z", help="pattern centre of the reference pattern")
+    s.add_argument("--pc-convention", choices=PC_CONVENTIONS, help="convention of --pc/--pc-ref (default bruker)")
+    s.add_argument("--pc-map", choices=PC_MAPS,
+                   help="PC per point: as stored in the scan (file), a plane fitted to those (plane), "
+                        "extrapolated from --pc with the scan step (extrapolate) or one for all (constant); "
+                        "auto (default): file when the scan stores PCs, else constant")
+    s.add_argument("--pixel-size", type=float, metavar="UM", help="detector pixel size in micrometres (unbinned)")
+    s.add_argument("--binning", type=_positive_int, metavar="N", help="detector binning")
+    s.add_argument("--orientation", type=_triple, metavar="PHI1,PHI,PHI2",
+                   help="reference crystal orientation, Bunge Euler angles in degrees (default: from the scan file)")
+    s.add_argument("--sample-tilt", type=float, metavar="DEG", help="sample tilt (default: scan file, else 70)")
+    s.add_argument("--detector-tilt", type=float, metavar="DEG", help="detector tilt (default: scan file, else 0)")
+    s.add_argument("--remap-threshold", type=float, metavar="DEG",
+                   help="re-correlate against a rotated reference above this rotation (default 1 degree)")
+    s.add_argument("--no-remap", action="store_true", help="never remap")
+    s.add_argument("--min-peak-height", type=float, metavar="H", help="ROIs with a lower peak are not used (0.1)")
+
+
+def _strain_config(a, base):
+    from .hrebsd import StrainConfig
+
+    kw = {k: getattr(a, k) for k in ("material", "pc", "pc_ref", "pc_convention", "pc_map", "pixel_size",
+                                     "binning", "orientation", "sample_tilt", "detector_tilt",
+                                     "min_peak_height") if getattr(a, k) is not None}
+    if a.remap_threshold is not None:
+        kw["remap_threshold_deg"] = a.remap_threshold
+    if a.no_remap:
+        kw["remap_threshold_deg"] = 0.0
+    base = base or StrainConfig()
+    if kw and not (kw.get("material") or base.material):
+        raise InputError("strain options need --material (e.g. --material Ni)")
+    try:
+        return dataclasses.replace(base, **kw)
+    except ValueError as e:
+        raise InputError(str(e)) from None
 
 
 class _Parser(argparse.ArgumentParser):
@@ -98,6 +154,19 @@ def _parser():
     g2.add_argument("--resume", action="store_true", help="continue an interrupted run")
     g2.add_argument("--overwrite", action="store_true", help="replace an existing results file")
     pp.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
+    _strain_options(pp, in_process=True)
+
+    ps = sub.add_parser("strain", help="strain and rotation from an existing results file",
+                        description="Fit the deformation gradient, elastic strain and lattice rotation of every "
+                                    "point of a displacement results file and add them to it.")
+    ps.add_argument("results", help="results file written by 'ebsdxc process'")
+    ps.add_argument("--scan", help="the scan file, if it is no longer where the results file says")
+    ps.add_argument("--ref", help="the reference image, if it is no longer where the results file says")
+    ps.add_argument("--pipeline", metavar="RECIPE.toml", help="recipe whose [strain] table gives the options")
+    ps.add_argument("--device", default="auto", help="auto (default), cpu, cuda or cuda:N")
+    ps.add_argument("--overwrite", action="store_true", help="replace strain results already in the file")
+    ps.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
+    _strain_options(ps, in_process=False)
 
     pi = sub.add_parser("info", help="what a scan or results file holds")
     pi.add_argument("file")
@@ -170,7 +239,7 @@ def _config_from_args(a):
             raise InputError(f"--kernel: {e}") from None
     if a.batch:
         cfg = cfg.replace(batch=a.batch)
-    return cfg
+    return cfg.replace(strain=_strain_config(a, cfg.strain))
 
 
 def _cmd_process(a, argv):
@@ -188,6 +257,34 @@ def _cmd_process(a, argv):
     print(f"{out}: {s['points_done']}/{s['points']} points, {s['n_roi']} ROIs, "
           f"{s['ok_fraction']:.1%} of matches ok, median peak height {s['median_peak_height']:.3f} "
           f"({s['device']})")
+    if cfg.strain.enabled:
+        _print_strain(out)
+    return 0
+
+
+def _print_strain(path):
+    from .io.results import read_strain
+
+    d = read_strain(path)
+    ok = d["fit_status"] == 0
+    res = d["fit_residual"][ok]
+    print(f"{path}: strain at {int(ok.sum())}/{ok.size} points ({int(d['remapped'].sum())} remapped), "
+          f"median fit residual {np.median(res) if res.size else float('nan'):.3f} px, "
+          f"median ROIs used {np.median(d['rois_used'][ok]) if res.size else 0:.0f}")
+
+
+def _cmd_strain(a, argv):
+    from .progress import BarProgress, NullProgress
+    from .recipes import load_recipe
+    from .runner import strain
+
+    base = load_recipe(a.pipeline).strain if a.pipeline else None
+    cfg = _strain_config(a, base)
+    if not cfg.enabled:
+        raise InputError("ebsdxc strain needs --material (e.g. --material Ni)")
+    strain(a.results, config=cfg, scan=a.scan, ref=a.ref, device=a.device, overwrite=a.overwrite,
+           progress=NullProgress() if a.quiet else BarProgress())
+    _print_strain(a.results)
     return 0
 
 
@@ -333,7 +430,7 @@ def main(argv=None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     a = _parser().parse_args(argv)
     try:
-        commands = {"process": _cmd_process, "info": _cmd_info, "recipes": _cmd_recipes, "bench": _cmd_bench}
+        commands = {"process": _cmd_process, "strain": _cmd_strain, "info": _cmd_info, "recipes": _cmd_recipes, "bench": _cmd_bench}
         return commands[a.command](a, argv)
     except InputError as e:
         print(f"ebsdxc: error: {e}", file=sys.stderr)

@@ -1,6 +1,6 @@
 """Processing options in one place, read from TOML recipes and overridden by the CLI.
 
-A recipe (see ``pipelines/*.toml``) has up to four tables::
+A recipe (see ``pipelines/*.toml``) has up to five tables::
 
     [roi]          layout = "grid" | "ring" | "file", grid = [R, C], size = N, margin,
                    drop_corners, n, radius, include_centre, centres = "file.csv"
@@ -8,6 +8,9 @@ A recipe (see ``pipelines/*.toml``) has up to four tables::
                    dynamic_background_sigma, bandpass = [low_sigma, high_sigma], window
     [correlation]  engine, mode = "full" | "window", max_shift, subpixel, upsample, compensate,
                    circular, kernel (direct engine: "auto" or e.g. "grouped_overlap:g=4,kr=8")
+    [strain]       material, pc, pc_ref, pc_convention, pc_map, pixel_size, binning, orientation,
+                   sample_tilt, detector_tilt, remap_threshold_deg, min_peak_height, outlier_sigma,
+                   residual_floor_px, min_rois (see :class:`ebsdxc.hrebsd.StrainConfig`)
     [run]          batch, device
 
 Shipped recipes can be named without their folder: ``--pipeline paper-86roi-96``.
@@ -27,6 +30,7 @@ except ModuleNotFoundError:  # Python 3.10
 from ._resources import data_dir
 from .engines.base import EngineConfig
 from .errors import InputError
+from .hrebsd import StrainConfig
 from .preprocess import PreprocessConfig
 
 __all__ = ["RoiConfig", "ProcessConfig", "load_recipe", "shipped_recipes"]
@@ -53,6 +57,7 @@ class ProcessConfig:
     preprocess: PreprocessConfig = field(default_factory=PreprocessConfig)
     static_background: str | None = None
     correlation: EngineConfig = field(default_factory=EngineConfig)
+    strain: StrainConfig = field(default_factory=StrainConfig)
     engine: str = "auto"
     batch: int | None = None
     device: str = "auto"
@@ -64,7 +69,21 @@ class ProcessConfig:
         d.pop("batch")
         d.pop("device")
         d.pop("engine")
+        d.pop("strain")  # the strain pass keeps its own parameters; it does not change the shifts
         return _jsonable(d)
+
+    @classmethod
+    def from_parameters(cls, params: dict) -> "ProcessConfig":
+        """The configuration a results file's ``parameters`` record (for re-correlating points)."""
+        roi = dict(params["roi"])
+        if roi.get("grid") is not None:
+            roi["grid"] = tuple(roi["grid"])
+        pre = dict(params["preprocess"])
+        if pre.get("bandpass") is not None:
+            pre["bandpass"] = tuple(pre["bandpass"])
+        return cls(roi=RoiConfig(**roi), preprocess=PreprocessConfig(**pre),
+                   static_background=params.get("static_background"),
+                   correlation=EngineConfig(**params["correlation"]))
 
     def replace(self, **kw) -> "ProcessConfig":
         return dataclasses.replace(self, **kw)
@@ -92,6 +111,7 @@ _KEYS = {
     "preprocess": {"static_background", "static_operation", "dynamic_background_sigma",
                    "bandpass", "window"},
     "correlation": {"engine", "mode", "max_shift", "subpixel", "upsample", "compensate", "circular", "kernel"},
+    "strain": {f.name for f in dataclasses.fields(StrainConfig)},
     "run": {"batch", "device"},
 }
 
@@ -128,6 +148,7 @@ def load_recipe(name_or_path, base: ProcessConfig | None = None) -> ProcessConfi
         pre = doc.get("preprocess", {})
         corr = doc.get("correlation", {})
         run = doc.get("run", {})
+        strain = dataclasses.replace(cfg.strain, **doc.get("strain", {}))
         pp = cfg.preprocess
         pp = dataclasses.replace(
             pp,
@@ -141,7 +162,7 @@ def load_recipe(name_or_path, base: ProcessConfig | None = None) -> ProcessConfi
         ec = dataclasses.replace(cfg.correlation, **{k: v for k, v in corr.items() if k != "engine"})
         batch = run.get("batch", cfg.batch)
         return cfg.replace(roi=dataclasses.replace(cfg.roi, **roi), preprocess=pp, static_background=sb,
-                           correlation=ec, engine=corr.get("engine", cfg.engine),
+                           correlation=ec, strain=strain, engine=corr.get("engine", cfg.engine),
                            batch=None if batch == "auto" else batch, device=run.get("device", cfg.device))
     except (TypeError, ValueError) as e:
         raise InputError(f"invalid recipe value ({e})", path) from None

@@ -9,6 +9,7 @@ is bounded by ``N_BUFFERS`` batches of raw patterns, whatever the scan size.
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import queue
 import threading
@@ -25,10 +26,11 @@ from .errors import InputError
 from .io.results import ResultsWriter, input_record
 from .preprocess import PatternPreprocessor, prepare_tiles, window_1d, window_2d
 from .progress import NullProgress, Progress
+from .hrebsd import compute_strain, resolve_geometry, scan_metadata
 from .recipes import ProcessConfig
 from .rois import RoiLayout, extract_tiles, grid_layout, layout_from_centres, read_centres, ring_layout
 
-__all__ = ["Pipeline", "build_layout", "process", "default_output", "N_BUFFERS", "auto_batch"]
+__all__ = ["Pipeline", "build_layout", "process", "strain", "default_output", "N_BUFFERS", "auto_batch"]
 
 N_BUFFERS = 3  # raw-pattern batches in host memory at once: one being read, one queued, one in transfer
 CPU_TILES_PER_TASK = 256  # tiles per CPU thread task: a few MB, so a task's arrays stay in cache
@@ -94,12 +96,13 @@ class Pipeline:
         self.preprocessor = PatternPreprocessor(config.preprocess, stage_backend,
                                                 static_background=static_background)
         self.window = window_2d(self.tile_shape, config.preprocess.window, xp)
+        self._stage_backend = stage_backend
+        self._window_1d = (window_1d(h, config.preprocess.window), window_1d(w, config.preprocess.window))
         self.engine = make_engine(config.engine, stage_backend, self.tile_shape, config.correlation,
-                                  window_1d=(window_1d(h, config.preprocess.window),
-                                             window_1d(w, config.preprocess.window)),
-                                  n_tiles=layout.n, batch=config.batch)
-        ref = self.preprocessor(xp.asarray(reference)[None])
-        t, e, s = prepare_tiles(extract_tiles(ref, layout, xp)[0], self.window, xp)
+                                  window_1d=self._window_1d, n_tiles=layout.n, batch=config.batch)
+        #: The preprocessed reference pattern (H, W) on the device: what remapping rotates.
+        self.reference_image = self.preprocessor(xp.asarray(reference)[None])[0]
+        t, e, s = prepare_tiles(extract_tiles(self.reference_image[None], layout, xp)[0], self.window, xp)
         self.engine.set_reference(t, e, s)
         self.reference_status = backend.asnumpy(s)
         self._fused = backend.is_gpu
@@ -135,6 +138,27 @@ class Pipeline:
         tiles = extract_tiles(x, self.layout, np, dtype=np.float32)
         t, e, s = prepare_tiles(tiles, self.window, np, overwrite=True)
         return self.engine.match(t, e, s)
+
+    def match_pairs(self, references, patterns) -> PeakResult:
+        """Match each pattern with its own reference: (B, H, W) preprocessed references (e.g.
+        remapped ones) and (B, H, W) raw patterns -> :class:`PeakResult` of shape (B, n).
+
+        The B x n ROI pairs go through a second engine of the same kind and options, as one
+        n-to-mn call with n = B x n references and one right-hand set, so the shifts are
+        measured exactly as :meth:`match` measures them.
+        """
+        xp = self.backend.xp
+        B, n, (h, w) = len(patterns), self.layout.n, self.tile_shape
+        refs = extract_tiles(xp.asarray(references, dtype=xp.float32), self.layout, xp)
+        t, e, s = prepare_tiles(refs.reshape(B * n, h, w), self.window, xp)
+        engine = make_engine(self.config.engine, self._stage_backend, self.tile_shape, self.config.correlation,
+                             window_1d=self._window_1d, n_tiles=B * n, batch=1)
+        engine.set_reference(t, e, s)
+        x = self.preprocessor(xp.asarray(patterns))
+        t2, e2, s2 = prepare_tiles(extract_tiles(x, self.layout, xp, dtype=xp.float32).reshape(1, B * n, h, w),
+                                   self.window, xp, overwrite=True)
+        r = engine.match(t2, e2, s2)
+        return PeakResult(r.displacement.reshape(B, n, 2), r.peak_height.reshape(B, n), r.status.reshape(B, n))
 
     def close(self):
         if self._pool is not None:
@@ -382,16 +406,146 @@ def _process(source, ref, ref_index, output, config, resume, overwrite, progress
     if os.path.exists(out) and not (resume or overwrite):
         raise InputError("output already exists; pass --overwrite to replace it "
                          "or --resume to continue it", out)
+    geom = None
+    if config.strain.enabled:  # before the long correlation pass: bad geometry fails at once
+        geom = resolve_geometry(config.strain, shape=source.pattern_shape, grid=source.grid,
+                                scan_meta=scan_metadata(source), scan_path=source.path, ref_index=ref_index,
+                                ref_meta=scan_io.read_reference_metadata(ref) if ref else None, ref_path=ref)
     backend = select_backend(config.device)
     with backend.use():
         if config.static_background == "mean":
             static_bg = _mean_pattern(source, backend, 64)
         pipeline = Pipeline(backend, config, layout, reference, static_background=static_bg)
         try:
-            return _run(pipeline, source, ref, ref_param, out, config, resume, overwrite, progress,
-                        command_line)
+            out = _run(pipeline, source, ref, ref_param, out, config, resume, overwrite, progress,
+                       command_line)
+            if geom is not None:
+                compute_strain(out, config.strain, geom, backend=backend, pipeline=pipeline, source=source,
+                               overwrite=True, progress=progress)
+            return out
         finally:
             pipeline.close()
+
+
+def strain(results, *, config=None, scan=None, ref=None, device="auto", overwrite=False,
+           progress: Progress | None = None) -> dict:
+    """Add strain and rotation to an existing displacement results file (``ebsdxc strain``).
+
+    Parameters
+    ----------
+    results : str
+        A results file written by :func:`process`.
+    config : hrebsd.StrainConfig
+        Material, pattern centre, orientation and fit options.
+    scan, ref : str, optional
+        The scan and reference image, when they are no longer where the results file
+        recorded them. The scan is needed for remapping (``remap_threshold_deg > 0``) and
+        for pattern centres, tilts or orientation stored in it.
+    device : str
+    overwrite : bool
+        Replace strain results already in the file.
+
+    Returns
+    -------
+    dict
+        Counts of points fitted, remapped and flagged.
+    """
+    import h5py
+
+    from .hrebsd import StrainConfig
+    from .io.results import GROUP, is_results_file
+
+    cfg = config or StrainConfig()
+    progress = progress or NullProgress()
+    results = os.fspath(results)
+    if not os.path.isfile(results):
+        raise InputError("no such file", results)
+    if not is_results_file(results):
+        raise InputError("not an ebsdxc results file (run 'ebsdxc process' first)", results)
+    with h5py.File(results, "r") as f:
+        g = f[GROUP]
+        a = g.attrs
+        try:
+            params = json.loads(a["parameters"])
+            inputs = {i["name"]: i for i in json.loads(a["inputs"])}
+            rows, cols = g["done"].shape
+            centres = g["roi/centers"][...]
+        except (KeyError, ValueError, TypeError) as e:
+            raise InputError(f"lacks the metadata the strain fit needs ({e})", results) from None
+        step = tuple(a["step"]) if "step" in a else None
+        pattern_shape = tuple(int(v) for v in a.get("pattern_shape", ()))
+        if not g["done"][...].any():
+            raise InputError("holds no processed points", results)
+    remap = cfg.remap_threshold_deg > 0
+    scan_path = scan or (inputs.get(params.get("scan")) or {}).get("path")
+    source = None
+    if scan_path and os.path.isfile(scan_path):
+        _check_unchanged(scan_path, inputs.get(os.path.basename(scan_path)), scan is not None, results)
+        source = scan_io.open_scan(scan_path, dataset=params.get("dataset"))
+    elif remap:
+        raise InputError(f"remapping needs the scan file {scan_path or '(not recorded)'}, which is not there: "
+                         "give --scan FILE, or --no-remap", results)
+    try:
+        ref_index = params.get("reference_index")
+        ref_index = tuple(ref_index) if isinstance(ref_index, list) else ref_index
+        ref_path = None
+        if ref_index is None:
+            ref_path = ref or (inputs.get(params.get("reference")) or {}).get("path")
+            if ref_path and not os.path.isfile(ref_path):
+                if remap:
+                    raise InputError("remapping needs the reference pattern, which is not there: give --ref "
+                                     "FILE, or --no-remap", ref_path)
+                ref_path = None
+        if source is not None:
+            shape, grid = source.pattern_shape, source.grid
+            meta = scan_metadata(source)
+        else:
+            shape = pattern_shape
+            if len(shape) != 2:
+                raise InputError("the pattern size is not recorded and the scan is not there: give --scan",
+                                 results)
+            grid, meta = scan_io.ScanGrid(rows, cols, step=step), {}
+        if (grid.rows, grid.cols) != (rows, cols):
+            raise InputError(f"scan grid {grid.rows} x {grid.cols} differs from the results' {rows} x {cols}",
+                             source.path)
+        geom = resolve_geometry(cfg, shape=shape, grid=grid, scan_meta=meta, scan_path=scan_path or results,
+                                ref_index=ref_index, ref_path=ref_path,
+                                ref_meta=scan_io.read_reference_metadata(ref_path) if ref_path else None)
+        backend = select_backend(device)
+        with backend.use():
+            if not remap:
+                return compute_strain(results, cfg, geom, backend=backend, overwrite=overwrite, progress=progress)
+            pconf = ProcessConfig.from_parameters(params)
+            layout = build_layout(pconf.roi, shape, path=source.path)
+            if not np.allclose(layout.centres, centres):
+                raise InputError("the recorded ROI layout cannot be rebuilt (ROI file changed?): use --no-remap",
+                                 results)
+            reference = (scan_io.reference_from_scan(source, ref_index) if ref_index is not None
+                         else scan_io.read_reference(ref_path))
+            static_bg = None
+            if pconf.static_background == "mean":
+                static_bg = _mean_pattern(source, backend, 64)
+            elif pconf.static_background is not None:
+                static_bg = _native(scan_io.read_reference(pconf.static_background))
+            pipeline = Pipeline(backend, pconf.replace(device=device), layout, _native(reference),
+                                static_background=static_bg)
+            try:
+                return compute_strain(results, cfg, geom, backend=backend, pipeline=pipeline, source=source,
+                                      overwrite=overwrite, progress=progress)
+            finally:
+                pipeline.close()
+    finally:
+        if source is not None:
+            source.close()
+
+
+def _check_unchanged(path, record, given, results):
+    if record is None or given and os.path.basename(path) != record["name"]:
+        return
+    now = input_record(path)
+    if (now["size"], now["mtime"]) != (record["size"], record["mtime"]):
+        raise InputError(f"changed since {os.path.basename(results)} was made; remapping would mix "
+                         "two versions of the data (process it again, or --no-remap)", path)
 
 
 def _run(pipeline, source, ref, ref_param, out, config, resume, overwrite, progress, command_line):
@@ -411,6 +565,7 @@ def _run(pipeline, source, ref, ref_param, out, config, resume, overwrite, progr
     with writer:
         writer.set_attr("device", backend.name)
         writer.set_attr("engine", pipeline.engine.name)
+        writer.set_attr("pattern_shape", np.asarray(source.pattern_shape, dtype=np.int64))
         done = writer.done.reshape(-1)
         chunks = _todo_chunks(done, batch)
         progress.start(source.n_patterns, done=int(done.sum()), desc=os.path.basename(source.path))

@@ -7,6 +7,8 @@ It needs NumPy (and h5py only to read the master pattern); kikuchipy is never im
 
 Conventions
 -----------
+The detector geometry is :mod:`ebsdxc.geometry` (same conventions, restated here).
+
 Pixels
     ``x`` = column (to the right), ``y`` = row (down), origin at the centre of pixel (0, 0), as
     everywhere in ebsdxc. Pixel arrays are indexed ``[y, x]``.
@@ -59,6 +61,8 @@ import os
 from dataclasses import dataclass
 
 import numpy as np
+
+from .geometry import check_shape, pixel_directions, project
 
 __all__ = [
     "load_nickel_master_pattern",
@@ -200,66 +204,6 @@ def _sample_master(master: np.ndarray, v_crystal: np.ndarray) -> np.ndarray:
 # --------------------------------------------------------------------------- geometry
 
 
-def _check_shape(shape) -> tuple[int, int]:
-    try:
-        h, w = (int(s) for s in shape)
-    except (TypeError, ValueError):
-        raise ValueError(f"shape must be (rows, cols), got {shape!r}") from None
-    if h < 1 or w < 1 or (h, w) != tuple(shape):
-        raise ValueError(f"shape must be two positive integers (rows, cols), got {shape!r}")
-    return h, w
-
-
-def _check_pc(pc, *, allow_batch: bool = False) -> np.ndarray:
-    pc = np.asarray(pc, dtype=np.float64)
-    if pc.shape[-1:] != (3,) or (pc.ndim != 1 and not allow_batch):
-        raise ValueError(f"pattern centre must be (PCx, PCy, PCz), got shape {pc.shape}")
-    if not np.all(np.isfinite(pc)) or np.any(pc[..., 2] <= 0):
-        raise ValueError("pattern centre must be finite with PCz > 0")
-    return pc
-
-
-def _detector_axes(sample_tilt: float, detector_tilt: float) -> np.ndarray:
-    """3x3 matrix whose columns are Xd, Yd, Zd in sample coordinates (detector -> sample)."""
-    for name, value in (("sample_tilt", sample_tilt), ("detector_tilt", detector_tilt)):
-        if not np.isfinite(value):
-            raise ValueError(f"{name} must be a finite angle in degrees, got {value!r}")
-    beta = np.deg2rad(90.0 - float(sample_tilt) + float(detector_tilt))
-    cb, sb = np.cos(beta), np.sin(beta)
-    return np.array(
-        [
-            [0.0, -cb, sb],
-            [1.0, 0.0, 0.0],
-            [0.0, sb, cb],
-        ]
-    )
-
-
-def _pc_pixels(pc: np.ndarray, shape: tuple[int, int]):
-    h, w = shape
-    return pc[..., 0] * w - 0.5, pc[..., 1] * h - 0.5, pc[..., 2] * h
-
-
-def _pixels_to_vectors(xy, shape, pc, axes) -> np.ndarray:
-    """Unit sample-frame vectors for pixel coordinates xy (..., 2); pc broadcasts (..., 3)."""
-    x_pc, y_pc, dist = _pc_pixels(pc, shape)
-    d = np.stack(
-        np.broadcast_arrays(xy[..., 0] - x_pc, -(xy[..., 1] - y_pc), dist + 0 * xy[..., 0]),
-        axis=-1,
-    )
-    r = d @ axes.T
-    return r / np.linalg.norm(r, axis=-1, keepdims=True)
-
-
-def _vectors_to_pixels(v, shape, pc, axes) -> np.ndarray:
-    """Pixel coordinates (..., 2) of sample-frame vectors v (..., 3); NaN where not in front."""
-    x_pc, y_pc, dist = _pc_pixels(pc, shape)
-    d = v @ axes  # detector-frame components
-    with np.errstate(divide="ignore", invalid="ignore"):
-        scale = np.where(d[..., 2] > 0, dist / d[..., 2], np.nan)
-    return np.stack([x_pc + d[..., 0] * scale, y_pc - d[..., 1] * scale], axis=-1)
-
-
 def detector_directions(shape, pc, *, sample_tilt: float = 70.0, detector_tilt: float = 0.0):
     """Unit vectors, in the sample frame, from the source point to every detector pixel.
 
@@ -280,14 +224,19 @@ def detector_directions(shape, pc, *, sample_tilt: float = 70.0, detector_tilt: 
     numpy.ndarray
         float64 array ``(H, W, 3)``; element ``[y, x]`` is the direction of pixel ``(x, y)``.
         Equal (to rounding) to kikuchipy's direction cosines for the same ``EBSDDetector``.
+
+    See Also
+    --------
+    ebsdxc.geometry.pixel_directions : the same for any pixel coordinates.
     """
-    shape = _check_shape(shape)
-    pc = _check_pc(pc)
-    axes = _detector_axes(sample_tilt, detector_tilt)
-    h, w = shape
+    h, w = check_shape(shape)
+    pc = np.asarray(pc, dtype=np.float64)
+    if pc.shape != (3,):
+        raise ValueError(f"pattern centre must be (PCx, PCy, PCz), got shape {pc.shape}")
     yy, xx = np.meshgrid(np.arange(h, dtype=np.float64), np.arange(w, dtype=np.float64),
                          indexing="ij")
-    return _pixels_to_vectors(np.stack([xx, yy], axis=-1), shape, pc, axes)
+    return pixel_directions(np.stack([xx, yy], axis=-1), (h, w), pc,
+                            sample_tilt=sample_tilt, detector_tilt=detector_tilt)
 
 
 def project_to_detector(vectors, shape, pc, *, sample_tilt: float = 70.0,
@@ -314,13 +263,8 @@ def project_to_detector(vectors, shape, pc, *, sample_tilt: float = 70.0,
         float64 array ``(..., 2)`` of pixel ``[x, y]``; may lie outside the detector. NaN for
         directions that point away from the detector plane (not in front of it).
     """
-    v = np.asarray(vectors, dtype=np.float64)
-    if v.shape[-1:] != (3,):
-        raise ValueError(f"vectors must have shape (..., 3), got {v.shape}")
-    shape = _check_shape(shape)
-    pc = _check_pc(pc, allow_batch=True)
-    axes = _detector_axes(sample_tilt, detector_tilt)
-    return _vectors_to_pixels(v, shape, pc, axes)
+    return project(np.asarray(vectors, dtype=np.float64), shape, pc, sample_tilt=sample_tilt,
+                   detector_tilt=detector_tilt)
 
 
 def _check_rotation(orientation) -> np.ndarray:
@@ -388,7 +332,7 @@ def simulate_pattern(master, *, shape, pc, orientation, F=None, sample_tilt: flo
     master = _check_master(master)
     g = _check_rotation(orientation)
     F = _check_F(F)
-    shape = _check_shape(shape)
+    shape = check_shape(shape)
     r = detector_directions(shape, pc, sample_tilt=sample_tilt, detector_tilt=detector_tilt)
     # undeformed direction F^-1 r, then into the crystal frame: v_c = g F^-1 r (row vectors)
     m = g @ np.linalg.inv(F)
@@ -434,18 +378,20 @@ def displacement_truth(centres, *, shape, pc_ref, pc, F=None, sample_tilt: float
     p = np.asarray(centres, dtype=np.float64)
     if p.ndim != 2 or p.shape[1] != 2:
         raise ValueError(f"centres must have shape (n, 2) [x, y], got {p.shape}")
-    shape = _check_shape(shape)
-    pc_ref = _check_pc(pc_ref)
-    pc = _check_pc(pc, allow_batch=True)
+    pc_ref = np.asarray(pc_ref, dtype=np.float64)
+    if pc_ref.shape != (3,):
+        raise ValueError(f"pc_ref must be one pattern centre (3,), got shape {pc_ref.shape}")
+    pc = np.asarray(pc, dtype=np.float64)
     F = _check_F(F, allow_batch=True)
-    axes = _detector_axes(sample_tilt, detector_tilt)
-    r0 = _pixels_to_vectors(p, shape, pc_ref, axes)  # (n, 3)
+    tilts = {"sample_tilt": sample_tilt, "detector_tilt": detector_tilt}
+    r0 = pixel_directions(p, shape, pc_ref, **tilts)  # (n, 3)
+    if pc.shape[-1:] != (3,):
+        raise ValueError(f"pattern centre must be (PCx, PCy, PCz), got shape {pc.shape}")
     lead = np.broadcast_shapes(pc.shape[:-1], F.shape[:-2])
     F = np.broadcast_to(F, lead + (3, 3))
     pc = np.broadcast_to(pc, lead + (3,))
     r1 = np.einsum("...ij,nj->...ni", F, r0)
-    xy = _vectors_to_pixels(r1, shape, pc[..., None, :], axes)
-    return xy - p
+    return project(r1, shape, pc[..., None, :], **tilts) - p
 
 
 # --------------------------------------------------------------------------- noise, fields
@@ -619,7 +565,7 @@ def simulate_scan(rows: int, cols: int, *, shape=(256, 256), counts: float | Non
     rng = np.random.default_rng(seed)
     master = load_nickel_master_pattern() if master is None else master
     g = bunge_to_matrix(*euler_deg)
-    H, W = _check_shape(shape)
+    H, W = check_shape(shape)
     pc_ref = np.asarray(pc_ref, dtype=np.float64)
     F = smooth_deformation_field(rows, cols, strain=strain, rotation=rotation, seed=seed)
     yy, xx = np.meshgrid(np.linspace(-1, 1, rows), np.linspace(-1, 1, cols), indexing="ij")

@@ -135,6 +135,9 @@ def make(out: str, p: dict = PARAMS, *, verbose: bool = True) -> dict:
         "step_unit": "um",
         "sample_tilt": p["sample_tilt_deg"],
         "detector_tilt": p["detector_tilt_deg"],
+        "euler_angles": np.asarray(p["euler_bunge_deg"], dtype=np.float64),
+        "euler_angles_convention": "Bunge (phi1, Phi, phi2) in degrees, sample to crystal",
+        "detector_pixel_size": p["detector_pixel_size_um"],
         "note": note,
     }
     with h5py.File(os.path.join(out, "scan.h5"), "w") as f:

@@ -38,6 +38,7 @@ __all__ = [
     "get_reader",
     "open_scan",
     "read_reference",
+    "read_reference_metadata",
     "reference_from_scan",
 ]
 
@@ -151,6 +152,13 @@ def read_reference(path) -> np.ndarray:
         raise InputError("not a file format ebsdxc can read (reference patterns must be "
                          f"single-image TIFF files){hint}", path)
     return read_tiff(path)
+
+
+def read_reference_metadata(path) -> dict:
+    """What a reference TIFF says about itself (its JSON description, e.g. ``pattern_centre``)."""
+    from .image import read_tiff_description
+
+    return read_tiff_description(path)
 
 
 def _parse_index(index):

@@ -418,9 +418,13 @@ def open(path, *, dataset=None) -> HDF5Source:  # noqa: A001 - registry interfac
             rows, cols = _grid_3d(ds, int(ds.shape[0]), path)
         grid = ScanGrid(rows, cols, step=_step(ds))
         meta = dataset_metadata(ds)
-        pc = _find_attr(ds, "pattern_centre")
-        if pc is not None:
-            meta["pattern_centre"] = to_jsonable(pc)
+        # Geometry the strain fit can use when the user does not give it (attributes on the
+        # dataset or a parent group; names as ebsdxc's own sample files write them).
+        for key in ("pattern_centre", "pattern_centre_convention", "sample_tilt", "detector_tilt",
+                    "euler_angles", "detector_pixel_size"):
+            value = _find_attr(ds, key)
+            if value is not None:
+                meta[key] = to_jsonable(value)
         return HDF5Source(path, f, ds.name, grid=grid, metadata=meta)
     except BaseException:
         f.close()

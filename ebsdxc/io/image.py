@@ -77,3 +77,18 @@ def read_tiff(path) -> np.ndarray:
         raise InputError(f"holds {image.dtype} pixels; a reference must hold integer or "
                          "floating-point grey values", path)
     return image
+
+
+def read_tiff_description(path) -> dict:
+    """The JSON object in a TIFF's ImageDescription (e.g. a reference's pattern centre), or {}."""
+    import json
+
+    import tifffile
+
+    try:
+        with tifffile.TiffFile(path) as tif:
+            text = tif.pages[0].description
+        value = json.loads(text)
+    except Exception:  # no description, not JSON, or not a TIFF: there is simply nothing to use
+        return {}
+    return value if isinstance(value, dict) else {}

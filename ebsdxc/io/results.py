@@ -230,3 +230,101 @@ def read_summary(path) -> dict:
             "device": str(a.get("device", "")),
             "parameters": json.loads(a["parameters"]),
         }
+
+
+# --------------------------------------------------------------------------- strain (HR-EBSD)
+
+#: Datasets the strain pass adds to ``/ebsdxc`` (name -> (trailing shape, dtype, fill, attrs)).
+STRAIN_DATASETS = {
+    "deformation_gradient": ((3, 3), np.float32, np.nan, {
+        "frame": "sample", "meaning": "F: a lattice vector r of the reference becomes F r"}),
+    "strain": ((3, 3), np.float32, np.nan, {
+        "frame": "sample", "meaning": "elastic strain V - I of F = V R (symmetric; small strain to first order)"}),
+    "strain_crystal": ((3, 3), np.float32, np.nan, {
+        "frame": "crystal", "meaning": "strain in the deformed crystal's frame g R^T"}),
+    "rotation": ((3, 3), np.float32, np.nan, {
+        "frame": "sample", "units": "rad",
+        "meaning": "antisymmetric lattice rotation w = log(R), R = expm(w) ~ I + w; w_10 = rotation about z"}),
+    "rotation_crystal": ((3, 3), np.float32, np.nan, {
+        "frame": "crystal", "units": "rad", "meaning": "g w g^T, g the reference orientation"}),
+    "fit_residual": ((), np.float32, np.nan, {
+        "units": "px", "meaning": "RMS distance between measured and fitted ROI positions (used ROIs)"}),
+    "angular_error": ((), np.float32, np.nan, {
+        "units": "rad", "meaning": "mean angle between measured and fitted ROI directions (used ROIs)"}),
+    "rois_used": ((), np.int16, 0, {"meaning": "ROIs used in the fit after rejection"}),
+    "fit_status": ((), np.uint8, 2, {}),
+    "remapped": ((), bool, False, {
+        "meaning": "fitted against the reference rotated by the first-pass rotation (Britton & Wilkinson 2012)"}),
+    "pattern_centre": ((3,), np.float64, np.nan, {
+        "convention": "bruker", "meaning": "PCx, PCy (fractions of width, height from the top-left corner), "
+                                           "PCz (distance / height), as kikuchipy's EBSDDetector"}),
+}
+
+
+class StrainWriter:
+    """Adds the strain datasets to a finished results file, row chunk by row chunk.
+
+    ``strain_complete`` stays false until :meth:`finish`, so a crash mid-pass never leaves
+    a result that looks complete. Existing strain datasets are replaced only with
+    ``overwrite``.
+    """
+
+    def __init__(self, path, *, parameters: dict, n_roi: int, fit_codes: dict, overwrite=False):
+        self.path = _require_results(path)
+        try:
+            self._f = h5py.File(self.path, "r+")
+        except OSError as e:
+            raise InputError(f"cannot open the results file for writing ({e})", path) from None
+        g = self._g = self._f[GROUP]
+        rows, cols = g["done"].shape
+        present = [k for k in STRAIN_DATASETS if k in g] + [k for k in ("roi_used",) if k in g]
+        if present:
+            if not overwrite:
+                self._f.close()
+                raise InputError("already holds strain results; pass --overwrite to replace them", path)
+            for k in present:
+                del g[k]
+        for name, (tail, dtype, fill, attrs) in STRAIN_DATASETS.items():
+            ds = g.create_dataset(name, (rows, cols, *tail), dtype, chunks=(1, cols, *tail), fillvalue=fill)
+            for k, v in attrs.items():
+                ds.attrs[k] = v
+        g["fit_status"].attrs["codes"] = json.dumps({str(k): v for k, v in fit_codes.items()})
+        g.create_dataset("roi_used", (rows, cols, n_roi), bool, chunks=(1, cols, n_roi), fillvalue=False)
+        g["roi_used"].attrs["meaning"] = "ROI kept by the rejection rule"
+        g.attrs["strain_parameters"] = json.dumps(parameters, sort_keys=True)
+        g.attrs["strain_complete"] = False
+        self.rows, self.cols = rows, cols
+        self._f.flush()
+
+    def write(self, row, **arrays) -> None:
+        """Write whole scan row ``row`` (arrays of shape (cols, ...))."""
+        for name, a in arrays.items():
+            self._g[name][row] = a
+        self._f.flush()
+
+    def finish(self) -> None:
+        self._g.attrs["strain_complete"] = True
+        self._f.flush()
+
+    def close(self) -> None:
+        if self._f.id.valid:
+            self._f.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+def read_strain(path) -> dict:
+    """The strain datasets of a results file (NumPy arrays) plus ``strain_parameters``."""
+    path = _require_results(path)
+    with h5py.File(path, "r") as f:
+        g = f[GROUP]
+        if "strain" not in g:
+            raise InputError("holds no strain results (run 'ebsdxc strain' on it)", path)
+        out = {k: g[k][...] for k in (*STRAIN_DATASETS, "roi_used")}
+        out["strain_parameters"] = json.loads(g.attrs["strain_parameters"])
+        out["strain_complete"] = bool(g.attrs["strain_complete"])
+    return out

@@ -1,0 +1,359 @@
+"""The strain pass: displacement results -> F, strain and rotation in the results file.
+
+Composes :mod:`ebsdxc.geometry` (pattern centres), :mod:`ebsdxc.materials` (stiffness),
+:mod:`ebsdxc.strain` (the fit and remapping) and the results file; used by ``ebsdxc
+process`` when a material is given and by ``ebsdxc strain`` on an existing file.
+
+Where the geometry comes from (first that applies):
+
+pattern centre of the scan points (``pc_map``)
+    ``file``: per-point PCs stored in the scan file; ``plane``: a plane fitted over them;
+    ``extrapolate``: from ``pc`` at the reference point (or the map centre) with the scan
+    step and the detector pixel size (kikuchipy's ``extrapolate_pc``); ``constant``: ``pc``
+    everywhere. ``auto``: ``file`` when the scan has per-point PCs, else ``constant``.
+pattern centre of the reference
+    ``pc_ref``; for ``--ref-index`` the scan point's PC; a ``pattern_centre`` in the
+    reference TIFF's JSON description; else ``pc``.
+tilts, orientation
+    Options, else the scan file's attributes (``sample_tilt``, ``detector_tilt``,
+    ``euler_angles`` = Bunge degrees), else tilts 70 and 0 degrees; the orientation has no
+    default.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from dataclasses import dataclass
+
+import numpy as np
+
+from . import geometry
+from .errors import InputError
+from .materials import parse_material, stiffness_tensor
+from .progress import NullProgress, Progress
+from .strain import FIT_DESCRIPTIONS, FIT_OK, FitOptions, fit_strain, polar_decomposition, remap_pattern
+
+__all__ = ["StrainConfig", "StrainGeometry", "resolve_geometry", "compute_strain", "PC_MAPS",
+           "REMAP_BATCH"]
+
+PC_MAPS = ("auto", "constant", "file", "plane", "extrapolate")
+REMAP_BATCH = 32  # scan points re-correlated together against their remapped references
+
+
+@dataclass(frozen=True)
+class StrainConfig:
+    """Options of the strain pass (a recipe's ``[strain]`` table, or CLI options).
+
+    Strain is computed when ``material`` is set. Angles in degrees; ``pc`` and ``pc_ref`` in
+    ``pc_convention``; ``pixel_size`` is the unbinned detector pixel in micrometres.
+    """
+
+    material: str | None = None
+    pc: tuple[float, float, float] | None = None
+    pc_ref: tuple[float, float, float] | None = None
+    pc_convention: str = "bruker"
+    pc_map: str = "auto"
+    pixel_size: float | None = None
+    binning: int = 1
+    orientation: tuple[float, float, float] | None = None
+    sample_tilt: float | None = None
+    detector_tilt: float | None = None
+    remap_threshold_deg: float = 1.0
+    min_peak_height: float = 0.1
+    outlier_sigma: float = 4.0
+    residual_floor_px: float = 0.25
+    min_rois: int = 4
+
+    def __post_init__(self):
+        for name in ("pc", "pc_ref", "orientation"):
+            v = getattr(self, name)
+            if v is not None:
+                v = tuple(float(x) for x in v)
+                if len(v) != 3 or not all(np.isfinite(v)):
+                    raise ValueError(f"{name} must be three finite numbers, got {getattr(self, name)!r}")
+                object.__setattr__(self, name, v)
+        if self.pc_map not in PC_MAPS:
+            raise ValueError(f"pc_map must be one of {', '.join(PC_MAPS)}, got {self.pc_map!r}")
+        geometry._convention(self.pc_convention)
+        if not self.remap_threshold_deg >= 0:
+            raise ValueError(f"remap_threshold_deg must be >= 0 (0: never remap), got {self.remap_threshold_deg}")
+        self.fit_options()  # validates the rejection options
+
+    @property
+    def enabled(self) -> bool:
+        return self.material is not None
+
+    def fit_options(self) -> FitOptions:
+        return FitOptions(min_peak_height=self.min_peak_height, outlier_sigma=self.outlier_sigma,
+                          residual_floor_px=self.residual_floor_px, min_rois=self.min_rois)
+
+
+@dataclass
+class StrainGeometry:
+    """Everything the fit needs besides the shifts (Bruker PCs, degrees, g sample->crystal)."""
+
+    shape: tuple[int, int]
+    pc: np.ndarray  # (rows, cols, 3)
+    pc_ref: np.ndarray  # (3,)
+    sample_tilt: float
+    detector_tilt: float
+    orientation: np.ndarray  # (3, 3)
+    material: str
+    stiffness: np.ndarray  # (6, 6) GPa, crystal frame
+    sources: dict  # where each value came from, for the results file
+
+    def to_dict(self) -> dict:
+        return {"detector_shape": list(self.shape), "pattern_centre_ref": self.pc_ref.tolist(),
+                "pattern_centre_convention": "bruker", "sample_tilt": self.sample_tilt,
+                "detector_tilt": self.detector_tilt, "orientation_matrix": self.orientation.tolist(),
+                "orientation_convention": "g takes sample to crystal coordinates (v_c = g v_s), Bunge",
+                "material": self.material, "stiffness_voigt_gpa": self.stiffness.tolist(),
+                "sources": self.sources}
+
+
+def _bunge(phi1, Phi, phi2) -> np.ndarray:
+    from .simulate import bunge_to_matrix
+
+    return bunge_to_matrix(phi1, Phi, phi2)
+
+
+def _scan_pcs(meta: dict, rows: int, cols: int, convention: str, shape, path):
+    """Per-point PCs (rows, cols, 3) stored in the scan, in Bruker convention, or None."""
+    pc = meta.get("pattern_centres")
+    if pc is None:
+        pc = meta.get("pattern_centre")
+    if pc is None:
+        return None
+    a = np.asarray(pc, dtype=np.float64)
+    if a.shape == (3,):
+        a = np.broadcast_to(a, (rows, cols, 3))
+    elif a.shape in ((rows * cols, 3),):
+        a = a.reshape(rows, cols, 3)
+    elif a.shape != (rows, cols, 3):
+        raise InputError(f"pattern centres of shape {a.shape} do not fit the {rows} x {cols} scan", path)
+    conv = str(meta.get("pattern_centre_convention", "bruker")).split()[0].lower()
+    try:
+        conv = geometry._convention(conv)
+    except ValueError:
+        conv = "bruker"
+    return geometry.convert_pc(a, from_convention=conv, to_convention="bruker", shape=shape,
+                               pixel_size=meta.get("detector_pixel_size"))
+
+
+def resolve_geometry(cfg: StrainConfig, *, shape, grid, scan_meta: dict, scan_path: str,
+                     ref_index=None, ref_meta: dict | None = None, ref_path: str | None = None) -> StrainGeometry:
+    """The fit's geometry from options, the scan's metadata and the reference's, or an InputError.
+
+    ``scan_meta`` may hold ``pattern_centres`` (rows, cols, 3) or ``pattern_centre``,
+    ``pattern_centre_convention``, ``sample_tilt``, ``detector_tilt``, ``euler_angles``,
+    ``detector_pixel_size`` (as the scan readers put them in ``metadata``).
+    """
+    if not cfg.enabled:
+        raise InputError("strain needs the material (--material NAME, e.g. Ni)")
+    try:
+        material, voigt = parse_material(cfg.material)
+    except ValueError as e:
+        raise InputError(str(e)) from None
+    rows, cols = grid.rows, grid.cols
+    sources = {}
+    header = scan_meta.get("header") or {}
+
+    def pick(name, default):
+        for where, value in (("option", getattr(cfg, name)), ("scan file", scan_meta.get(name)),
+                             ("scan file", header.get(name))):
+            if value is not None:
+                sources[name] = where
+                return float(value)
+        sources[name] = "default"
+        return default
+
+    sample_tilt, detector_tilt = pick("sample_tilt", 70.0), pick("detector_tilt", 0.0)
+    pixel_size = cfg.pixel_size or scan_meta.get("detector_pixel_size") or header.get("detector_pixel_size")
+
+    def from_option(pc):
+        try:
+            return geometry.convert_pc(np.asarray(pc, dtype=np.float64), from_convention=cfg.pc_convention,
+                                       to_convention="bruker", shape=shape, pixel_size=pixel_size,
+                                       binning=cfg.binning)
+        except ValueError as e:
+            raise InputError(f"--pc: {e}") from None
+
+    pc_opt = None if cfg.pc is None else from_option(cfg.pc)
+    file_pcs = _scan_pcs(scan_meta, rows, cols, "bruker", shape, scan_path)
+    mode = cfg.pc_map
+    if mode == "auto":
+        mode = "file" if file_pcs is not None and cfg.pc is None else "constant"
+    ref_flat = None
+    if ref_index is not None:
+        ref_flat = ref_index if np.ndim(ref_index) == 0 else ref_index[0] * cols + ref_index[1]
+    if mode in ("file", "plane"):
+        if file_pcs is None:
+            raise InputError(f"--pc-map {mode}: the scan file stores no pattern centres", scan_path)
+        pcs = np.array(file_pcs)
+        if mode == "plane":
+            try:
+                pcs = geometry.fit_pc_plane(pcs)[0]
+            except ValueError as e:
+                raise InputError(f"cannot fit a PC plane ({e})", scan_path) from None
+    elif mode == "extrapolate":
+        if pc_opt is None:
+            raise InputError("--pc-map extrapolate needs --pc (the PC at the reference point or map centre)")
+        if grid.step is None or pixel_size is None:
+            raise InputError("--pc-map extrapolate needs the scan step (from the file) and the detector "
+                             "pixel size (--pixel-size)", scan_path)
+        point = None if ref_flat is None else divmod(int(ref_flat), cols)
+        pcs = geometry.extrapolate_pc(pc_opt, grid_shape=(rows, cols), step=grid.step, pixel_size=pixel_size,
+                                      binning=cfg.binning, sample_tilt=sample_tilt, detector_tilt=detector_tilt,
+                                      point=point, shape=shape)
+    else:
+        if pc_opt is None:
+            if file_pcs is not None:
+                pc_opt = np.asarray(file_pcs).reshape(-1, 3).mean(axis=0)
+            else:
+                raise InputError("strain needs the pattern centre: the scan file stores none; give --pc "
+                                 "PCX,PCY,PCZ (and --pc-convention)", scan_path)
+        pcs = np.broadcast_to(pc_opt, (rows, cols, 3)).copy()
+    sources["pattern_centre"] = mode
+
+    if cfg.pc_ref is not None:
+        pc_ref, sources["pattern_centre_ref"] = from_option(cfg.pc_ref), "option"
+    elif ref_flat is not None:
+        pc_ref, sources["pattern_centre_ref"] = pcs.reshape(-1, 3)[int(ref_flat)], "scan point"
+    elif ref_meta and ref_meta.get("pattern_centre") is not None:
+        conv = geometry._convention(str(ref_meta.get("pattern_centre_convention", "bruker")).split()[0])
+        pc_ref = geometry.convert_pc(np.asarray(ref_meta["pattern_centre"], dtype=np.float64),
+                                     from_convention=conv, to_convention="bruker", shape=shape,
+                                     pixel_size=pixel_size)
+        sources["pattern_centre_ref"] = "reference file"
+    elif pc_opt is not None:
+        pc_ref, sources["pattern_centre_ref"] = pc_opt, "option --pc"
+    else:
+        raise InputError("strain needs the reference's pattern centre: give --pc-ref PCX,PCY,PCZ", ref_path)
+    for what, value, where in (("reference pattern centre", pc_ref, ref_path or scan_path),
+                               ("pattern centre", pcs, scan_path)):
+        try:
+            geometry.check_pc(value, shape, what=what)
+        except ValueError as e:
+            raise InputError(str(e), where if sources.get("pattern_centre") != "constant" else None) from None
+
+    if cfg.orientation is not None:
+        g, sources["orientation"] = _bunge(*cfg.orientation), "option"
+    elif scan_meta.get("euler_angles") is not None:
+        e = np.asarray(scan_meta["euler_angles"], dtype=np.float64)
+        if e.shape != (3,):
+            e = e.reshape(-1, 3)[0 if ref_flat is None else int(ref_flat)]
+        g, sources["orientation"] = _bunge(*e), "scan file"
+    else:
+        raise InputError("strain needs the crystal orientation of the reference: the scan file stores "
+                         "none; give --orientation PHI1,PHI,PHI2 (Bunge, degrees)", scan_path)
+    return StrainGeometry(tuple(shape), pcs, np.asarray(pc_ref, dtype=np.float64), sample_tilt, detector_tilt,
+                          g, material, voigt, sources)
+
+
+def compute_strain(results_path, cfg: StrainConfig, geom: StrainGeometry, *, backend=None, pipeline=None,
+                   source=None, overwrite=False, progress: Progress | None = None) -> dict:
+    """Fit every processed point of a results file and write the strain datasets into it.
+
+    Parameters
+    ----------
+    results_path : str
+    cfg : StrainConfig
+    geom : StrainGeometry
+    backend : Backend, optional
+        Where the fit runs (default: CPU).
+    pipeline : runner.Pipeline, optional
+        With ``source``: remap and re-correlate points whose first-pass rotation exceeds
+        ``cfg.remap_threshold_deg``. Without them remapping is off.
+    overwrite : bool
+        Replace strain datasets already in the file.
+
+    Returns
+    -------
+    dict
+        Counts: points fitted, remapped, flagged.
+    """
+    import h5py
+
+    from .io.results import GROUP, StrainWriter
+
+    progress = progress or NullProgress()
+    xp = backend.xp if backend is not None else np
+    asnumpy = backend.asnumpy if backend is not None else np.asarray
+    remap = pipeline is not None and source is not None and cfg.remap_threshold_deg > 0
+    with h5py.File(results_path, "r") as f:
+        g = f[GROUP]
+        centres = g["roi/centers"][...]
+        rows, cols, n = g["status"].shape
+    if geom.pc.shape[:2] != (rows, cols):
+        raise InputError(f"pattern centres {geom.pc.shape[:2]} do not match the results grid {(rows, cols)}",
+                         results_path)
+    params = {**dataclasses.asdict(cfg), **geom.to_dict(), "remapping": remap}
+    C = xp.asarray(stiffness_tensor(geom.stiffness))
+    opts = cfg.fit_options()
+    tilts = {"sample_tilt": geom.sample_tilt, "detector_tilt": geom.detector_tilt}
+    common = dict(centres=centres, shape=geom.shape, pc_ref=geom.pc_ref, stiffness=C,
+                  orientation=xp.asarray(geom.orientation), options=opts, **tilts)
+    counts = {"points": rows * cols, "fitted": 0, "remapped": 0, "too_few_rois": 0, "not_processed": 0}
+    thr = np.deg2rad(cfg.remap_threshold_deg)
+    progress.start(rows * cols, desc="strain")
+    try:
+        with StrainWriter(results_path, parameters=params, n_roi=n, fit_codes=FIT_DESCRIPTIONS,
+                          overwrite=overwrite) as w, h5py.File(results_path, "r") as f:
+            g = f[GROUP]
+            for r in range(rows):
+                disp, height, status = (xp.asarray(g[k][r]) for k in ("displacement", "peak_height", "status"))
+                pc = xp.asarray(geom.pc[r])
+                fit = fit_strain(disp, height, status, pc=pc, **common)
+                out = {k: asnumpy(getattr(fit, k)) for k in ("F", "strain", "rotation", "strain_crystal",
+                                                              "rotation_crystal", "residual_px", "angular_error",
+                                                              "n_used", "used", "status")}
+                remapped = np.zeros(cols, bool)
+                if remap:
+                    angle = np.linalg.norm(out["rotation"][:, [2, 0, 1], [1, 2, 0]], axis=-1)
+                    todo = np.flatnonzero((out["status"] == FIT_OK) & (angle > thr))
+                    for k0 in range(0, len(todo), REMAP_BATCH):
+                        idx = todo[k0:k0 + REMAP_BATCH]
+                        second = _remap_pass(pipeline, source, r * cols + idx, out["F"][idx], geom.pc[r, idx],
+                                             geom, xp, common, tilts)
+                        ok = asnumpy(second.status) == FIT_OK
+                        for k in out:
+                            out[k][idx[ok]] = asnumpy(getattr(second, k))[ok]
+                        remapped[idx[ok]] = True
+                st = out["status"]
+                counts["fitted"] += int((st == FIT_OK).sum())
+                counts["remapped"] += int(remapped.sum())
+                counts["too_few_rois"] += int((st == 1).sum())
+                counts["not_processed"] += int((st == 2).sum())
+                w.write(r, deformation_gradient=out["F"], strain=out["strain"], rotation=out["rotation"],
+                        strain_crystal=out["strain_crystal"], rotation_crystal=out["rotation_crystal"],
+                        fit_residual=out["residual_px"], angular_error=out["angular_error"],
+                        rois_used=out["n_used"], roi_used=out["used"], fit_status=st, remapped=remapped,
+                        pattern_centre=geom.pc[r])
+                progress.update(cols)
+            w.finish()
+    finally:
+        progress.close()
+    return counts
+
+
+def _remap_pass(pipeline, source, flat, F1, pc, geom, xp, common, tilts):
+    """Second pass for points ``flat``: reference rotated by each point's first-pass rotation."""
+    R1 = polar_decomposition(np.asarray(F1, dtype=np.float64), np)[1]
+    refs = xp.stack([remap_pattern(pipeline.reference_image, R, pc=geom.pc_ref, **tilts) for R in R1])
+    patterns = np.stack([source.read(int(i), int(i) + 1)[0] for i in flat])
+    res = pipeline.match_pairs(refs, patterns)
+    return fit_strain(res.displacement, res.peak_height, res.status, pc=xp.asarray(pc),
+                      reference_F=xp.asarray(R1), **common)
+
+
+def scan_metadata(source) -> dict:
+    """The scan's metadata with per-point PCs where the reader offers them."""
+    meta = dict(source.metadata)
+    getter = getattr(source, "pattern_centres", None)
+    if callable(getter):
+        pcs = getter()
+        if pcs is not None:
+            meta["pattern_centres"] = np.asarray(pcs)
+    meta.setdefault("path", os.path.abspath(source.path))
+    return meta

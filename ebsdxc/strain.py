@@ -1,0 +1,342 @@
+"""HR-EBSD: deformation gradient, elastic strain and lattice rotation from ROI shifts.
+
+The fit
+-------
+An ROI centred at pixel ``p`` of the reference pattern looks along the unit direction
+``r0`` (sample frame, from the reference pattern centre). In the scan pattern its content is
+found at ``p + q`` (the measured displacement), i.e. along ``r1`` seen from that point's
+pattern centre. A crystal deformed by ``F`` (sample frame) shows at ``F r0`` what the
+reference shows at ``r0``, so ``F r0`` must be parallel to ``r1``: for two unit vectors
+``e_a, e_b`` perpendicular to ``r1``,
+
+    e_a . (F r0) = 0,   e_b . (F r0) = 0.
+
+For ``F = I + A`` with small ``A`` and the detector frame, this is Wilkinson's relation
+(Wilkinson, Meaden & Dingley 2006) ``r_z q_x = r_z (A r)_x - r_x (A r)_z`` (same for ``y``);
+written with directions it holds for any rotation and for a pattern centre that differs
+between reference and scan point, so shifts caused by the beam moving are not taken for
+strain. Any multiple of ``F`` satisfies it: the equations fix ``F`` up to a scale, i.e. the
+eight deviatoric components. Writing ``F = s (I + D)`` with ``D`` traceless, the eight
+components of ``D`` come from weighted least squares per point (rows weighted by the source
+to detector distance of the ROI, so residuals are in pixels), and the scale ``s`` from the
+traction-free surface condition ``sigma_33 = 0`` (sample frame) with the crystal's stiffness.
+
+Strain and rotation
+-------------------
+``F = V R`` (polar decomposition, left stretch). ``strain = V - I`` (sample frame; equal to
+the small-strain tensor to first order), ``rotation = log(R)``: the antisymmetric rotation
+tensor ``w`` in radians (``R = expm(w)``, ``R ~ I + w``; ``w_21`` is the rotation about the
+sample ``z`` axis). In the crystal frame: ``strain_crystal = g' strain g'^T`` with the
+deformed crystal's orientation ``g' = g R^T`` and ``rotation_crystal = g w g^T``, where ``g``
+(sample to crystal, ``v_c = g v_s``) is the orientation of the reference crystal.
+
+Rejection of ROIs (the rule)
+----------------------------
+1. An ROI is used only if its correlation status is ok, its peak height is at least
+   ``min_peak_height`` and its displacement is finite.
+2. Fit; compute each used ROI's residual: the distance in pixels between where the fitted
+   ``F`` puts it and where it was measured. Estimate the noise robustly,
+   ``sigma = median(residual) / 1.1774`` (the median of a 2-D Gaussian error's length).
+3. If the worst used ROI's residual exceeds ``max(outlier_sigma * sigma, residual_floor_px)``
+   and more than ``min_rois`` ROIs are in use, drop that one ROI and go to 2.
+A point with fewer than ``min_rois`` (at least 4: eight unknowns, two equations per ROI)
+usable ROIs is flagged ``TOO_FEW_ROIS`` and not fitted (NaN).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from . import geometry
+
+__all__ = ["FitOptions", "StrainFit", "fit_strain", "rotation_log", "remap_pattern", "polar_decomposition",
+           "FIT_OK", "FIT_TOO_FEW_ROIS", "FIT_NOT_PROCESSED", "FIT_FAILED", "FIT_DESCRIPTIONS"]
+
+FIT_OK = 0
+FIT_TOO_FEW_ROIS = 1
+FIT_NOT_PROCESSED = 2
+FIT_FAILED = 3
+FIT_DESCRIPTIONS = {
+    FIT_OK: "ok",
+    FIT_TOO_FEW_ROIS: "fewer valid ROIs than min_rois: not fitted",
+    FIT_NOT_PROCESSED: "scan point not processed (no displacements)",
+    FIT_FAILED: "fit failed (degenerate ROI geometry or non-finite values)",
+}
+
+_RAYLEIGH_MEDIAN = 1.1774100225154747  # sqrt(2 ln 2): median length of a unit 2-D Gaussian error
+
+
+@dataclass(frozen=True)
+class FitOptions:
+    """How ROIs are selected and rejected (see the module docstring for the rule).
+
+    Attributes
+    ----------
+    min_peak_height : float
+        ROIs whose normalised correlation peak is lower are not used.
+    outlier_sigma : float
+        Residual, in robust standard deviations, above which the worst ROI is dropped.
+    residual_floor_px : float
+        Residuals below this many pixels are never called outliers (so noise-free data keep
+        all ROIs).
+    min_rois : int
+        Fewest ROIs a point may be fitted with (>= 4).
+    """
+
+    min_peak_height: float = 0.1
+    outlier_sigma: float = 4.0
+    residual_floor_px: float = 0.25
+    min_rois: int = 4
+
+    def __post_init__(self):
+        if not -1.0 <= self.min_peak_height <= 1.0:
+            raise ValueError(f"min_peak_height must be in [-1, 1], got {self.min_peak_height}")
+        if not self.outlier_sigma > 0:
+            raise ValueError(f"outlier_sigma must be positive, got {self.outlier_sigma}")
+        if not self.residual_floor_px >= 0:
+            raise ValueError(f"residual_floor_px must be >= 0, got {self.residual_floor_px}")
+        if int(self.min_rois) != self.min_rois or self.min_rois < 4:
+            raise ValueError(f"min_rois must be a whole number >= 4 (8 unknowns, 2 equations per ROI), "
+                             f"got {self.min_rois}")
+
+
+@dataclass
+class StrainFit:
+    """Per-point results of :func:`fit_strain` (arrays on the input's backend).
+
+    ``F``, ``strain``, ``rotation``, ``strain_crystal``, ``rotation_crystal``: (B, 3, 3);
+    ``residual_px`` RMS pixel residual of the used ROIs, ``angular_error`` their mean angle
+    between measured and fitted directions (rad), ``n_used`` (B,), ``used`` (B, n) bool,
+    ``status`` (B,) uint8 (``FIT_*``). Points not fitted are NaN.
+    """
+
+    F: object
+    strain: object
+    rotation: object
+    strain_crystal: object
+    rotation_crystal: object
+    residual_px: object
+    angular_error: object
+    n_used: object
+    used: object
+    status: object
+
+
+def _xp(a):
+    return __import__("cupy") if type(a).__module__.startswith("cupy") else np
+
+
+def _cross(a, b, xp):
+    return xp.stack([a[..., 1] * b[..., 2] - a[..., 2] * b[..., 1],
+                     a[..., 2] * b[..., 0] - a[..., 0] * b[..., 2],
+                     a[..., 0] * b[..., 1] - a[..., 1] * b[..., 0]], axis=-1)
+
+
+def _unit(a, xp):
+    return a / xp.linalg.norm(a, axis=-1, keepdims=True)
+
+
+# The eight traceless basis matrices of D: six off-diagonal units, then E11-E33 and E22-E33.
+_OFF = ((0, 1), (1, 0), (0, 2), (2, 0), (1, 2), (2, 1))
+
+
+def _design(e, r0, xp):
+    """Coefficients (..., 8) of the traceless D in e . (D r0)."""
+    o = e[..., :, None] * r0[..., None, :]
+    cols = [o[..., i, j] for i, j in _OFF]
+    cols += [o[..., 0, 0] - o[..., 2, 2], o[..., 1, 1] - o[..., 2, 2]]
+    return xp.stack(cols, axis=-1)
+
+
+def _traceless(p, xp):
+    D = xp.zeros(p.shape[:-1] + (3, 3), dtype=p.dtype)
+    for k, (i, j) in enumerate(_OFF):
+        D[..., i, j] = p[..., k]
+    D[..., 0, 0] = p[..., 6]
+    D[..., 1, 1] = p[..., 7]
+    D[..., 2, 2] = -p[..., 6] - p[..., 7]
+    return D
+
+
+def rotation_log(R, xp=None):
+    """Antisymmetric rotation tensors ``w = log(R)`` (radians) of rotation matrices (..., 3, 3)."""
+    xp = xp or _xp(R)
+    c = xp.clip((xp.trace(R, axis1=-2, axis2=-1) - 1) / 2, -1.0, 1.0)
+    theta = xp.arccos(c)
+    s = xp.sin(theta)
+    small = s < 1e-8
+    f = xp.where(small, 0.5 + theta**2 / 12, theta / (2 * xp.where(small, 1.0, s)))
+    return f[..., None, None] * (R - xp.swapaxes(R, -1, -2))
+
+
+def polar_decomposition(F, xp=np):
+    """Left polar decomposition F = V R (V symmetric positive definite, R proper rotation)."""
+    U, S, Wt = xp.linalg.svd(F)
+    R = U @ Wt
+    V = (U * S[..., None, :]) @ xp.swapaxes(U, -1, -2)
+    return V, R
+
+
+def fit_strain(displacement, peak_height, roi_status, *, centres, shape, pc, pc_ref, stiffness,
+               orientation, sample_tilt: float = 70.0, detector_tilt: float = 0.0,
+               options: FitOptions | None = None, reference_F=None) -> StrainFit:
+    """Fit the deformation gradient, strain and rotation of a batch of scan points.
+
+    Parameters
+    ----------
+    displacement : (B, n, 2) array
+        Measured ROI shifts ``[dx, dy]`` px (NaN where the match failed). NumPy or CuPy: the
+        fit runs where the array lives, in float64.
+    peak_height : (B, n) array
+    roi_status : (B, n) array
+        Per-ROI status codes (:mod:`ebsdxc.status`); only ``OK`` ROIs are used.
+    centres : (n, 2) array
+        ROI centres ``[x, y]`` px in the reference pattern.
+    shape : (int, int)
+        Detector shape (H, W).
+    pc : (3,) or (B, 3) array
+        Pattern centre of each scan point (Bruker, :mod:`ebsdxc.geometry`).
+    pc_ref : (3,) array
+        Pattern centre of the reference pattern.
+    stiffness : (3, 3, 3, 3) array
+        Crystal-frame stiffness tensor (:func:`ebsdxc.materials.stiffness_tensor`), GPa.
+    orientation : (3, 3) or (B, 3, 3) array
+        Reference crystal orientation, sample to crystal (``v_c = g v_s``).
+    sample_tilt, detector_tilt : float
+        Degrees.
+    options : FitOptions, optional
+    reference_F : (B, 3, 3) array, optional
+        Deformation the reference image already carries (a remapped reference): the
+        directions ``r0`` then belong to the remapped image and the result is
+        ``F = F_fit @ reference_F``.
+
+    Returns
+    -------
+    StrainFit
+    """
+    options = options or FitOptions()
+    xp = _xp(displacement)
+    f8 = xp.float64
+    q = xp.asarray(displacement, dtype=f8)
+    if q.ndim != 3 or q.shape[-1] != 2:
+        raise ValueError(f"displacement must have shape (points, rois, 2), got {q.shape}")
+    B, n = q.shape[:2]
+    c = xp.asarray(centres, dtype=f8)
+    if c.shape != (n, 2):
+        raise ValueError(f"centres must have shape ({n}, 2) to match the displacements, got {c.shape}")
+    h = xp.asarray(peak_height, dtype=f8).reshape(B, n)
+    st = xp.asarray(roi_status).reshape(B, n)
+    pc = xp.broadcast_to(xp.asarray(pc, dtype=f8), (B, 3))
+    pc_ref = xp.asarray(pc_ref, dtype=f8)
+    tilts = {"sample_tilt": sample_tilt, "detector_tilt": detector_tilt}
+
+    xy1 = c + q
+    used = (st == 0) & (h >= options.min_peak_height) & xp.isfinite(xy1).all(axis=-1)
+    xy1 = xp.where(used[..., None], xy1, c)  # keep the arithmetic finite; unused rows carry weight 0
+    r0 = geometry.pixel_directions(c, shape, pc_ref, **tilts)  # (n, 3)
+    r1 = geometry.pixel_directions(xy1, shape, pc[:, None, :], **tilts)  # (B, n, 3)
+    up = xp.asarray(geometry.detector_axes(sample_tilt, detector_tilt)[:, 1])
+    ea = _unit(_cross(r1, up, xp), xp)
+    eb = _cross(r1, ea, xp)
+    # Weight rows by the source-to-ROI distance in pixels: angle x distance ~ pixels on the screen.
+    x_pc, y_pc, L = pc[:, 0] * shape[1] - 0.5, pc[:, 1] * shape[0] - 0.5, pc[:, 2] * shape[0]
+    dist = xp.sqrt((xy1[..., 0] - x_pc[:, None]) ** 2 + (xy1[..., 1] - y_pc[:, None]) ** 2 + L[:, None] ** 2)
+    A = xp.concatenate([_design(ea, r0, xp), _design(eb, r0, xp)], axis=1) * xp.concatenate([dist, dist], 1)[..., None]
+    b = -xp.concatenate([(ea * r0).sum(-1), (eb * r0).sum(-1)], axis=1) * xp.concatenate([dist, dist], 1)
+
+    enough = used.sum(axis=1) >= options.min_rois
+    eye = xp.eye(3, dtype=f8)
+    for _ in range(n):
+        w = xp.concatenate([used, used], axis=1).astype(f8) * enough[:, None]
+        Aw = A * w[..., None]
+        N = xp.einsum("bri,brj->bij", Aw, A) + (~enough)[:, None, None] * xp.eye(8, dtype=f8)
+        rhs = xp.einsum("bri,br->bi", Aw, b)
+        p = xp.linalg.solve(N, rhs[..., None])[..., 0]
+        Fh = eye + _traceless(p, xp)
+        pred = geometry.project(xp.einsum("bij,nj->bni", Fh, r0), shape, pc[:, None, :], **tilts)
+        res = xp.linalg.norm(pred - xy1, axis=-1)
+        res_used = xp.where(used, res, xp.nan)
+        sigma = xp.nanmedian(xp.where(enough[:, None], res_used, 0.0), axis=1) / _RAYLEIGH_MEDIAN
+        thr = xp.maximum(options.outlier_sigma * sigma, options.residual_floor_px)
+        worst = xp.argmax(xp.where(used, res, -1.0), axis=1)
+        worst_res = xp.take_along_axis(res, worst[:, None], axis=1)[:, 0]
+        drop = enough & (worst_res > thr) & (used.sum(axis=1) > options.min_rois)
+        if not bool(drop.any()):
+            break
+        used[xp.arange(B)[drop], worst[drop]] = False
+
+    n_used = used.sum(axis=1)
+    residual = xp.sqrt(xp.where(used, res**2, 0.0).sum(axis=1) / xp.maximum(n_used, 1))
+    v = xp.einsum("bij,nj->bni", Fh, r0)
+    ang = xp.arctan2(xp.linalg.norm(_cross(v, r1, xp), axis=-1), (v * r1).sum(-1))
+    angular = xp.where(used, ang, 0.0).sum(axis=1) / xp.maximum(n_used, 1)
+
+    if reference_F is not None:
+        Fh = Fh @ xp.asarray(reference_F, dtype=f8)
+    V, R = polar_decomposition(Fh, xp)
+    g = xp.broadcast_to(xp.asarray(orientation, dtype=f8), (B, 3, 3))
+    g_def = g @ xp.swapaxes(R, -1, -2)
+    C = xp.asarray(stiffness, dtype=f8)
+    # Only sigma_33 (sample frame) is needed: row 33 of the stiffness in the deformed crystal's frame.
+    u = g_def[:, :, 2]
+    m = xp.einsum("ba,be,aecd->bcd", u, u, C)
+    c33 = xp.swapaxes(g_def, -1, -2) @ m @ g_def
+    scale = xp.trace(c33, axis1=-2, axis2=-1) / (c33 * V).sum(axis=(-2, -1))
+    F = scale[:, None, None] * Fh
+    strain = scale[:, None, None] * V - eye
+    rot = rotation_log(R, xp)
+    strain_c = g_def @ strain @ xp.swapaxes(g_def, -1, -2)
+    rot_c = g @ rot @ xp.swapaxes(g, -1, -2)
+
+    status = xp.full(B, FIT_OK, dtype=xp.uint8)
+    processed = xp.isfinite(q).any(axis=(1, 2)) | (st != 4).any(axis=1)
+    finite = xp.isfinite(F).all(axis=(1, 2)) & xp.isfinite(scale) & (scale > 0)
+    status[~finite] = FIT_FAILED
+    status[~enough] = FIT_TOO_FEW_ROIS
+    status[~processed] = FIT_NOT_PROCESSED
+    bad = status != FIT_OK
+    nan = xp.nan
+    out = [xp.where(bad[:, None, None], nan, a) for a in (F, strain, rot, strain_c, rot_c)]
+    residual = xp.where(bad, nan, residual)
+    angular = xp.where(bad, nan, angular)
+    used &= ~bad[:, None]
+    return StrainFit(*out, residual, angular, xp.where(bad, 0, n_used).astype(xp.int16), used, status)
+
+
+def remap_pattern(image, F, *, pc, sample_tilt: float = 70.0, detector_tilt: float = 0.0, order: int = 3):
+    """The pattern of a crystal deformed by ``F``, made from ``image`` (Britton & Wilkinson 2012).
+
+    The new pattern shows at direction ``r`` what ``image`` shows at ``F^-1 r`` (both seen
+    from pattern centre ``pc``); with ``F`` a rotation this is the reference rotated by the
+    lattice rotation found in a first pass. Pixels whose source falls outside ``image``
+    take the nearest edge value.
+
+    Parameters
+    ----------
+    image : (H, W) array (NumPy or CuPy)
+    F : (3, 3) array
+        Sample-frame deformation (normally a rotation).
+    pc : (3,) array
+        Bruker pattern centre of ``image``.
+    order : int
+        Spline order of the interpolation (3: cubic, keeps sub-pixel detail).
+
+    Returns
+    -------
+    (H, W) float32 array on the input's backend.
+    """
+    xp = _xp(image)
+    if xp is np:
+        from scipy.ndimage import map_coordinates
+    else:
+        from cupyx.scipy.ndimage import map_coordinates
+    H, W = image.shape
+    yy, xx = xp.meshgrid(xp.arange(H, dtype=xp.float64), xp.arange(W, dtype=xp.float64), indexing="ij")
+    tilts = {"sample_tilt": sample_tilt, "detector_tilt": detector_tilt}
+    r = geometry.pixel_directions(xp.stack([xx, yy], axis=-1), (H, W), xp.asarray(pc, dtype=xp.float64), **tilts)
+    src = geometry.project(r @ xp.linalg.inv(xp.asarray(F, dtype=xp.float64)).T, (H, W),
+                           xp.asarray(pc, dtype=xp.float64), **tilts)
+    coords = xp.stack([src[..., 1], src[..., 0]])
+    return map_coordinates(xp.asarray(image, dtype=xp.float32), coords, order=order, mode="nearest").astype(xp.float32)

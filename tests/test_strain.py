@@ -1,0 +1,231 @@
+"""The strain fit, the stiffness presets and remapping, against exact synthetic shifts."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from scipy.optimize import brentq
+
+from ebsdxc import materials, strain
+from ebsdxc.rois import grid_layout
+from ebsdxc.simulate import _rotation_matrices, bunge_to_matrix, displacement_truth
+
+SHAPE = (240, 320)
+PC_REF = np.array([0.52, 0.42, 0.62])
+G = bunge_to_matrix(160.0, 40.0, 20.0)
+C_NI = materials.stiffness_tensor(materials.cubic_stiffness(*materials.CUBIC_PRESETS["Ni"]))
+
+
+def _sigma33(F, g, C):
+    """sigma_33 in the sample frame by the long route: full tensor rotation, explicit polar."""
+    V, R = strain.polar_decomposition(F)
+    Cs = materials.rotate_stiffness(C, g @ R.T)
+    return np.einsum("kl,kl->", Cs[2, 2], V - np.eye(3))
+
+
+def traction_free(F0, g=G, C=C_NI):
+    """The multiple s F0 with sigma_33 = 0 (root of a scalar function; independent of the fit's algebra)."""
+    s = brentq(lambda s: _sigma33(s * F0, g, C), 0.9, 1.1, xtol=1e-15)
+    return s * F0
+
+
+def random_F(rng, strain_mag=1e-3, rot_mag=1e-3, n=1):
+    out = []
+    for _ in range(n):
+        e = rng.normal(scale=strain_mag, size=(3, 3))
+        e = (e + e.T) / 2
+        w = rng.normal(scale=rot_mag, size=3)
+        out.append(traction_free((np.eye(3) + e) @ _rotation_matrices(w)))
+    return np.array(out)
+
+
+def exact_case(F, pc, *, tilts=(70.0, 0.0), grid=(5, 5), size=48):
+    layout = grid_layout(SHAPE, grid=grid, size=size)
+    c = layout.centres
+    q = displacement_truth(c, shape=SHAPE, pc_ref=PC_REF, pc=pc, F=F, sample_tilt=tilts[0],
+                           detector_tilt=tilts[1])
+    B, n = q.shape[:2]
+    return c, q, np.full((B, n), 0.9), np.zeros((B, n), np.uint8)
+
+
+def fit(c, q, h, s, pc, **kw):
+    kw.setdefault("sample_tilt", 70.0)
+    kw.setdefault("detector_tilt", 0.0)
+    return strain.fit_strain(q, h, s, centres=c, shape=SHAPE, pc=pc, pc_ref=PC_REF, stiffness=C_NI,
+                             orientation=G, **kw)
+
+
+@pytest.mark.parametrize("tilts", [(70.0, 0.0), (65.0, 10.0)])
+def test_exact_shifts_give_F_strain_rotation(tilts):
+    rng = np.random.default_rng(3)
+    F = random_F(rng, n=6)
+    pc = PC_REF + rng.normal(scale=[2e-3, 2e-3, 1e-3], size=(6, 3))  # the beam moved: PC differs per point
+    c, q, h, s = exact_case(F, pc, tilts=tilts)
+    r = fit(c, q, h, s, pc, sample_tilt=tilts[0], detector_tilt=tilts[1])
+    assert (r.status == strain.FIT_OK).all()
+    np.testing.assert_allclose(r.F, F, atol=1e-9)
+    V, R = strain.polar_decomposition(F)
+    np.testing.assert_allclose(r.strain, V - np.eye(3), atol=1e-9)
+    w = strain.rotation_log(R)
+    np.testing.assert_allclose(r.rotation, w, atol=1e-9)
+    np.testing.assert_allclose(r.rotation, -np.swapaxes(r.rotation, 1, 2), atol=1e-15)
+    assert np.abs(r.rotation).max() > 5e-4  # the test has rotations to find
+    # crystal frame: g' eps g'^T with g' = g R^T, and g w g^T
+    gd = G @ np.swapaxes(R, 1, 2)
+    np.testing.assert_allclose(r.strain_crystal, gd @ (V - np.eye(3)) @ np.swapaxes(gd, 1, 2), atol=1e-9)
+    np.testing.assert_allclose(r.rotation_crystal, G @ w @ G.T, atol=1e-9)
+    assert r.residual_px.max() < 1e-6 and r.angular_error.max() < 1e-8
+    assert (r.n_used == 25).all()
+
+
+def test_pc_shift_alone_is_not_strain():
+    pc = PC_REF + np.array([[0.01, -0.008, 0.004]])  # 3 px of pattern shift, no deformation
+    c, q, h, s = exact_case(np.eye(3)[None], pc)
+    assert np.abs(q).max() > 2
+    r = fit(c, q, h, s, pc)
+    np.testing.assert_allclose(r.F[0], np.eye(3), atol=1e-9)
+    # ...while ignoring the PC change would call it strain and rotation
+    wrong = fit(c, q, h, s, PC_REF)
+    assert np.abs(wrong.strain).max() > 1e-3 or np.abs(wrong.rotation).max() > 1e-3
+
+
+def test_large_rotation_is_exact():
+    rng = np.random.default_rng(5)
+    R = _rotation_matrices(np.deg2rad(3.0) * np.array([0.6, -0.48, 0.64]))
+    F = traction_free((np.eye(3) + np.diag([1e-3, -5e-4, 0]) + 4e-4 * (np.eye(3)[[1, 0, 2]] - np.diag([1, 1, 0])) * 0) @ R)
+    c, q, h, s = exact_case(F[None], PC_REF[None])
+    r = fit(c, q, h, s, PC_REF[None])
+    np.testing.assert_allclose(r.F[0], F, atol=1e-9)
+    assert np.degrees(np.linalg.norm(r.rotation[0][[2, 0, 1], [1, 2, 0]])) == pytest.approx(3.0, abs=1e-6)
+    del rng
+
+
+def test_sigma33_is_zero_and_scale_does_not_matter():
+    rng = np.random.default_rng(7)
+    F = random_F(rng, n=3)
+    c, q, h, s = exact_case(F, np.broadcast_to(PC_REF, (3, 3)))
+    r = fit(c, q, h, s, PC_REF)
+    for Fi in r.F:
+        assert abs(_sigma33(Fi, G, C_NI)) < 1e-6  # GPa
+    # Another material changes only the volumetric part: deviatoric strain and rotation stay.
+    C_al = materials.stiffness_tensor(materials.cubic_stiffness(*materials.CUBIC_PRESETS["Al"]))
+    r2 = strain.fit_strain(q, h, s, centres=c, shape=SHAPE, pc=PC_REF, pc_ref=PC_REF, stiffness=C_al, orientation=G)
+
+    def dev(e):
+        return e - np.trace(e, axis1=1, axis2=2)[:, None, None] * np.eye(3) / 3
+
+    # dev(s V - I) = s dev(V): equal to second order (|dev| * (s - 1) ~ 1e-3 * 1e-5)
+    np.testing.assert_allclose(dev(r2.strain), dev(r.strain), atol=1e-7)
+    np.testing.assert_allclose(r2.rotation, r.rotation, atol=2e-9)
+    assert np.abs(np.trace(r2.strain, axis1=1, axis2=2) - np.trace(r.strain, axis1=1, axis2=2)).max() > 1e-6
+
+
+def test_outliers_are_rejected_by_the_rule():
+    rng = np.random.default_rng(11)
+    F = random_F(rng, n=4)
+    c, q, h, s = exact_case(F, np.broadcast_to(PC_REF, (4, 3)))
+    q = q + rng.normal(scale=0.02, size=q.shape)
+    bad = [(0, 3), (0, 17), (2, 8)]
+    for b, k in bad:
+        q[b, k] += [1.5, -1.0]  # a false match, 1.8 px off
+    r = fit(c, q, h, s, PC_REF)
+    for b, k in bad:
+        assert not r.used[b, k]
+    assert r.n_used.tolist() == [23, 25, 24, 25]
+    V, R = strain.polar_decomposition(F)
+    assert np.abs(r.strain - (V - np.eye(3))).max() < 2e-4
+    assert 0.01 < np.median(r.residual_px) < 0.05
+    # no rejection at all: the false matches pull the strain
+    keep = fit(c, q, h, s, PC_REF, options=strain.FitOptions(outlier_sigma=1e9))
+    assert np.abs(keep.strain[0] - (V[0] - np.eye(3))).max() > 3 * np.abs(r.strain[0] - (V[0] - np.eye(3))).max()
+
+
+def test_low_peaks_bad_status_and_too_few_rois():
+    F = random_F(np.random.default_rng(2), n=3)
+    c, q, h, s = exact_case(F, np.broadcast_to(PC_REF, (3, 3)))
+    h[0, :22] = 0.05  # point 0: only 3 ROIs with a usable peak
+    s[1, :] = 4  # point 1: not processed
+    q[1] = np.nan
+    s[2, :10] = 1  # point 2: 10 ROIs on the search border, 15 left
+    q[2, :10] = np.nan
+    r = fit(c, q, h, s, PC_REF)
+    assert r.status.tolist() == [strain.FIT_TOO_FEW_ROIS, strain.FIT_NOT_PROCESSED, strain.FIT_OK]
+    assert np.isnan(r.strain[:2]).all() and np.isnan(r.residual_px[:2]).all()
+    assert r.n_used.tolist() == [0, 0, 15]
+    np.testing.assert_allclose(r.F[2], F[2], atol=1e-9)
+    ok4 = fit(c, q, h, s, PC_REF, options=strain.FitOptions(min_peak_height=0.01))
+    assert ok4.status[0] == strain.FIT_OK
+
+
+def test_fit_options_are_checked():
+    with pytest.raises(ValueError, match="min_rois"):
+        strain.FitOptions(min_rois=3)
+    with pytest.raises(ValueError, match="outlier_sigma"):
+        strain.FitOptions(outlier_sigma=0)
+    with pytest.raises(ValueError, match="centres"):
+        strain.fit_strain(np.zeros((2, 5, 2)), np.ones((2, 5)), np.zeros((2, 5)), centres=np.zeros((4, 2)),
+                          shape=SHAPE, pc=PC_REF, pc_ref=PC_REF, stiffness=C_NI, orientation=G)
+
+
+# ---------------------------------------------------------------------------- materials
+
+
+def test_presets_and_parsing(tmp_path):
+    name, c = materials.parse_material("nickel")
+    assert name == "Ni" and c[0, 0] == 246.5 and c[0, 1] == 147.3 and c[3, 3] == 124.7
+    for key in ("Fe", "al", "Cu", "SI"):
+        assert materials.parse_material(key)[1][0, 0] == materials.CUBIC_PRESETS[key.capitalize()][0]
+    np.testing.assert_array_equal(materials.parse_material("cubic:200,100,80")[1],
+                                  materials.cubic_stiffness(200, 100, 80))
+    p = tmp_path / "c.txt"
+    np.savetxt(p, c)
+    assert np.array_equal(materials.parse_material(str(p))[1], c)
+    with pytest.raises(ValueError, match="unknown material 'unobtainium'"):
+        materials.parse_material("unobtainium")
+    with pytest.raises(ValueError, match="symmetric"):
+        bad = c.copy()
+        bad[0, 1] += 10
+        materials.parse_material(bad)
+    with pytest.raises(ValueError, match="positive definite"):
+        materials.parse_material("cubic:100,200,50")
+    p.write_text("1 2 3")
+    with pytest.raises(ValueError, match="expected 36 numbers"):
+        materials.parse_material(str(p))
+
+
+def test_rotate_stiffness():
+    C = C_NI
+    # cubic symmetry: a 90-degree turn about a cube axis changes nothing
+    q = _rotation_matrices(np.array([0, 0, np.pi / 2]))
+    np.testing.assert_allclose(materials.rotate_stiffness(C, q), C, atol=1e-9)
+    # but a general orientation does, and keeps the invariants (trace of C_iijj, C_ijij)
+    Cs = materials.rotate_stiffness(C, G)
+    assert np.abs(Cs - C).max() > 10
+    assert np.einsum("iijj", Cs) == pytest.approx(np.einsum("iijj", C))
+    assert np.einsum("ijij", Cs) == pytest.approx(np.einsum("ijij", C))
+    # Voigt round trip: C_1111 = C11, C_1122 = C12, C_2323 = C44
+    assert (C[0, 0, 0, 0], C[0, 0, 1, 1], C[1, 2, 1, 2]) == (246.5, 147.3, 124.7)
+
+
+# ---------------------------------------------------------------------------- remapping
+
+
+def test_remap_identity_and_rotation():
+    from ebsdxc.simulate import load_nickel_master_pattern, simulate_pattern
+
+    pytest.importorskip("kikuchipy")
+    master = load_nickel_master_pattern()
+    shape = (120, 160)
+    pc = np.array([0.5, 0.45, 0.6])
+    ref = simulate_pattern(master, shape=shape, pc=pc, orientation=G, background=False)
+    same = strain.remap_pattern(ref, np.eye(3), pc=pc)
+    np.testing.assert_allclose(same, ref, rtol=1e-5, atol=1e-3)
+    R = _rotation_matrices(np.deg2rad(3.0) * np.array([0.3, 0.8, -0.52]))
+    want = simulate_pattern(master, shape=shape, pc=pc, orientation=G, F=R, background=False)
+    got = strain.remap_pattern(ref, R, pc=pc)
+    inner = np.s_[12:-12, 12:-12]  # the edges take nearest values: not comparable
+    err = np.abs(got - want)[inner].mean() / want[inner].std()
+    # as good as cubic interpolation of these sharp simulated bands gets (a half-pixel shift
+    # of the same pattern errs by 0.10); R^T instead of R would give 1.0
+    assert err < 0.09
+    assert np.abs(ref - want)[inner].mean() / want[inner].std() > 10 * err  # the rotation is visible
