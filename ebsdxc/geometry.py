@@ -239,7 +239,7 @@ def convert_pc(pc, *, from_convention: str, to_convention: str, shape, pixel_siz
     b = _positive("binning", binning)
     if "emsoft" in (src[:6], dst[:6]):
         if pixel_size is None:
-            raise ValueError("EMsoft PCs need pixel_size (the unbinned detector pixel, µm)")
+            raise ValueError("EMsoft PCs need pixel_size (the unbinned detector pixel size in microns)")
         delta = _positive("pixel_size", pixel_size)
     x, y, z = pc[..., 0], pc[..., 1], pc[..., 2]
     # to Bruker

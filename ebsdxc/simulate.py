@@ -529,6 +529,30 @@ class SimulatedScan:
     sample_tilt: float = 70.0
     detector_tilt: float = 0.0
 
+    def save(self, folder, *, euler_deg=None, scan_name="scan.h5", ref_name="ref.tif"):
+        """Write the scan (HDF5, with per-point PCs, tilts and ``euler_angles`` as attributes) and
+        the reference (TIFF with its PC in the description), as a user's files would come.
+
+        Returns ``(scan_path, ref_path)``.
+        """
+        import json
+
+        import h5py
+        import tifffile
+
+        os.makedirs(folder, exist_ok=True)
+        scan, ref = os.path.join(folder, scan_name), os.path.join(folder, ref_name)
+        with h5py.File(scan, "w") as f:
+            ds = f.create_dataset("patterns", data=self.patterns, chunks=(1, *self.patterns.shape[1:]))
+            ds.attrs["pattern_centre"] = self.pc
+            ds.attrs["pattern_centre_convention"] = "bruker"
+            ds.attrs["sample_tilt"] = self.sample_tilt
+            ds.attrs["detector_tilt"] = self.detector_tilt
+            if euler_deg is not None:
+                ds.attrs["euler_angles"] = np.asarray(euler_deg, dtype=np.float64)
+        tifffile.imwrite(ref, self.reference, description=json.dumps({"pattern_centre": self.pc_ref.tolist()}))
+        return scan, ref
+
     def truth(self, centres) -> np.ndarray:
         """(rows, cols, n, 2) true [dx, dy] of the ROI ``centres`` ((n, 2) [x, y] px)."""
         return displacement_truth(centres, shape=self.patterns.shape[2:], pc_ref=self.pc_ref, pc=self.pc,
@@ -538,7 +562,7 @@ class SimulatedScan:
 def simulate_scan(rows: int, cols: int, *, shape=(256, 256), counts: float | None = 1000,
                   strain: float = 1e-3, rotation: float = 1e-3, pc_shift_px: float = 0.9,
                   euler_deg=(160.0, 40.0, 20.0), pc_ref=(0.5, 0.45, 0.6), seed: int = 1,
-                  master=None) -> SimulatedScan:
+                  master=None, F=None) -> SimulatedScan:
     """A Ni scan under a smoothly varying small deformation, with a pattern centre that moves.
 
     Parameters
@@ -561,13 +585,20 @@ def simulate_scan(rows: int, cols: int, *, shape=(256, 256), counts: float | Non
         Reference pattern centre (Bruker).
     master : (2, n, n) array, optional
         Master pattern; default :func:`load_nickel_master_pattern`.
+    F : (rows, cols, 3, 3) array, optional
+        Deformation gradients to use instead of :func:`smooth_deformation_field`'s.
     """
     rng = np.random.default_rng(seed)
     master = load_nickel_master_pattern() if master is None else master
     g = bunge_to_matrix(*euler_deg)
     H, W = check_shape(shape)
     pc_ref = np.asarray(pc_ref, dtype=np.float64)
-    F = smooth_deformation_field(rows, cols, strain=strain, rotation=rotation, seed=seed)
+    if F is None:
+        F = smooth_deformation_field(rows, cols, strain=strain, rotation=rotation, seed=seed)
+    else:
+        F = _check_F(F, allow_batch=True)
+        if F.shape != (rows, cols, 3, 3):
+            raise ValueError(f"F must have shape ({rows}, {cols}, 3, 3), got {F.shape}")
     yy, xx = np.meshgrid(np.linspace(-1, 1, rows), np.linspace(-1, 1, cols), indexing="ij")
     pc = np.empty((rows, cols, 3))
     pc[..., 0] = pc_ref[0] + pc_shift_px * xx / W

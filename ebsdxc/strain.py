@@ -51,7 +51,7 @@ import numpy as np
 
 from . import geometry
 
-__all__ = ["FitOptions", "StrainFit", "fit_strain", "rotation_log", "remap_pattern", "polar_decomposition",
+__all__ = ["FitOptions", "StrainFit", "fit_strain", "rotation_log", "remap_pattern", "polar_decomposition", "traction_free",
            "FIT_OK", "FIT_TOO_FEW_ROIS", "FIT_NOT_PROCESSED", "FIT_FAILED", "FIT_DESCRIPTIONS"]
 
 FIT_OK = 0
@@ -179,6 +179,31 @@ def polar_decomposition(F, xp=np):
     return V, R
 
 
+def _traction_free_scale(F, stiffness, g, xp):
+    """Scale s with sigma_33(s F) = 0 (sample frame), and F's polar factors V, R."""
+    V, R = polar_decomposition(F, xp)
+    g_def = g @ xp.swapaxes(R, -1, -2)
+    # Only sigma_33 is needed: row 33 of the stiffness in the deformed crystal's frame.
+    u = g_def[..., :, 2]
+    m = xp.einsum("...a,...e,aecd->...cd", u, u, xp.asarray(stiffness, dtype=xp.float64))
+    c33 = xp.swapaxes(g_def, -1, -2) @ m @ g_def
+    # sigma_33 = c33 : (s V - I) is linear in s
+    return xp.trace(c33, axis1=-2, axis2=-1) / (c33 * V).sum(axis=(-2, -1)), V, R
+
+
+def traction_free(F, stiffness, orientation):
+    """The multiple ``s F`` of deformation gradients (..., 3, 3) whose stress has ``sigma_33 = 0``.
+
+    ``stiffness`` is the crystal-frame tensor (3, 3, 3, 3), ``orientation`` the reference
+    orientation (sample to crystal). This is the condition :func:`fit_strain` applies; it
+    makes simulated deformations consistent with a free surface.
+    """
+    xp = _xp(F)
+    F = xp.asarray(F, dtype=xp.float64)
+    g = xp.broadcast_to(xp.asarray(orientation, dtype=xp.float64), F.shape)
+    return _traction_free_scale(F, stiffness, g, xp)[0][..., None, None] * F
+
+
 def fit_strain(displacement, peak_height, roi_status, *, centres, shape, pc, pc_ref, stiffness,
                orientation, sample_tilt: float = 70.0, detector_tilt: float = 0.0,
                options: FitOptions | None = None, reference_F=None) -> StrainFit:
@@ -275,15 +300,9 @@ def fit_strain(displacement, peak_height, roi_status, *, centres, shape, pc, pc_
 
     if reference_F is not None:
         Fh = Fh @ xp.asarray(reference_F, dtype=f8)
-    V, R = polar_decomposition(Fh, xp)
     g = xp.broadcast_to(xp.asarray(orientation, dtype=f8), (B, 3, 3))
+    scale, V, R = _traction_free_scale(Fh, stiffness, g, xp)
     g_def = g @ xp.swapaxes(R, -1, -2)
-    C = xp.asarray(stiffness, dtype=f8)
-    # Only sigma_33 (sample frame) is needed: row 33 of the stiffness in the deformed crystal's frame.
-    u = g_def[:, :, 2]
-    m = xp.einsum("ba,be,aecd->bcd", u, u, C)
-    c33 = xp.swapaxes(g_def, -1, -2) @ m @ g_def
-    scale = xp.trace(c33, axis1=-2, axis2=-1) / (c33 * V).sum(axis=(-2, -1))
     F = scale[:, None, None] * Fh
     strain = scale[:, None, None] * V - eye
     rot = rotation_log(R, xp)

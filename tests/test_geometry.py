@@ -265,6 +265,8 @@ def test_extrapolate_pc_default_point_is_map_centre():
     np.testing.assert_allclose(even[1:3, 2:4].mean(axis=(0, 1)), pc0, atol=1e-15)
     with pytest.raises(ValueError, match="pixel_size"):
         geo.extrapolate_pc(pc0, grid_shape=(4, 6), step=step, pixel_size=-1, shape=shape)
+    with pytest.raises(ValueError, match=r"point must be a scan position \(row, col\)"):
+        geo.extrapolate_pc(pc0, grid_shape=(4, 6), point=(1, 2, 3), **kw)
 
 
 # --------------------------------------------------------------------------- Detector
