@@ -35,6 +35,7 @@ from dataclasses import dataclass
 import numpy as np
 
 __all__ = [
+    "canonical_convention",
     "PC_CONVENTIONS", "Detector", "check_pc", "check_shape", "convert_pc", "detector_axes",
     "extrapolate_pc", "fit_pc_plane", "pixel_directions", "project",
 ]
@@ -51,7 +52,8 @@ def _xp(*arrays):
     return np
 
 
-def _convention(name) -> str:
+def canonical_convention(name) -> str:
+    """The name in :data:`PC_CONVENTIONS` of a convention or alias (case-insensitive), or ValueError."""
     key = str(name).lower()
     key = _ALIASES.get(key, key)
     if key not in PC_CONVENTIONS:
@@ -231,7 +233,7 @@ def convert_pc(pc, *, from_convention: str, to_convention: str, shape, pixel_siz
     numpy.ndarray
         float64 ``(..., 3)``.
     """
-    src, dst = _convention(from_convention), _convention(to_convention)
+    src, dst = canonical_convention(from_convention), canonical_convention(to_convention)
     h, w = check_shape(shape)
     pc = np.array(pc, dtype=np.float64)
     if pc.shape[-1:] != (3,):

@@ -75,7 +75,7 @@ class StrainConfig:
                 object.__setattr__(self, name, v)
         if self.pc_map not in PC_MAPS:
             raise ValueError(f"pc_map must be one of {', '.join(PC_MAPS)}, got {self.pc_map!r}")
-        geometry._convention(self.pc_convention)
+        geometry.canonical_convention(self.pc_convention)
         if not self.remap_threshold_deg >= 0:
             raise ValueError(f"remap_threshold_deg must be >= 0 (0: never remap), got {self.remap_threshold_deg}")
         self.fit_options()  # validates the rejection options
@@ -134,7 +134,7 @@ def _scan_pcs(meta: dict, rows: int, cols: int, convention: str, shape, path):
         raise InputError(f"pattern centres of shape {a.shape} do not fit the {rows} x {cols} scan", path)
     conv = str(meta.get("pattern_centre_convention", "bruker")).split()[0].lower()
     try:
-        conv = geometry._convention(conv)
+        conv = geometry.canonical_convention(conv)
     except ValueError:
         conv = "bruker"
     return geometry.convert_pc(a, from_convention=conv, to_convention="bruker", shape=shape,
@@ -221,7 +221,7 @@ def resolve_geometry(cfg: StrainConfig, *, shape, grid, scan_meta: dict, scan_pa
     elif ref_flat is not None:
         pc_ref, sources["pattern_centre_ref"] = pcs.reshape(-1, 3)[int(ref_flat)], "scan point"
     elif ref_meta and ref_meta.get("pattern_centre") is not None:
-        conv = geometry._convention(str(ref_meta.get("pattern_centre_convention", "bruker")).split()[0])
+        conv = geometry.canonical_convention(str(ref_meta.get("pattern_centre_convention", "bruker")).split()[0])
         pc_ref = geometry.convert_pc(np.asarray(ref_meta["pattern_centre"], dtype=np.float64),
                                      from_convention=conv, to_convention="bruker", shape=shape,
                                      pixel_size=pixel_size)
