@@ -15,7 +15,8 @@ import time
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(__file__))
-from common import cuda_time as timed, simulated_patterns  # noqa: E402
+from common import cuda_time as timed  # noqa: E402
+from common import simulated_patterns
 
 
 def main(argv=None):

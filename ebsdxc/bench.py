@@ -21,7 +21,13 @@ from dataclasses import dataclass
 import numpy as np
 
 from .dispatch import CalibrationTable, Case, Choice, applies, gpu_model
-from .engines.definition import KernelChoice, correlate_maps, overlap_fmas, precompile, segment_width
+from .engines.definition import (
+    KernelChoice,
+    correlate_maps,
+    overlap_fmas,
+    precompile,
+    segment_width,
+)
 
 __all__ = ["TABLE1_FORMS", "TABLE1_SIZES", "candidates", "measure_case", "table1_cases",
            "calibration_cases", "run_cases", "write_csv", "read_csv", "winners", "plot_table1",

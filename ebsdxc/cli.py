@@ -78,7 +78,7 @@ def _strain_options(p, *, in_process):
     s.add_argument("--remap-threshold", type=float, metavar="DEG",
                    help="re-correlate against a rotated reference above this rotation (default 1 degree)")
     s.add_argument("--no-remap", action="store_true", help="never remap")
-    s.add_argument("--min-peak-height", type=float, metavar="H", help="ROIs with a lower peak are not used (0.1)")
+    s.add_argument("--min-peak-height", type=float, metavar="H", help="ROIs with a lower correlation peak are not used (default 0.3)")
 
 
 def _strain_config(a, base):

@@ -32,7 +32,14 @@ from . import geometry
 from .errors import InputError
 from .materials import parse_material, stiffness_tensor
 from .progress import NullProgress, Progress
-from .strain import FIT_DESCRIPTIONS, FIT_OK, FitOptions, fit_strain, polar_decomposition, remap_pattern
+from .strain import (
+    FIT_DESCRIPTIONS,
+    FIT_OK,
+    FitOptions,
+    fit_strain,
+    polar_decomposition,
+    remap_pattern,
+)
 
 __all__ = ["StrainConfig", "StrainGeometry", "resolve_geometry", "compute_strain", "PC_MAPS",
            "REMAP_BATCH"]
@@ -60,7 +67,7 @@ class StrainConfig:
     sample_tilt: float | None = None
     detector_tilt: float | None = None
     remap_threshold_deg: float = 1.0
-    min_peak_height: float = 0.1
+    min_peak_height: float = 0.3
     outlier_sigma: float = 4.0
     residual_floor_px: float = 0.25
     min_rois: int = 4

@@ -23,12 +23,19 @@ from .backend import Backend, select_backend
 from .engines import PeakResult, make_engine
 from .engines.fft import fft_shape
 from .errors import InputError
+from .hrebsd import compute_strain, resolve_geometry, scan_metadata
 from .io.results import ResultsWriter, input_record
 from .preprocess import PatternPreprocessor, prepare_tiles, window_1d, window_2d
 from .progress import NullProgress, Progress
-from .hrebsd import compute_strain, resolve_geometry, scan_metadata
 from .recipes import ProcessConfig
-from .rois import RoiLayout, extract_tiles, grid_layout, layout_from_centres, read_centres, ring_layout
+from .rois import (
+    RoiLayout,
+    extract_tiles,
+    grid_layout,
+    layout_from_centres,
+    read_centres,
+    ring_layout,
+)
 
 __all__ = ["Pipeline", "build_layout", "process", "strain", "default_output", "N_BUFFERS", "auto_batch"]
 

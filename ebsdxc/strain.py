@@ -85,7 +85,7 @@ class FitOptions:
         Fewest ROIs a point may be fitted with (>= 4).
     """
 
-    min_peak_height: float = 0.1
+    min_peak_height: float = 0.3
     outlier_sigma: float = 4.0
     residual_floor_px: float = 0.25
     min_rois: int = 4

@@ -5,8 +5,14 @@ import numpy as np
 import pytest
 from scipy.signal import correlate2d
 
-from ebsdxc.engines.definition import (ALGORITHMS, KernelChoice, Pairing, default_choice, overlap_fmas,
-                                       parse_kernel)
+from ebsdxc.engines.definition import (
+    ALGORITHMS,
+    KernelChoice,
+    Pairing,
+    default_choice,
+    overlap_fmas,
+    parse_kernel,
+)
 
 
 def oracle(left, right, max_lag):

@@ -135,8 +135,8 @@ def test_dft_grid_matches_float64_direct_sum(cp, rng):
 
 def _sample_tiles(sample_dir, be, size=40, grid=(5, 5)):
     from ebsdxc.io import open_scan, read_reference
-    from ebsdxc.rois import extract_tiles, grid_layout
     from ebsdxc.preprocess import prepare_tiles
+    from ebsdxc.rois import extract_tiles, grid_layout
 
     with open_scan(os.path.join(sample_dir, "scan.h5")) as src:
         pats = src.read(0, src.n_patterns)

@@ -14,8 +14,13 @@ import pytest
 import tifffile
 
 from ebsdxc.errors import InputError
-from ebsdxc.io import (SCAN_FORMATS, ArraySource, open_scan, read_reference,
-                       reference_from_scan)
+from ebsdxc.io import (
+    SCAN_FORMATS,
+    ArraySource,
+    open_scan,
+    read_reference,
+    reference_from_scan,
+)
 from ebsdxc.io import h5ebsd as h5ebsd_reader
 from ebsdxc.io import hdf5 as hdf5_reader
 

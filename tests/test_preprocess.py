@@ -9,8 +9,13 @@ import pytest
 
 from ebsdxc import status as st
 from ebsdxc.backend import select_backend
-from ebsdxc.preprocess import (PatternPreprocessor, PreprocessConfig, prepare_tiles, window_1d,
-                               window_2d)
+from ebsdxc.preprocess import (
+    PatternPreprocessor,
+    PreprocessConfig,
+    prepare_tiles,
+    window_1d,
+    window_2d,
+)
 
 
 @pytest.fixture(scope="module")

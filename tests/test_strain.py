@@ -229,3 +229,42 @@ def test_remap_identity_and_rotation():
     # of the same pattern errs by 0.10); R^T instead of R would give 1.0
     assert err < 0.09
     assert np.abs(ref - want)[inner].mean() / want[inner].std() > 10 * err  # the rotation is visible
+
+
+# ---------------------------------------------------------------------------- GPU against the CPU oracle
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("n_points", [1, 7, 300])
+def test_gpu_fit_equals_numpy(n_points):
+    import cupy as cp
+
+    rng = np.random.default_rng(n_points)
+    F = random_F(rng, n=n_points)
+    pc = PC_REF + rng.normal(scale=1e-3, size=(n_points, 3))
+    c, q, h, s = exact_case(F, pc)
+    q = q + rng.normal(scale=0.03, size=q.shape)
+    q[0, 4] += [2.0, 1.0]  # an outlier to reject on both
+    h[-1, :22] = 0.0  # a point with too few ROIs
+    want = fit(c, q, h, s, pc)
+    got = strain.fit_strain(cp.asarray(q), cp.asarray(h), cp.asarray(s), centres=c, shape=SHAPE, pc=cp.asarray(pc),
+                              pc_ref=PC_REF, stiffness=C_NI, orientation=G)
+    for k in ("F", "strain", "rotation", "strain_crystal", "rotation_crystal", "residual_px", "angular_error"):
+        np.testing.assert_allclose(cp.asnumpy(getattr(got, k)), getattr(want, k), atol=1e-12, rtol=1e-9,
+                                   equal_nan=True, err_msg=k)
+    for k in ("n_used", "used", "status"):
+        np.testing.assert_array_equal(cp.asnumpy(getattr(got, k)), getattr(want, k), err_msg=k)
+    assert not want.used[0, 4] and want.status[-1] == strain.FIT_TOO_FEW_ROIS
+
+
+@pytest.mark.gpu
+def test_gpu_remap_equals_numpy():
+    import cupy as cp
+
+    rng = np.random.default_rng(0)
+    img = rng.random((70, 90)).astype(np.float32)
+    R = _rotation_matrices(np.deg2rad(2.0) * np.array([0.3, 0.8, -0.52]))
+    pc = np.array([0.5, 0.45, 0.6])
+    want = strain.remap_pattern(img, R, pc=pc)
+    got = strain.remap_pattern(cp.asarray(img), cp.asarray(R), pc=cp.asarray(pc))
+    np.testing.assert_allclose(cp.asnumpy(got), want, atol=2e-5)

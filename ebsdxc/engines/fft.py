@@ -16,8 +16,15 @@ from __future__ import annotations
 import numpy as np
 import scipy.fft
 
-from ..peaks import (DFT_MAX_MOVES, DFT_STEPS, SPECTRUM_METHODS, integer_lag_table, locate_peaks,
-                     upsampled_dft_peak, window_power_spectrum)
+from ..peaks import (
+    DFT_MAX_MOVES,
+    DFT_STEPS,
+    SPECTRUM_METHODS,
+    integer_lag_table,
+    locate_peaks,
+    upsampled_dft_peak,
+    window_power_spectrum,
+)
 from .base import CorrelationEngine
 
 __all__ = ["FFTEngine", "fft_shape"]

@@ -1,0 +1,285 @@
+"""HR-EBSD end to end: simulated strained patterns -> ebsdxc process/strain -> strain and rotation maps.
+
+Accuracy targets (issue 4): RMS error of every deviatoric strain component and every rotation
+component <= 1e-4 with Poisson noise, <= 2e-5 without; with a 3-degree rotation <= 2e-4 with
+remapping. Truth: the F each pattern was simulated with (:mod:`ebsdxc.simulate`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+
+import h5py
+import numpy as np
+import pytest
+from test_cli import assert_one_error, run_cli
+
+from ebsdxc import cli, materials
+from ebsdxc import simulate as sim
+from ebsdxc import strain as sn
+from ebsdxc.hrebsd import StrainConfig
+from ebsdxc.io.results import read_results, read_strain
+from ebsdxc.recipes import load_recipe
+from ebsdxc.runner import process, strain
+
+pytest.importorskip("kikuchipy")  # the master pattern ships with kikuchipy
+
+EULER = (160.0, 40.0, 20.0)
+G = sim.bunge_to_matrix(*EULER)
+C_NI = materials.stiffness_tensor(materials.parse_material("Ni")[1])
+IU = np.triu_indices(3)
+
+
+def _dev(a):
+    return a - np.trace(a, axis1=-2, axis2=-1)[..., None, None] * np.eye(3) / 3
+
+
+def errors(path, F, *, traction_free=True):
+    """RMS over points per component: deviatoric strain (6), rotation (3), full strain (6)."""
+    s = read_strain(path)
+    assert s["strain_complete"]
+    ok = s["fit_status"] == sn.FIT_OK
+    V, R = sn.polar_decomposition(F)
+    e, w = V - np.eye(3), sn.rotation_log(R)
+    dev = np.sqrt(((_dev(s["strain"].astype(float)) - _dev(e))[ok] ** 2).mean(0))[IU]
+    rot = np.sqrt(((s["rotation"].astype(float) - w)[ok] ** 2).mean(0))[[0, 0, 1], [1, 2, 2]]
+    full = np.sqrt(((s["strain"].astype(float) - e)[ok] ** 2).mean(0))[IU]
+    return dev, rot, full, s
+
+
+def simulated(tmp_path, rows, cols, size, *, noise, rotation_deg=0.0, seed=4):
+    F = sim.smooth_deformation_field(rows, cols, strain=1e-3, rotation=1e-3, seed=seed)
+    if rotation_deg:
+        F = F @ sim._rotation_matrices(np.deg2rad(rotation_deg) * np.array([0.48, 0.6, -0.64]))
+    F = sn.traction_free(F, C_NI, G)
+    sc = sim.simulate_scan(rows, cols, shape=(size, size), counts=1000 if noise else None, F=F,
+                           euler_deg=EULER, seed=seed)
+    scan, ref = sc.save(tmp_path, euler_deg=EULER)
+    return sc, scan, ref
+
+
+def hrebsd_config(**strain_kw):
+    return load_recipe("hrebsd").replace(device="cpu", strain=StrainConfig(material="Ni", **strain_kw))
+
+
+# ------------------------------------------------------------------------------ accuracy
+
+
+@pytest.mark.parametrize("noise,size,bound", [(True, 256, 1e-4), (False, 512, 2e-5)])
+def test_strain_accuracy_on_simulated_patterns(tmp_path, noise, size, bound):
+    sc, scan, ref = simulated(tmp_path, 4, 4, size, noise=noise)
+    out = process(scan, ref=ref, config=hrebsd_config(), output=tmp_path / "r.h5")
+    dev, rot, full, s = errors(out, sc.F)
+    assert (s["fit_status"] == 0).all() and (s["rois_used"] == 25).all()
+    assert dev.max() <= bound, dev
+    assert rot.max() <= bound, rot
+    assert full.max() <= 1.5 * bound  # the simulated F is traction-free: the 9th component is right too
+    assert np.abs(s["strain"]).max() > 5e-4  # there was strain to find
+
+
+def test_remapping_recovers_a_3_degree_rotation(tmp_path):
+    sc, scan, ref = simulated(tmp_path, 3, 3, 256, noise=True, rotation_deg=3.0)
+    out = process(scan, ref=ref, config=hrebsd_config(), output=tmp_path / "r.h5")
+    dev, rot, full, s = errors(out, sc.F)
+    assert s["remapped"].all()
+    assert dev.max() <= 2e-4 and full.max() <= 2e-4, (dev, full)
+    assert s["strain_parameters"]["remapping"] is True
+    # without remapping the same shifts give an error ten times larger
+    strain(out, config=StrainConfig(material="Ni", remap_threshold_deg=0), overwrite=True, device="cpu")
+    dev0, _, _, s0 = errors(out, sc.F)
+    assert not s0["remapped"].any()
+    assert dev0.max() > 5 * dev.max() and dev0.max() > 5e-4
+
+
+def test_sample_data_cli(tmp_path, sample_dir):
+    out = tmp_path / "s.h5"
+    res = run_cli("process", os.path.join(sample_dir, "scan.h5"), "--ref", os.path.join(sample_dir, "ref.tif"),
+                  "-o", out, "--material", "Ni", "-q", "--device", "cpu")
+    assert res.returncode == 0, res.stderr
+    assert "strain at 100/100 points" in res.stdout
+    with h5py.File(sample_dir + "/truth.h5", "r") as f:
+        F = f["F"][...]
+    dev, rot, _, s = errors(out, F)  # the sample's F is not traction-free: deviatoric part only
+    assert dev.max() <= 1e-4 and rot.max() <= 1e-4, (dev, rot)
+    p = s["strain_parameters"]
+    assert p["sources"] == {"sample_tilt": "scan file", "detector_tilt": "scan file", "pattern_centre": "file",
+                            "pattern_centre_ref": "reference file", "orientation": "scan file"}
+    np.testing.assert_allclose(p["orientation_matrix"], G, atol=1e-12)
+    with h5py.File(out, "r") as f:
+        g = f["ebsdxc"]
+        for name in ("strain", "strain_crystal", "rotation", "rotation_crystal", "deformation_gradient"):
+            assert g[name].shape == (10, 10, 3, 3) and "frame" in g[name].attrs
+        assert g["pattern_centre"].attrs["convention"] == "bruker"
+        np.testing.assert_allclose(g["pattern_centre"][...], f["ebsdxc"]["pattern_centre"][...])
+        assert g.attrs["strain_complete"] and json.loads(g["fit_status"].attrs["codes"])["0"] == "ok"
+        assert g["fit_residual"].attrs["units"] == "px"
+
+
+# ------------------------------------------------------------------------------ ebsdxc strain
+
+
+@pytest.fixture
+def results_without_strain(tmp_path, sample_dir):
+    scan = tmp_path / "scan.h5"
+    ref = tmp_path / "ref.tif"
+    shutil.copy(os.path.join(sample_dir, "scan.h5"), scan)
+    shutil.copy(os.path.join(sample_dir, "ref.tif"), ref)
+    out = tmp_path / "r.h5"
+    assert cli.main(["process", str(scan), "--ref", str(ref), "-o", str(out), "-q", "--device", "cpu"]) == 0
+    return scan, ref, out
+
+
+def test_strain_command_adds_and_refuses_to_overwrite(results_without_strain, capsys):
+    scan, ref, out = results_without_strain
+    assert cli.main(["strain", str(out), "--material", "Ni", "-q", "--device", "cpu"]) == 0
+    first = read_strain(out)["strain"]
+    assert "strain at 100/100 points" in capsys.readouterr().out
+    res = run_cli("strain", out, "--material", "Al", "-q")
+    assert_one_error(res, str(out), "already holds strain results", "--overwrite")
+    assert np.array_equal(read_strain(out)["strain"], first, equal_nan=True)  # untouched
+    assert cli.main(["strain", str(out), "--material", "Al", "--overwrite", "-q", "--device", "cpu"]) == 0
+    s = read_strain(out)
+    assert s["strain_parameters"]["material"] == "Al"
+    # deviatoric strain barely depends on the stiffness; the volumetric part does
+    assert np.nanmax(np.abs(_dev(s["strain"]) - _dev(first))) < 1e-6
+    assert np.nanmax(np.abs(np.trace(s["strain"], axis1=2, axis2=3) - np.trace(first, axis1=2, axis2=3))) > 1e-6
+
+
+def test_strain_command_when_the_scan_moved(results_without_strain):
+    scan, ref, out = results_without_strain
+    moved = scan.parent / "elsewhere.h5"
+    scan.rename(moved)
+    res = run_cli("strain", out, "--material", "Ni", "-q")
+    assert_one_error(res, str(out), "remapping needs the scan file", "--no-remap")
+    assert "strain" not in h5py.File(out, "r")["ebsdxc"]
+    # without the scan, the PCs, tilts and orientation must come from options
+    res = run_cli("strain", out, "--material", "Ni", "--no-remap", "-q")
+    assert_one_error(res, "strain needs the pattern centre", "--pc")
+    res = run_cli("strain", out, "--material", "Ni", "--no-remap", "--pc", "0.5,0.45,0.6", "-q")
+    assert_one_error(res, "crystal orientation", "--orientation")
+    res = run_cli("strain", out, "--material", "Ni", "--no-remap", "--pc", "0.5,0.45,0.6",
+                  "--orientation", "160,40,20", "-q")
+    assert res.returncode == 0, res.stderr
+    assert read_strain(out)["strain_parameters"]["sources"]["pattern_centre"] == "constant"
+    res = run_cli("strain", out, "--material", "Ni", "--scan", moved, "--overwrite", "-q")
+    assert res.returncode == 0, res.stderr
+    assert read_strain(out)["strain_parameters"]["sources"]["pattern_centre"] == "file"
+
+
+def test_pc_conventions_give_the_same_strain(results_without_strain):
+    from ebsdxc.geometry import convert_pc
+
+    _, _, out = results_without_strain
+    base = ["--no-remap", "--pc-map", "constant", "--orientation", "160,40,20", "--device", "cpu", "-q"]
+    assert cli.main(["strain", str(out), "--material", "Ni", "--pc", "0.5,0.45,0.6", *base]) == 0
+    want = read_strain(out)["strain"]
+    for conv in ("tsl", "oxford", "emsoft"):
+        pc = convert_pc([0.5, 0.45, 0.6], from_convention="bruker", to_convention=conv, shape=(160, 160),
+                        pixel_size=160.0)
+        args = ["strain", str(out), "--material", "Ni", "--pc", ",".join(map(repr, pc.tolist())),
+                "--pc-convention", conv, "--pixel-size", "160", "--overwrite", *base]
+        assert cli.main(args) == 0
+        np.testing.assert_allclose(read_strain(out)["strain"], want, atol=1e-7)
+
+
+# ------------------------------------------------------------------------------ bad input
+
+
+@pytest.mark.parametrize("args,words", [
+    (["--material", "Ni", "--pc", "1.2,0.45,0.6", "--pc-map", "constant"], ["PCx = 1.2", "outside"]),
+    (["--material", "Ni", "--pc-ref", "0.5,0.45,-0.6"], ["PCz", "reference pattern centre"]),
+    (["--material", "unobtainium"], ["unknown material 'unobtainium'", "Ni"]),
+    (["--pc", "0.5,0.45,0.6"], ["--material"]),
+    (["--material", "cubic:100,200,50"], ["positive definite"]),
+])
+def test_bad_strain_input_one_line_no_output(tmp_path, sample_dir, args, words):
+    out = tmp_path / "r.h5"
+    res = run_cli("process", os.path.join(sample_dir, "scan.h5"), "--ref", os.path.join(sample_dir, "ref.tif"),
+                  "-o", out, "-q", "--device", "cpu", *args)
+    assert_one_error(res, *words)
+    assert not out.exists()  # checked before the correlation pass: nothing half-written
+
+
+def test_scan_without_orientation_or_pc(tmp_path):
+    sc = sim.simulate_scan(1, 2, shape=(96, 96), counts=None, seed=1)
+    scan, ref = sc.save(tmp_path)  # no euler_angles
+    res = run_cli("process", scan, "--ref", ref, "--material", "Ni", "-q", "--device", "cpu")
+    assert_one_error(res, str(scan), "orientation", "--orientation")
+    with h5py.File(scan, "r+") as f:
+        del f["patterns"].attrs["pattern_centre"]
+    os.remove(ref)
+    sc.save(tmp_path, scan_name="unused.h5")  # a reference again, with its PC
+    res = run_cli("process", scan, "--ref", ref, "--material", "Ni", "--orientation", "1,2,3", "-q")
+    assert_one_error(res, str(scan), "pattern centre", "--pc")
+
+
+def test_not_a_results_file(tmp_path, sample_dir):
+    res = run_cli("strain", os.path.join(sample_dir, "scan.h5"), "--material", "Ni")
+    assert_one_error(res, "scan.h5", "not an ebsdxc results file")
+    broken = tmp_path / "b.h5"
+    with h5py.File(broken, "w") as f:
+        g = f.create_group("ebsdxc")
+        g.attrs["schema"] = 1
+        g.create_dataset("done", data=np.ones((2, 2), bool))
+    res = run_cli("strain", broken, "--material", "Ni")
+    assert_one_error(res, str(broken), "lacks the metadata")
+
+
+def test_points_with_too_few_rois_are_flagged(tmp_path):
+    sc, scan, ref = simulated(tmp_path, 2, 3, 128, noise=False)
+    with h5py.File(scan, "r+") as f:
+        p = f["patterns"]
+        p[0, 1] = 0.0  # a blank pattern: every ROI constant
+        blank = np.array(p[1, 2])
+        blank[:, :100] = blank.mean()  # most of the pattern flat: only the right column of ROIs left
+        p[1, 2] = blank
+    cfg = load_recipe("hrebsd").replace(device="cpu", strain=StrainConfig(material="Ni", min_rois=6, min_peak_height=0.5))
+    out = process(scan, ref=ref, config=cfg, output=tmp_path / "r.h5")
+    s = read_strain(out)
+    assert s["fit_status"][0, 1] == sn.FIT_TOO_FEW_ROIS and s["fit_status"][1, 2] == sn.FIT_TOO_FEW_ROIS
+    assert np.isnan(s["strain"][0, 1]).all() and s["rois_used"][0, 1] == 0
+    r = read_results(out)
+    usable = (r["status"][1, 2] == 0) & (r["peak_height"][1, 2] >= 0.5)
+    assert 0 < usable.sum() < 6 and s["rois_used"][1, 2] == 0 and not s["roi_used"][1, 2].any()
+    assert (s["fit_status"][[0, 0, 1, 1], [0, 2, 0, 1]] == sn.FIT_OK).all()
+
+
+def test_recipe_strain_table(tmp_path, sample_dir):
+    recipe = tmp_path / "r.toml"
+    recipe.write_text('[roi]\ngrid = [4, 4]\n[strain]\nmaterial = "Ni"\nremap_threshold_deg = 0.5\nmin_rois = 6\n')
+    cfg = load_recipe(recipe)
+    assert cfg.strain == StrainConfig(material="Ni", remap_threshold_deg=0.5, min_rois=6)
+    recipe.write_text('[strain]\nmaterial = "Ni"\npc_map = "sideways"\n')
+    with pytest.raises(Exception, match="pc_map"):
+        load_recipe(recipe)
+    out = tmp_path / "o.h5"
+    recipe.write_text('[strain]\nmaterial = "Cu"\n')
+    assert cli.main(["process", os.path.join(sample_dir, "scan.h5"), "--ref", os.path.join(sample_dir, "ref.tif"),
+                     "--pipeline", str(recipe), "-o", str(out), "-q", "--device", "cpu"]) == 0
+    assert read_strain(out)["strain_parameters"]["material"] == "Cu"
+
+
+# ------------------------------------------------------------------------------ GPU
+
+
+@pytest.mark.gpu
+def test_gpu_pipeline_strain_equals_cpu(tmp_path, sample_dir):
+    outs = {}
+    for dev in ("cpu", "cuda"):
+        outs[dev] = tmp_path / f"{dev}.h5"
+        assert cli.main(["process", os.path.join(sample_dir, "scan.h5"), "--ref", os.path.join(sample_dir, "ref.tif"),
+                         "-o", str(outs[dev]), "-q", "--device", dev, "--material", "Ni",
+                         "--engine", "fft"]) == 0
+    a, b = read_strain(outs["cpu"]), read_strain(outs["cuda"])
+    np.testing.assert_allclose(b["strain"], a["strain"], atol=2e-6)
+    np.testing.assert_allclose(b["rotation"], a["rotation"], atol=2e-6)
+
+
+@pytest.mark.gpu
+def test_gpu_remapping(tmp_path):
+    sc, scan, ref = simulated(tmp_path, 3, 3, 256, noise=True, rotation_deg=3.0)
+    out = process(scan, ref=ref, config=hrebsd_config().replace(device="cuda"), output=tmp_path / "r.h5")
+    dev, _, full, s = errors(out, sc.F)
+    assert s["remapped"].all() and dev.max() <= 2e-4 and full.max() <= 2e-4
