@@ -2,7 +2,8 @@
 
 The package is layered; arrows point down only::
 
-    cli ──► runner, recipes ──► preprocess, rois, engines/, peaks ──► io/, backend, kernel loader
+    cli ──► runner, recipes, hrebsd ──► preprocess, rois, engines/, peaks, strain, geometry,
+                                        materials ──► io/, backend, kernel loader
 
 Start from :func:`ebsdxc.process` (``ebsdxc.runner.process``) for the whole pipeline,
 :func:`ebsdxc.read_results` for its output, or use the stages
@@ -21,6 +22,8 @@ _LAZY = {
     "read_results": ("ebsdxc.io.results", "read_results"),
     "load_recipe": ("ebsdxc.recipes", "load_recipe"),
     "ProcessConfig": ("ebsdxc.recipes", "ProcessConfig"),
+    "read_strain": ("ebsdxc.io.results", "read_strain"),
+    "StrainConfig": ("ebsdxc.hrebsd", "StrainConfig"),
 }
 
 __all__ = ["InputError", "__version__", *_LAZY]
