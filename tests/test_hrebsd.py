@@ -283,3 +283,16 @@ def test_gpu_remapping(tmp_path):
     out = process(scan, ref=ref, config=hrebsd_config().replace(device="cuda"), output=tmp_path / "r.h5")
     dev, _, full, s = errors(out, sc.F)
     assert s["remapped"].all() and dev.max() <= 2e-4 and full.max() <= 2e-4
+
+
+def test_fit_chunks_do_not_change_results(results_without_strain, monkeypatch):
+    from ebsdxc import hrebsd
+
+    _, _, out = results_without_strain
+    assert cli.main(["strain", str(out), "--material", "Ni", "-q", "--device", "cpu"]) == 0
+    whole = read_strain(out)
+    monkeypatch.setattr(hrebsd, "FIT_POINTS", 25)  # 10 columns: chunks of 2 rows, 5 chunks
+    assert cli.main(["strain", str(out), "--material", "Ni", "-q", "--device", "cpu", "--overwrite"]) == 0
+    parts = read_strain(out)
+    for k in ("strain", "rotation", "fit_residual", "roi_used", "pattern_centre", "fit_status"):
+        np.testing.assert_array_equal(parts[k], whole[k], err_msg=k)

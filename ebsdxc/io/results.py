@@ -296,10 +296,11 @@ class StrainWriter:
         self.rows, self.cols = rows, cols
         self._f.flush()
 
-    def write(self, row, **arrays) -> None:
-        """Write whole scan row ``row`` (arrays of shape (cols, ...))."""
+    def write(self, rows: slice, cols: int, **arrays) -> None:
+        """Write whole scan rows ``rows`` (arrays of shape (n_rows * cols, ...), row-major)."""
+        n = rows.stop - rows.start
         for name, a in arrays.items():
-            self._g[name][row] = a
+            self._g[name][rows] = np.asarray(a).reshape(n, cols, *np.shape(a)[1:])
         self._f.flush()
 
     def finish(self) -> None:
