@@ -115,6 +115,9 @@ def test_sample_data_cli(tmp_path, sample_dir):
         np.testing.assert_allclose(g["pattern_centre"][...], f["ebsdxc"]["pattern_centre"][...])
         assert g.attrs["strain_complete"] and json.loads(g["fit_status"].attrs["codes"])["0"] == "ok"
         assert g["fit_residual"].attrs["units"] == "px"
+    info = json.loads(run_cli("info", out, "--json").stdout)
+    assert info["strain"] == {"complete": True, "material": "Ni", "points_fitted": 100, "points_remapped": 0,
+                              "points_flagged": 0}
 
 
 # ------------------------------------------------------------------------------ ebsdxc strain

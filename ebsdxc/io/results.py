@@ -211,6 +211,13 @@ def read_summary(path) -> dict:
             h = g["peak_height"][r]
             heights.append(np.nanmedian(h) if np.isfinite(h).any() else np.nan)
         done = int(g["done"][...].sum())
+        strain = None
+        if "fit_status" in g:
+            fs = g["fit_status"][...]
+            sp = json.loads(g.attrs.get("strain_parameters", "{}"))
+            strain = {"complete": bool(g.attrs.get("strain_complete", False)), "material": sp.get("material"),
+                      "points_fitted": int((fs == 0).sum()), "points_remapped": int(g["remapped"][...].sum()),
+                      "points_flagged": int(((fs != 0) & (fs != 2)).sum())}
         ok = int(counts[st.OK])
         a = g.attrs
         return {
@@ -229,6 +236,7 @@ def read_summary(path) -> dict:
             "command_line": str(a["command_line"]),
             "device": str(a.get("device", "")),
             "parameters": json.loads(a["parameters"]),
+            **({"strain": strain} if strain else {}),
         }
 
 
