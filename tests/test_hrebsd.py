@@ -299,3 +299,20 @@ def test_fit_chunks_do_not_change_results(results_without_strain, monkeypatch):
     parts = read_strain(out)
     for k in ("strain", "rotation", "fit_residual", "roi_used", "pattern_centre", "fit_status"):
         np.testing.assert_array_equal(parts[k], whole[k], err_msg=k)
+
+
+@pytest.mark.parametrize("pc_map", ["plane", "extrapolate"])
+def test_pc_plane_and_extrapolation_reproduce_the_sample_pcs(results_without_strain, sample_truth, pc_map):
+    # The sample's PCs move with the beam exactly as kikuchipy extrapolates them from the map
+    # centre (step 25 um, detector pixel 160 um, tilt 70): a fitted plane and the extrapolation
+    # from the reference PC must both give them back.
+    _, _, out = results_without_strain
+    args = ["strain", str(out), "--material", "Ni", "--pc-map", pc_map, "--no-remap", "-q", "--device", "cpu"]
+    if pc_map == "extrapolate":
+        args += ["--pc", ",".join(map(str, sample_truth["pc_ref"]))]
+    assert cli.main(args) == 0
+    s = read_strain(out)
+    np.testing.assert_allclose(s["pattern_centre"], sample_truth["pc"], atol=1e-12)
+    assert s["strain_parameters"]["sources"]["pattern_centre"] == pc_map
+    res = run_cli("strain", out, "--material", "Ni", "--pc-map", "extrapolate", "--overwrite", "-q")
+    assert_one_error(res, "--pc-map extrapolate needs --pc")

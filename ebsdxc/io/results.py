@@ -43,7 +43,21 @@ def is_results_file(path) -> bool:
         return False
 
 
-class ResultsWriter:
+class _OpenFile:
+    """Holds an open h5py file ``self._f``; closes it on ``close`` or leaving a ``with`` block."""
+
+    def close(self) -> None:
+        if self._f.id.valid:
+            self._f.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+class ResultsWriter(_OpenFile):
     """Creates (or reopens for ``--resume``) a results file and writes batches into it."""
 
     def __init__(self, f: h5py.File, path: str):
@@ -162,15 +176,6 @@ class ResultsWriter:
         self._g.attrs["finished"] = datetime.datetime.now(datetime.timezone.utc).isoformat()
         self._f.flush()
 
-    def close(self) -> None:
-        if self._f.id.valid:
-            self._f.close()
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
 
 
 def _require_results(path) -> str:
@@ -269,7 +274,7 @@ STRAIN_DATASETS = {
 }
 
 
-class StrainWriter:
+class StrainWriter(_OpenFile):
     """Adds the strain datasets to a finished results file, row chunk by row chunk.
 
     ``strain_complete`` stays false until :meth:`finish`, so a crash mid-pass never leaves
@@ -315,15 +320,6 @@ class StrainWriter:
         self._g.attrs["strain_complete"] = True
         self._f.flush()
 
-    def close(self) -> None:
-        if self._f.id.valid:
-            self._f.close()
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
 
 
 def read_strain(path) -> dict:
