@@ -304,6 +304,8 @@ def compute_strain(results_path, cfg: StrainConfig, geom: StrainGeometry, *, bac
                   orientation=xp.asarray(geom.orientation), options=opts, **tilts)
     counts = {"points": rows * cols, "fitted": 0, "remapped": 0, "too_few_rois": 0, "not_processed": 0}
     thr = np.deg2rad(cfg.remap_threshold_deg)
+    # remapping holds a few float64 arrays of (batch, H, W, 3): about 0.5 GB at 2^24 pixels
+    remap_batch = max(1, min(REMAP_BATCH, (1 << 24) // (geom.shape[0] * geom.shape[1])))
     progress.start(rows * cols, desc="strain")
     try:
         with StrainWriter(results_path, parameters=params, n_roi=n, fit_codes=FIT_DESCRIPTIONS,
@@ -324,8 +326,8 @@ def compute_strain(results_path, cfg: StrainConfig, geom: StrainGeometry, *, bac
                 if remap:
                     angle = np.linalg.norm(out["rotation"][:, [2, 0, 1], [1, 2, 0]], axis=-1)
                     todo = np.flatnonzero((out["status"] == FIT_OK) & (angle > thr))
-                    for k0 in range(0, len(todo), REMAP_BATCH):
-                        idx = todo[k0:k0 + REMAP_BATCH]
+                    for k0 in range(0, len(todo), remap_batch):
+                        idx = todo[k0:k0 + remap_batch]
                         second = _remap_pass(pipeline, source, r0 * cols + idx, out["F"][idx], pcs[idx],
                                              geom, xp, common, tilts)
                         ok = asnumpy(second.status) == FIT_OK
@@ -352,7 +354,7 @@ def compute_strain(results_path, cfg: StrainConfig, geom: StrainGeometry, *, bac
 def _remap_pass(pipeline, source, flat, F1, pc, geom, xp, common, tilts):
     """Second pass for points ``flat``: reference rotated by each point's first-pass rotation."""
     R1 = polar_decomposition(np.asarray(F1, dtype=np.float64), np)[1]
-    refs = xp.stack([remap_pattern(pipeline.reference_image, R, pc=geom.pc_ref, **tilts) for R in R1])
+    refs = remap_pattern(pipeline.reference_image, xp.asarray(R1), pc=geom.pc_ref, **tilts)
     patterns = np.stack([source.read(int(i), int(i) + 1)[0] for i in flat])
     res = pipeline.match_pairs(refs, patterns)
     return fit_strain(res.displacement, res.peak_height, res.status, pc=xp.asarray(pc),

@@ -335,8 +335,9 @@ def remap_pattern(image, F, *, pc, sample_tilt: float = 70.0, detector_tilt: flo
     Parameters
     ----------
     image : (H, W) array (NumPy or CuPy)
-    F : (3, 3) array
-        Sample-frame deformation (normally a rotation).
+    F : (3, 3) or (B, 3, 3) array
+        Sample-frame deformation (normally a rotation); a stack gives a stack of patterns,
+        made in one interpolation call (the spline coefficients of ``image`` are computed once).
     pc : (3,) array
         Bruker pattern centre of ``image``.
     order : int
@@ -344,7 +345,7 @@ def remap_pattern(image, F, *, pc, sample_tilt: float = 70.0, detector_tilt: flo
 
     Returns
     -------
-    (H, W) float32 array on the input's backend.
+    (H, W) or (B, H, W) float32 array on the input's backend.
     """
     xp = _xp(image)
     if xp is np:
@@ -352,10 +353,13 @@ def remap_pattern(image, F, *, pc, sample_tilt: float = 70.0, detector_tilt: flo
     else:
         from cupyx.scipy.ndimage import map_coordinates
     H, W = image.shape
+    F = xp.asarray(F, dtype=xp.float64)
+    pc = xp.asarray(pc, dtype=xp.float64)
     yy, xx = xp.meshgrid(xp.arange(H, dtype=xp.float64), xp.arange(W, dtype=xp.float64), indexing="ij")
     tilts = {"sample_tilt": sample_tilt, "detector_tilt": detector_tilt}
-    r = geometry.pixel_directions(xp.stack([xx, yy], axis=-1), (H, W), xp.asarray(pc, dtype=xp.float64), **tilts)
-    src = geometry.project(r @ xp.linalg.inv(xp.asarray(F, dtype=xp.float64)).T, (H, W),
-                           xp.asarray(pc, dtype=xp.float64), **tilts)
+    r = geometry.pixel_directions(xp.stack([xx, yy], axis=-1), (H, W), pc, **tilts)  # (H, W, 3)
+    Finv_t = xp.swapaxes(xp.linalg.inv(F), -1, -2)
+    src = geometry.project(r @ Finv_t[..., None, :, :], (H, W), pc, **tilts)  # (..., H, W, 2)
     coords = xp.stack([src[..., 1], src[..., 0]])
-    return map_coordinates(xp.asarray(image, dtype=xp.float32), coords, order=order, mode="nearest").astype(xp.float32)
+    out = map_coordinates(xp.asarray(image, dtype=xp.float32), coords, order=order, mode="nearest")
+    return out.astype(xp.float32, copy=False)

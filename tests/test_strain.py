@@ -229,6 +229,10 @@ def test_remap_identity_and_rotation():
     # of the same pattern errs by 0.10); R^T instead of R would give 1.0
     assert err < 0.09
     assert np.abs(ref - want)[inner].mean() / want[inner].std() > 10 * err  # the rotation is visible
+    stack = strain.remap_pattern(ref, np.stack([np.eye(3), R, R.T]), pc=pc)  # one call, three patterns
+    assert stack.shape == (3, *shape)
+    np.testing.assert_allclose(stack[1], got, atol=1e-4)
+    np.testing.assert_allclose(stack[2], strain.remap_pattern(ref, R.T, pc=pc), atol=1e-4)
 
 
 # ---------------------------------------------------------------------------- GPU against the CPU oracle
@@ -268,3 +272,6 @@ def test_gpu_remap_equals_numpy():
     want = strain.remap_pattern(img, R, pc=pc)
     got = strain.remap_pattern(cp.asarray(img), cp.asarray(R), pc=cp.asarray(pc))
     np.testing.assert_allclose(cp.asnumpy(got), want, atol=2e-5)
+    Rs = np.stack([R, R.T, np.eye(3)])
+    np.testing.assert_allclose(cp.asnumpy(strain.remap_pattern(cp.asarray(img), cp.asarray(Rs), pc=cp.asarray(pc))),
+                               strain.remap_pattern(img, Rs, pc=pc), atol=2e-5)
