@@ -360,6 +360,12 @@ def remap_pattern(image, F, *, pc, sample_tilt: float = 70.0, detector_tilt: flo
     r = geometry.pixel_directions(xp.stack([xx, yy], axis=-1), (H, W), pc, **tilts)  # (H, W, 3)
     Finv_t = xp.swapaxes(xp.linalg.inv(F), -1, -2)
     src = geometry.project(r @ Finv_t[..., None, :, :], (H, W), pc, **tilts)  # (..., H, W, 2)
-    coords = xp.stack([src[..., 1], src[..., 0]])
+    # Clipping is the "nearest edge value" rule, done here. Snapping to integers within 1e-6 px
+    # works around CuPy's map_coordinates (14.x), which returns wrong values for coordinates a
+    # rounding error below an integer (e.g. 13 - 1e-13) with mode="nearest"; 1e-6 px is far
+    # below anything a correlation resolves.
+    coords = xp.stack([xp.clip(src[..., 1], 0, H - 1), xp.clip(src[..., 0], 0, W - 1)])
+    nearest = xp.rint(coords)
+    coords = xp.where(xp.abs(coords - nearest) < 1e-6, nearest, coords)
     out = map_coordinates(xp.asarray(image, dtype=xp.float32), coords, order=order, mode="nearest")
     return out.astype(xp.float32, copy=False)
