@@ -37,7 +37,7 @@ import numpy as np
 __all__ = [
     "canonical_convention",
     "PC_CONVENTIONS", "Detector", "check_pc", "check_shape", "convert_pc", "detector_axes",
-    "extrapolate_pc", "fit_pc_plane", "pixel_directions", "project",
+    "extrapolate_pc", "fit_pc_plane", "pc_pixels", "pixel_directions", "project",
 ]
 
 PC_CONVENTIONS = ("bruker", "tsl", "oxford", "emsoft", "emsoft4")
@@ -93,6 +93,14 @@ def _pc_array(pc, xp=np):
     if xp is np and (not np.all(np.isfinite(pc)) or np.any(pc[..., 2] <= 0)):
         raise ValueError("pattern centre must be finite with PCz > 0")
     return pc
+
+
+def pc_pixels(pc, shape):
+    """The PC in pixels: ``(x_pc, y_pc, L)`` = ``(PCx W - 0.5, PCy H - 0.5, PCz H)`` for Bruker PCs
+    ``(..., 3)`` (NumPy or CuPy) on a detector ``(H, W)``; the ``- 0.5`` because pixel (0, 0)'s
+    centre, not its corner, is the origin."""
+    h, w = shape
+    return pc[..., 0] * w - 0.5, pc[..., 1] * h - 0.5, pc[..., 2] * h
 
 
 def check_pc(pc, shape, *, what: str = "pattern centre") -> np.ndarray:
@@ -166,12 +174,11 @@ def pixel_directions(xy, shape, pc, *, sample_tilt: float = 70.0, detector_tilt:
     xy = xp.asarray(xy, dtype=xp.float64)
     if xy.shape[-1:] != (2,):
         raise ValueError(f"xy must have shape (..., 2) [x, y], got {xy.shape}")
-    h, w = check_shape(shape)
-    pc = _pc_array(pc, xp)
+    x_pc, y_pc, dist = pc_pixels(_pc_array(pc, xp), check_shape(shape))
     axes = xp.asarray(detector_axes(sample_tilt, detector_tilt))
-    u = xy[..., 0] - (pc[..., 0] * w - 0.5)
-    v = (pc[..., 1] * h - 0.5) - xy[..., 1]
-    d = xp.stack([u, v, xp.broadcast_to(pc[..., 2] * h, u.shape)], axis=-1)
+    u = xy[..., 0] - x_pc
+    v = y_pc - xy[..., 1]
+    d = xp.stack([u, v, xp.broadcast_to(dist, u.shape)], axis=-1)
     r = d @ axes.T
     return r / xp.linalg.norm(r, axis=-1, keepdims=True)
 
@@ -192,13 +199,11 @@ def project(vectors, shape, pc, *, sample_tilt: float = 70.0, detector_tilt: flo
     v = xp.asarray(vectors, dtype=xp.float64)
     if v.shape[-1:] != (3,):
         raise ValueError(f"vectors must have shape (..., 3), got {v.shape}")
-    h, w = check_shape(shape)
-    pc = _pc_array(pc, xp)
+    x_pc, y_pc, dist = pc_pixels(_pc_array(pc, xp), check_shape(shape))
     d = v @ xp.asarray(detector_axes(sample_tilt, detector_tilt))
     ahead = d[..., 2] > 0
-    scale = xp.where(ahead, pc[..., 2] * h / xp.where(ahead, d[..., 2], 1.0), xp.nan)
-    return xp.stack([(pc[..., 0] * w - 0.5) + d[..., 0] * scale,
-                     (pc[..., 1] * h - 0.5) - d[..., 1] * scale], axis=-1)
+    scale = xp.where(ahead, dist / xp.where(ahead, d[..., 2], 1.0), xp.nan)
+    return xp.stack([x_pc + d[..., 0] * scale, y_pc - d[..., 1] * scale], axis=-1)
 
 
 def convert_pc(pc, *, from_convention: str, to_convention: str, shape, pixel_size=None,

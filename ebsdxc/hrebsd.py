@@ -126,7 +126,18 @@ def _bunge(phi1, Phi, phi2) -> np.ndarray:
     return bunge_to_matrix(phi1, Phi, phi2)
 
 
-def _scan_pcs(meta: dict, rows: int, cols: int, convention: str, shape, path):
+def _stored_pc(value, convention, shape, pixel_size):
+    """A PC as a file stores it (its convention named by free text such as "Bruker (PCx, ...)";
+    Bruker when unnamed or unknown), in Bruker convention."""
+    try:
+        conv = geometry.canonical_convention(str(convention or "bruker").split()[0])
+    except ValueError:
+        conv = "bruker"
+    return geometry.convert_pc(np.asarray(value, dtype=np.float64), from_convention=conv,
+                               to_convention="bruker", shape=shape, pixel_size=pixel_size)
+
+
+def _scan_pcs(meta: dict, rows: int, cols: int, shape, path):
     """Per-point PCs (rows, cols, 3) stored in the scan, in Bruker convention, or None."""
     pc = meta.get("pattern_centres")
     if pc is None:
@@ -136,17 +147,11 @@ def _scan_pcs(meta: dict, rows: int, cols: int, convention: str, shape, path):
     a = np.asarray(pc, dtype=np.float64)
     if a.shape == (3,):
         a = np.broadcast_to(a, (rows, cols, 3))
-    elif a.shape in ((rows * cols, 3),):
+    elif a.shape == (rows * cols, 3):
         a = a.reshape(rows, cols, 3)
     elif a.shape != (rows, cols, 3):
         raise InputError(f"pattern centres of shape {a.shape} do not fit the {rows} x {cols} scan", path)
-    conv = str(meta.get("pattern_centre_convention", "bruker")).split()[0].lower()
-    try:
-        conv = geometry.canonical_convention(conv)
-    except ValueError:
-        conv = "bruker"
-    return geometry.convert_pc(a, from_convention=conv, to_convention="bruker", shape=shape,
-                               pixel_size=meta.get("detector_pixel_size"))
+    return _stored_pc(a, meta.get("pattern_centre_convention"), shape, meta.get("detector_pixel_size"))
 
 
 def resolve_geometry(cfg: StrainConfig, *, shape, grid, scan_meta: dict, scan_path: str,
@@ -188,7 +193,7 @@ def resolve_geometry(cfg: StrainConfig, *, shape, grid, scan_meta: dict, scan_pa
             raise InputError(f"--pc: {e}") from None
 
     pc_opt = None if cfg.pc is None else from_option(cfg.pc)
-    file_pcs = _scan_pcs(scan_meta, rows, cols, "bruker", shape, scan_path)
+    file_pcs = _scan_pcs(scan_meta, rows, cols, shape, scan_path)
     mode = cfg.pc_map
     if mode == "auto":
         mode = "file" if file_pcs is not None and cfg.pc is None else "constant"
@@ -229,10 +234,8 @@ def resolve_geometry(cfg: StrainConfig, *, shape, grid, scan_meta: dict, scan_pa
     elif ref_flat is not None:
         pc_ref, sources["pattern_centre_ref"] = pcs.reshape(-1, 3)[int(ref_flat)], "scan point"
     elif ref_meta and ref_meta.get("pattern_centre") is not None:
-        conv = geometry.canonical_convention(str(ref_meta.get("pattern_centre_convention", "bruker")).split()[0])
-        pc_ref = geometry.convert_pc(np.asarray(ref_meta["pattern_centre"], dtype=np.float64),
-                                     from_convention=conv, to_convention="bruker", shape=shape,
-                                     pixel_size=pixel_size)
+        pc_ref = _stored_pc(ref_meta["pattern_centre"], ref_meta.get("pattern_centre_convention"), shape,
+                            pixel_size)
         sources["pattern_centre_ref"] = "reference file"
     elif pc_opt is not None:
         pc_ref, sources["pattern_centre_ref"] = pc_opt, "option --pc"

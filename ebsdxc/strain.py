@@ -266,7 +266,7 @@ def fit_strain(displacement, peak_height, roi_status, *, centres, shape, pc, pc_
     ea = _unit(_cross(r1, up, xp), xp)
     eb = _cross(r1, ea, xp)
     # Weight rows by the source-to-ROI distance in pixels: angle x distance ~ pixels on the screen.
-    x_pc, y_pc, L = pc[:, 0] * shape[1] - 0.5, pc[:, 1] * shape[0] - 0.5, pc[:, 2] * shape[0]
+    x_pc, y_pc, L = geometry.pc_pixels(pc, shape)
     dist = xp.sqrt((xy1[..., 0] - x_pc[:, None]) ** 2 + (xy1[..., 1] - y_pc[:, None]) ** 2 + L[:, None] ** 2)
     A = xp.concatenate([_design(ea, r0, xp), _design(eb, r0, xp)], axis=1) * xp.concatenate([dist, dist], 1)[..., None]
     b = -xp.concatenate([(ea * r0).sum(-1), (eb * r0).sum(-1)], axis=1) * xp.concatenate([dist, dist], 1)
