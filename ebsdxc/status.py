@@ -9,6 +9,8 @@ PEAK_ON_BORDER = 1  # the best match is on the edge of the searched shifts: the 
 CONSTANT_TILE = 2  # no contrast in the scan or reference subregion: nothing to match
 NOT_FINITE = 3  # NaN or Inf in the subregion
 NOT_PROCESSED = 4  # the scan point has not been processed (yet)
+MISSING_PATTERN = 5  # no pattern: a hexagonal grid's padding slot, a point never stored, or all zeros
+OUTSIDE_MASK = 6  # the subregion reaches outside the detector mask (e.g. off the phosphor screen)
 
 DESCRIPTIONS = {
     OK: "ok",
@@ -16,4 +18,6 @@ DESCRIPTIONS = {
     CONSTANT_TILE: "constant subregion (no contrast) in the scan or reference pattern",
     NOT_FINITE: "NaN or Inf in the subregion",
     NOT_PROCESSED: "scan point not processed",
+    MISSING_PATTERN: "no pattern at this scan point (not in the grid, not stored, or all zeros)",
+    OUTSIDE_MASK: "subregion reaches outside the detector mask",
 }

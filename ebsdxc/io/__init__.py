@@ -45,6 +45,13 @@ __all__ = [
 # name -> module, in detection order (specific before generic).
 _SCAN_READERS = {
     "h5ebsd": "ebsdxc.io.h5ebsd",
+    "edax_h5": "ebsdxc.io.edax_h5",
+    "bruker_h5": "ebsdxc.io.bruker_h5",
+    "oxford_h5oina": "ebsdxc.io.oxford_h5oina",
+    "emsoft_h5": "ebsdxc.io.emsoft_h5",
+    "edax_binary": "ebsdxc.io.edax_binary",
+    "oxford_binary": "ebsdxc.io.oxford_binary",
+    "image_stack": "ebsdxc.io.image_stack",
     "hdf5": "ebsdxc.io.hdf5",
 }
 
@@ -85,19 +92,30 @@ def _what_is_it(path) -> str:
     return "it is not an HDF5 file"
 
 
-def open_scan(path, *, dataset: str | int | None = None,
-              format: str | None = None) -> PatternSource:  # noqa: A002 - CLI name
+def _is_stack(path) -> bool:
+    if isinstance(path, (list, tuple)):
+        return True
+    text = os.fspath(path)
+    return os.path.isdir(text) or (not os.path.exists(text) and any(ch in text for ch in "*?["))
+
+
+def open_scan(path, *, dataset: str | int | None = None, format: str | None = None,  # noqa: A002
+              grid_shape=None) -> PatternSource:
     """Open a scan for lazy reading, choosing the reader from the file's content.
 
     Parameters
     ----------
-    path : str or os.PathLike
-        The scan file.
+    path : str or os.PathLike or list of them
+        The scan file; or, for an image stack, a folder of TIFF/PNG files, a glob pattern
+        (``"frames/*.tif"``) or a list of image files.
     dataset : str or int, optional
         Which patterns to read when the file holds several: the dataset name for plain
         HDF5 (``"/entry/patterns"``), the scan for h5ebsd (``"Scan 2"`` or ``2``).
     format : str, optional
         Force a reader (one of :data:`SCAN_FORMATS`) instead of detecting it.
+    grid_shape : (int, int) or str, optional
+        (rows, cols) of the scan (``--grid``) for files that do not say (EMsoft, EDAX
+        .up1/.up2 version 1, image stacks). Contradicting a file's own grid is an error.
 
     Returns
     -------
@@ -110,16 +128,18 @@ def open_scan(path, *, dataset: str | int | None = None,
         Missing file, a directory, a format ebsdxc cannot read, no or several pattern
         datasets, or a ``dataset`` that does not fit. The message names the file.
     """
+    if format is None and _is_stack(path):
+        return get_reader("image_stack").open(path, dataset=dataset, grid_shape=grid_shape)
     path = _check_file(path)
     if format is not None:
         if str(format).strip().lower() not in _SCAN_READERS:
             raise InputError(f"unknown scan format {format!r}; choose one of "
                              f"{', '.join(SCAN_FORMATS)}", path)
-        return get_reader(format).open(path, dataset=dataset)
+        return get_reader(format).open(path, dataset=dataset, grid_shape=grid_shape)
     for name in SCAN_FORMATS:
         reader = get_reader(name)
         if reader.detect(path):
-            return reader.open(path, dataset=dataset)
+            return reader.open(path, dataset=dataset, grid_shape=grid_shape)
     raise InputError(
         f"not a file format ebsdxc can read ({_what_is_it(path)}; scans are read from "
         f"HDF5 files: {', '.join(SCAN_FORMATS)})", path)
@@ -220,12 +240,13 @@ def reference_from_scan(source: PatternSource, index) -> np.ndarray:
     return source.read(flat, flat + 1)[0]
 
 
-def describe_file(path, *, dataset=None) -> dict:
+def describe_file(path, *, dataset=None, grid_shape=None) -> dict:
     """What ``ebsdxc info`` prints: the format and geometry of a scan, or a results summary."""
     from .results import is_results_file, read_summary
 
-    path = _check_file(path)
-    if is_results_file(path):
-        return {"path": os.path.abspath(path), "format": "ebsdxc results", **read_summary(path)}
-    with open_scan(path, dataset=dataset) as src:
+    if not _is_stack(path):
+        path = _check_file(path)
+        if is_results_file(path):
+            return {"path": os.path.abspath(path), "format": "ebsdxc results", **read_summary(path)}
+    with open_scan(path, dataset=dataset, grid_shape=grid_shape) as src:
         return src.describe()

@@ -37,7 +37,7 @@ import numpy as np
 
 from ..errors import InputError
 from .hdf5 import HDF5Source, dataset_metadata, is_hdf5_file, open_file, to_jsonable
-from .source import ScanGrid
+from .source import ScanGrid, choose_grid, grid_kind
 
 NAME = "h5ebsd"
 DESCRIPTION = "kikuchipy h5ebsd (/Scan N/EBSD/Data/patterns + /Scan N/EBSD/Header)"
@@ -153,6 +153,12 @@ class H5EBSDSource(HDF5Source):
         return obj[()]
 
 
+def parse_grid_shape_or_row(grid_shape, n_stored, path) -> tuple[int, int]:
+    """(rows, cols) from ``--grid`` when the header has no grid, else one row."""
+    g = choose_grid(None, grid_shape, n_stored, path)
+    return g.rows, g.cols
+
+
 def _pattern_centres(header, grid) -> np.ndarray | None:
     parts = [_get(header, k) for k in ("pcx", "pcy", "pcz")]
     if any(p is None for p in parts):
@@ -169,7 +175,7 @@ def _pattern_centres(header, grid) -> np.ndarray | None:
     return out
 
 
-def open(path, *, dataset=None) -> H5EBSDSource:  # noqa: A001 - registry interface
+def open(path, *, dataset=None, grid_shape=None) -> H5EBSDSource:  # noqa: A001 - registry interface
     """Open one scan of a kikuchipy h5ebsd file.
 
     Parameters
@@ -178,6 +184,8 @@ def open(path, *, dataset=None) -> H5EBSDSource:  # noqa: A001 - registry interf
     dataset : str or int, optional
         The scan: ``"Scan 2"``, ``"2"``, ``2`` or ``"/Scan 2/EBSD/Data/patterns"``.
         Default: the scan with the lowest number.
+    grid_shape : (int, int), optional
+        Must agree with the header's grid when it has one (``--grid``).
 
     Returns
     -------
@@ -210,30 +218,40 @@ def open(path, *, dataset=None) -> H5EBSDSource:  # noqa: A001 - registry interf
 
         n_stored = int(np.prod(ds.shape[:-2]))
         rows, cols = _get(header, "n_rows"), _get(header, "n_columns")
+        said = rows is not None and cols is not None
         if ds.ndim == 4:
-            rows, cols = int(ds.shape[0]), int(ds.shape[1])
-        elif rows is None or cols is None:
-            rows, cols = 1, n_stored
+            rows, cols, said = int(ds.shape[0]), int(ds.shape[1]), True
+        elif not said:
+            rows, cols = parse_grid_shape_or_row(grid_shape, n_stored, path)
         else:
             rows, cols = int(rows), int(cols)
-        if rows * cols < n_stored or rows < 1 or cols < 1:
-            raise InputError(f"header says {rows} x {cols} scan points but {where} holds "
-                             f"{n_stored} patterns; read it as plain HDF5 with --format hdf5",
-                             path)
-
-        meta = {"scan": scan, "scans": scan_names(f), **dataset_metadata(ds)}
-        if n_stored < rows * cols:
-            warnings.warn(f"{path}: {scan} holds {n_stored} of {rows * cols} patterns; "
-                          "the missing points read as zeros", stacklevel=2)
-            meta["n_stored"] = n_stored
-
+        kind = _get(header, "grid_type")
+        try:
+            kind = grid_kind(kind) if isinstance(kind, str) else "square"
+        except ValueError as e:
+            raise InputError(f"header: {e}", path) from None
+        if ds.ndim == 4 and kind != "square":
+            raise InputError(f"header says a {kind} grid but {where} is 4-D (a square grid)", path)
         sx, sy = _get(header, "step_x"), _get(header, "step_y")
         step = None
         if isinstance(sx, (int, float)) and isinstance(sy, (int, float)):
             step = (float(sy), float(sx))
-        kind = _get(header, "grid_type")
-        grid = ScanGrid(rows, cols, step=step,
-                        kind=kind if isinstance(kind, str) and kind else "square")
+        if rows < 1 or cols < 1:
+            raise InputError(f"header says {rows} x {cols} scan points", path)
+        grid = ScanGrid(rows, cols, step=step, kind=kind)
+        if said:
+            grid = choose_grid(grid, grid_shape, n_stored, path)
+        if grid.n_points < n_stored:
+            raise InputError(f"header says {rows} x {cols} scan points ({grid.n_points} on its "
+                             f"{kind} grid) but {where} holds {n_stored} patterns; read it as "
+                             "plain HDF5 with --format hdf5", path)
+
+        meta = {"scan": scan, "scans": scan_names(f), **dataset_metadata(ds)}
+        if n_stored < grid.n_points:
+            warnings.warn(f"{path}: {scan} holds {n_stored} of {grid.n_points} patterns "
+                          "(an interrupted scan?); the missing points are flagged, not processed",
+                          stacklevel=2)
+            meta["n_stored"] = n_stored
 
         pcs = _pattern_centres(header, grid)
         if pcs is not None:

@@ -30,7 +30,7 @@ import h5py
 import numpy as np
 
 from ..errors import InputError
-from .source import PatternSource, ScanGrid
+from .source import PatternSource, ScanGrid, choose_grid
 
 NAME = "hdf5"
 DESCRIPTION = "any HDF5 file with one numeric (n, H, W) or (rows, cols, H, W) dataset"
@@ -279,8 +279,9 @@ class HDF5Source(PatternSource):
         For 4-D data it must match the first two dimensions.
     metadata : dict, optional
     n_stored : int, optional
-        Number of patterns actually stored (3-D data only). Points from ``n_stored`` to
-        ``grid.size`` are read as zeros (an interrupted scan). Default: all of them.
+        Number of patterns actually stored (3-D data only), in acquisition order (see
+        :meth:`ScanGrid.slot_to_record`). Points past it read as zeros and are not
+        :attr:`present` (an interrupted scan). Default: all the dataset holds.
 
     Notes
     -----
@@ -301,10 +302,11 @@ class HDF5Source(PatternSource):
         if ds.ndim == 4:
             if tuple(ds.shape[:2]) != (grid.rows, grid.cols):
                 raise ValueError(f"grid {grid.rows} x {grid.cols} does not match {ds.shape}")
-            self._n_stored = grid.size
+            if grid.kind != "square":
+                raise ValueError("a 4-D pattern dataset holds a square grid")
         else:
-            stored = ds.shape[0]
-            self._n_stored = min(stored if n_stored is None else int(n_stored), grid.size)
+            stored = int(ds.shape[0]) if n_stored is None else min(int(n_stored), int(ds.shape[0]))
+            self.use_records(stored)
 
     # pickling: drop the h5py handles, reopen lazily ---------------------------------
     def __getstate__(self):
@@ -331,26 +333,19 @@ class HDF5Source(PatternSource):
         self._ds = None
 
     # reading ------------------------------------------------------------------------
-    def _check(self, start, stop, out):
-        start, stop = int(start), int(stop)
-        if not 0 <= start <= stop <= self.n_patterns:
-            raise IndexError(f"pattern range {start}:{stop} outside 0:{self.n_patterns} "
-                             f"of {self.path}")
-        want = (stop - start, *self.pattern_shape)
-        if tuple(out.shape) != want:
-            raise ValueError(f"out has shape {tuple(out.shape)}, expected {want}")
-        if not out.flags.writeable:
-            raise ValueError("out is read-only")
-        return start, stop
+    def read_records(self, start: int, stop: int, out: np.ndarray) -> None:
+        """Records ``start:stop`` of a 3-D dataset straight into ``out`` (one hyperslab)."""
+        self.dataset.read_direct(out, np.s_[start:stop], np.s_[0:stop - start])
 
     def read_into(self, start: int, stop: int, out: np.ndarray) -> None:
         """Read patterns ``start:stop`` (flat scan indices) into ``out`` in place.
 
         ``out`` has shape ``(stop - start, H, W)``; its dtype is normally the source
         dtype, another numeric dtype is converted by HDF5 on the way. Only the requested
-        patterns are read (plus, for chunked data, the chunks holding them).
+        patterns are read (plus, for chunked data, the chunks holding them); slots with no
+        stored pattern read as zeros.
         """
-        start, stop = self._check(start, stop, out)
+        start, stop = self._check_range(start, stop, out)
         if start == stop:
             return
         if not out.flags.c_contiguous:
@@ -358,15 +353,11 @@ class HDF5Source(PatternSource):
             self.read_into(start, stop, tmp)
             out[...] = tmp
             return
-        end = min(stop, self._n_stored)
-        if end < stop:
-            out[max(end, start) - start:] = 0
-        if start >= end:
-            return
-        ds = self.dataset
         if self._ndim == 3:
-            ds.read_direct(out, np.s_[start:end], np.s_[0:end - start])
+            self._read_slots(start, stop, out)
             return
+        end = stop
+        ds = self.dataset
         # 4-D (rows, cols, H, W): split the flat range into a partial first row, a block
         # of whole rows, and a partial last row.
         cols = self.grid.cols
@@ -389,7 +380,7 @@ class HDF5Source(PatternSource):
 # --------------------------------------------------------------------------- open
 
 
-def open(path, *, dataset=None) -> HDF5Source:  # noqa: A001 - registry interface
+def open(path, *, dataset=None, grid_shape=None) -> HDF5Source:  # noqa: A001 - registry interface
     """Open a generic HDF5 scan.
 
     Parameters
@@ -398,6 +389,8 @@ def open(path, *, dataset=None) -> HDF5Source:  # noqa: A001 - registry interfac
     dataset : str, optional
         Full name of the pattern dataset (``--dataset``). Needed only when the file holds
         several candidates.
+    grid_shape : (int, int), optional
+        (rows, cols) for 3-D data whose file says nothing of the grid (``--grid``).
 
     Returns
     -------
@@ -412,11 +405,15 @@ def open(path, *, dataset=None) -> HDF5Source:  # noqa: A001 - registry interfac
     f = open_file(path)
     try:
         ds = choose_dataset(f, dataset, path)
+        step = _step(ds)
         if ds.ndim == 4:
-            rows, cols = int(ds.shape[0]), int(ds.shape[1])
+            grid = choose_grid(ScanGrid(int(ds.shape[0]), int(ds.shape[1]), step=step), grid_shape,
+                               0, path)
         else:
-            rows, cols = _grid_3d(ds, int(ds.shape[0]), path)
-        grid = ScanGrid(rows, cols, step=_step(ds))
+            n = int(ds.shape[0])
+            rows, cols = _grid_3d(ds, n, path)
+            said = ScanGrid(rows, cols, step=step) if rows > 1 else None
+            grid = choose_grid(said, grid_shape, n, path, step=step)
         meta = dataset_metadata(ds)
         # Geometry the strain fit can use when the user does not give it (attributes on the
         # dataset or a parent group; names as ebsdxc's own sample files write them).

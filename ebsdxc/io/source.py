@@ -10,12 +10,22 @@ import numpy as np
 from ..errors import InputError
 
 
+#: Scan grid kinds. ``hexagonal`` is EDAX/TSL's: even rows (0, 2, ...) hold ``cols``
+#: points, odd rows hold ``cols - 1`` points shifted right by half a step.
+GRID_KINDS = ("square", "hexagonal")
+
+
 @dataclass(frozen=True)
 class ScanGrid:
     """Where the patterns of a scan sit on the sample.
 
-    ``rows`` x ``cols`` points in row-major order (a 1-D scan has ``rows == 1``).
-    ``step`` is (step_y, step_x) in micrometres when the file says, else ``None``.
+    ``rows`` x ``cols`` slots in row-major order (a 1-D scan has ``rows == 1``); the flat
+    scan index of slot (r, c) is ``r * cols + c``. ``step`` is (step_y, step_x) in
+    micrometres when the file says, else ``None``.
+
+    On a ``hexagonal`` grid the last slot of every odd row is not a scan point (see
+    :data:`GRID_KINDS`): readers leave it unread, the runner flags it, and
+    :meth:`positions` puts odd rows half a step to the right.
     """
 
     rows: int
@@ -23,9 +33,111 @@ class ScanGrid:
     step: tuple[float, float] | None = None
     kind: str = "square"
 
+    def __post_init__(self):
+        if self.kind not in GRID_KINDS:
+            raise ValueError(f"grid kind must be one of {', '.join(GRID_KINDS)}, got {self.kind!r}")
+        if self.rows < 1 or self.cols < 1:
+            raise ValueError(f"a scan grid needs at least one row and column, got {self.rows} x {self.cols}")
+        if self.kind == "hexagonal" and self.rows > 1 and self.cols < 2:
+            raise ValueError("a hexagonal grid of several rows needs at least 2 columns")
+
     @property
     def size(self) -> int:
+        """Number of slots, ``rows * cols`` (scan points plus hexagonal padding slots)."""
         return self.rows * self.cols
+
+    @property
+    def n_points(self) -> int:
+        """Number of scan points (fewer than :attr:`size` on a hexagonal grid)."""
+        if self.kind == "hexagonal":
+            return self.size - self.rows // 2
+        return self.size
+
+    def in_grid(self) -> np.ndarray:
+        """(rows, cols) bool: which slots are scan points of the grid."""
+        mask = np.ones((self.rows, self.cols), dtype=bool)
+        if self.kind == "hexagonal":
+            mask[1::2, -1] = False
+        return mask
+
+    def slot_to_record(self) -> np.ndarray:
+        """(rows * cols,) int64: the point's position in acquisition order, or -1.
+
+        Vendors store the points of a scan one after another in acquisition order, without
+        the padding slots of a hexagonal grid; this maps a flat slot index to that order.
+        """
+        mask = self.in_grid().reshape(-1)
+        out = np.full(mask.size, -1, dtype=np.int64)
+        out[mask] = np.arange(int(mask.sum()))
+        return out
+
+    def positions(self) -> np.ndarray:
+        """(rows, cols, 2) [x, y] of every slot in micrometres (pixels of steps when no step
+        is known); NaN where a slot is not a scan point."""
+        sy, sx = self.step if self.step is not None else (1.0, 1.0)
+        r, c = np.mgrid[0:self.rows, 0:self.cols].astype(np.float64)
+        if self.kind == "hexagonal":
+            c += 0.5 * (r % 2)
+        out = np.stack([c * sx, r * sy], axis=-1)
+        out[~self.in_grid()] = np.nan
+        return out
+
+
+def grid_kind(text) -> str:
+    """A vendor's grid-type text ("SqrGrid", "HexGrid", "square", "hexagonal", ...) as a
+    :data:`GRID_KINDS` name; ``ValueError`` for anything else."""
+    key = str(text).strip().lower().replace("_", "").replace(" ", "")
+    if key in ("square", "sqrgrid", "sqr", "rectangular", ""):
+        return "square"
+    if key in ("hexagonal", "hexgrid", "hex"):
+        return "hexagonal"
+    raise ValueError(f"unknown scan grid type {text!r} (square or hexagonal)")
+
+
+def parse_grid_shape(value) -> tuple[int, int] | None:
+    """``"20x30"``, ``"20,30"``, ``(20, 30)`` -> (rows, cols); ``None`` passes through."""
+    if value is None:
+        return None
+    if isinstance(value, str):
+        parts = [p for p in value.lower().replace("x", ",").replace(" ", ",").split(",") if p]
+    else:
+        parts = list(value)
+    try:
+        rows, cols = (int(p) for p in parts)
+    except (TypeError, ValueError):
+        raise ValueError(f"a scan grid is ROWSxCOLS (e.g. 20x30), got {value!r}") from None
+    if rows < 1 or cols < 1:
+        raise ValueError(f"a scan grid needs at least one row and column, got {rows} x {cols}")
+    return rows, cols
+
+
+def choose_grid(file_grid: ScanGrid | None, grid_shape, n_stored: int, path, *,
+                step=None, kind="square") -> ScanGrid:
+    """The scan grid from the file's header and the user's ``grid_shape`` (``--grid``).
+
+    ``file_grid`` is what the file says (``None`` when it says nothing). A ``grid_shape``
+    that contradicts it is an error; without either, the ``n_stored`` patterns form one row.
+    A user's grid must hold at least the stored patterns (fewer points means data would be
+    dropped); more is an interrupted scan whose missing points are flagged.
+    """
+    from ..errors import InputError
+
+    try:
+        shape = parse_grid_shape(grid_shape)
+    except ValueError as e:
+        raise InputError(str(e), path) from None
+    if file_grid is not None:
+        if shape is not None and shape != (file_grid.rows, file_grid.cols):
+            raise InputError(f"--grid {shape[0]}x{shape[1]} contradicts the file's own grid of "
+                             f"{file_grid.rows} x {file_grid.cols} points", path)
+        return file_grid
+    if shape is None:
+        return ScanGrid(1, max(int(n_stored), 1), step=step, kind="square")
+    grid = ScanGrid(*shape, step=step, kind=kind)
+    if grid.n_points < n_stored:
+        raise InputError(f"--grid {shape[0]}x{shape[1]} has {grid.n_points} points but the file "
+                         f"holds {n_stored} patterns", path)
+    return grid
 
 
 class PatternSource:
@@ -48,7 +160,19 @@ class PatternSource:
     dtype : numpy.dtype
         Dtype of the stored patterns (uint8, uint16, float32, float64, ...).
     metadata : dict
-        Format-specific extras (pattern centre, dataset name, ...), JSON-serialisable.
+        Format-specific extras, JSON-serialisable. Keys every reader uses the same way
+        (where the file has them): ``pattern_centre`` [x, y, z] (first or mean point) with
+        ``pattern_centre_convention`` (a name :func:`ebsdxc.geometry.canonical_convention`
+        knows), ``euler_angles`` [phi1, Phi, phi2] Bunge degrees of the first point,
+        ``sample_tilt`` and ``detector_tilt`` (degrees), ``detector_pixel_size`` (um),
+        ``binning``, ``dataset`` (where the patterns sit in the file), ``n_stored`` (patterns
+        actually in the file when fewer than the grid), ``static_background`` (where the
+        vendor's background sits), ``header`` (other scalars from the file's header).
+    present : numpy.ndarray or None
+        (rows, cols) bool: slots that hold a stored pattern. ``None`` means all of them.
+        False for the padding slots of a hexagonal grid, for points an interrupted scan
+        never stored, and for points a vendor marks as not acquired; those read as zeros
+        and the runner flags them ``MISSING_PATTERN`` instead of processing them.
     """
 
     format: str = "?"
@@ -59,6 +183,73 @@ class PatternSource:
         self.pattern_shape = (int(pattern_shape[0]), int(pattern_shape[1]))
         self.dtype = np.dtype(dtype)
         self.metadata = dict(metadata or {})
+        self.present = None
+        self._records = None
+
+    def set_present(self, present) -> None:
+        """Set :attr:`present` from a flat or (rows, cols) bool array (``None``: all present)."""
+        if present is None:
+            self.present = None
+            return
+        present = np.asarray(present, dtype=bool).reshape(self.grid.rows, self.grid.cols)
+        self.present = None if present.all() else present
+
+    def use_records(self, n_stored: int | None = None) -> None:
+        """Declare that the file stores points one after another in acquisition order.
+
+        Slot ``i`` of the grid then holds record ``grid.slot_to_record()[i]``; the padding
+        slots of a hexagonal grid and records at or past ``n_stored`` (an interrupted scan)
+        are not present. Readers that call this implement :meth:`read_records` and get
+        :meth:`read_into` for free.
+        """
+        rec = self.grid.slot_to_record()
+        if n_stored is not None:
+            rec[rec >= int(n_stored)] = -1
+        self._records = rec
+        self.set_present(rec >= 0)
+
+    def read_records(self, start: int, stop: int, out: np.ndarray) -> None:
+        """Read stored records ``start:stop`` (acquisition order) into ``out`` in place."""
+        raise NotImplementedError
+
+    def _check_range(self, start, stop, out):
+        start, stop = int(start), int(stop)
+        if not 0 <= start <= stop <= self.n_patterns:
+            raise IndexError(f"pattern range {start}:{stop} outside 0:{self.n_patterns} of {self.path}")
+        want = (stop - start, *self.pattern_shape)
+        if tuple(out.shape) != want:
+            raise ValueError(f"out has shape {tuple(out.shape)}, expected {want}")
+        if not out.flags.writeable:
+            raise ValueError("out is read-only")
+        return start, stop
+
+    def _read_slots(self, start, stop, out):
+        # Slots map to records in runs of consecutive records (a whole square scan is one
+        # run; a hexagonal row ends one): one read per run, zeros where nothing is stored.
+        rec = self._records[start:stop]
+        ok = rec >= 0
+        if not ok.all():
+            out[~ok] = 0
+        idx = np.flatnonzero(ok)
+        if idx.size == 0:
+            return
+        r = rec[idx]
+        breaks = np.flatnonzero((np.diff(r) != 1) | (np.diff(idx) != 1)) + 1
+        for a, b in zip(np.r_[0, breaks], np.r_[breaks, idx.size]):
+            self.read_records(int(r[a]), int(r[b - 1]) + 1, out[idx[a]:idx[b - 1] + 1])
+
+    def pattern_centres(self) -> np.ndarray | None:
+        """Projection centre per slot, (rows, cols, 3) in ``metadata["pattern_centre_convention"]``,
+        or ``None`` when the file stores none per point."""
+        return None
+
+    def orientations(self) -> np.ndarray | None:
+        """Crystal orientation per slot, (rows, cols, 3) Bunge Euler angles in degrees, or ``None``."""
+        return None
+
+    def static_background(self) -> np.ndarray | None:
+        """The static background pattern the vendor stored with the scan, (H, W), or ``None``."""
+        return None
 
     @property
     def n_patterns(self) -> int:
@@ -77,9 +268,14 @@ class PatternSource:
     def read_into(self, start: int, stop: int, out: np.ndarray) -> None:
         """Read patterns ``start:stop`` into ``out`` ((stop-start, H, W), source dtype).
 
-        ``out`` may be a pinned host buffer; readers must fill it in place.
+        ``out`` may be a pinned host buffer; readers must fill it in place. Slots that are
+        not :attr:`present` read as zeros.
         """
-        raise NotImplementedError
+        if getattr(self, "_records", None) is None:
+            raise NotImplementedError
+        start, stop = self._check_range(start, stop, out)
+        if start < stop:
+            self._read_slots(start, stop, out)
 
     def close(self) -> None:
         pass
@@ -96,7 +292,11 @@ class PatternSource:
             "path": self.path,
             "format": self.format,
             "grid": {"rows": self.grid.rows, "cols": self.grid.cols,
-                     "step": self.grid.step, "kind": self.grid.kind},
+                     "step": self.grid.step, "kind": self.grid.kind,
+                     "points": self.grid.n_points},
+            **({"missing_points": int(self.grid.n_points - self.present[self.grid.in_grid()].sum())}
+               if self.present is not None else {}),
+            "static_background": self.static_background() is not None,
             "pattern_shape": list(self.pattern_shape),
             "dtype": self.dtype.name,
             "n_patterns": self.n_patterns,

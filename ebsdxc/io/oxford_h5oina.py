@@ -1,0 +1,14 @@
+"""Placeholder: reader being written (issue 5)."""
+
+NAME = "oxford_h5oina"
+DESCRIPTION = "not yet available"
+
+
+def detect(path) -> bool:
+    return False
+
+
+def open(path, *, dataset=None, grid_shape=None):  # noqa: A001
+    from ..errors import InputError
+
+    raise InputError("this reader is not available yet", path)
