@@ -19,6 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from . import io as scan_io
+from . import status as st
 from .backend import Backend, select_backend
 from .engines import PeakResult, make_engine
 from .engines.fft import fft_shape
@@ -120,7 +121,22 @@ class Pipeline:
             self._origins = xp.asarray(layout.origins, dtype=xp.int32)
 
     def match(self, patterns) -> PeakResult:
-        """(B, H, W) raw patterns (host or device) -> :class:`PeakResult` on the device."""
+        """(B, H, W) raw patterns (host or device) -> :class:`PeakResult` on the device.
+
+        A pattern that is all zeros is no measurement (a vendor's placeholder for a point
+        it did not record, or a hole in a damaged file): its ROIs get ``MISSING_PATTERN``.
+        """
+        xp = self.backend.xp if self._fused else np
+        patterns = xp.asarray(patterns)
+        res = self._match(patterns)
+        empty = ~(patterns.reshape(patterns.shape[0], -1) != 0).any(axis=1)
+        missing = xp.asarray(np.uint8(st.MISSING_PATTERN))
+        status = xp.where(empty[:, None], missing, res.status)
+        return PeakResult(xp.where(empty[:, None, None], xp.float32(np.nan), res.displacement),
+                          xp.where(empty[:, None], xp.float32(np.nan), res.peak_height),
+                          status.astype(xp.uint8, copy=False))
+
+    def _match(self, patterns) -> PeakResult:
         xp = self.backend.xp
         if not self._fused:
             B = patterns.shape[0]
@@ -218,12 +234,44 @@ def _native(a: np.ndarray) -> np.ndarray:
 
 
 def _mean_pattern(source, backend, batch) -> np.ndarray:
+    """Mean of the scan's patterns; points without a pattern (not present, all zeros) left out."""
     xp = backend.xp
     acc = xp.zeros(source.pattern_shape, dtype=xp.float64)
+    count = 0
+    present = None if source.present is None else source.present.reshape(-1)
     for a in range(0, source.n_patterns, batch):
         b = min(a + batch, source.n_patterns)
-        acc += xp.asarray(_native(source.read(a, b))).astype(xp.float64).sum(axis=0)
-    return backend.asnumpy(acc / source.n_patterns)
+        x = xp.asarray(_native(source.read(a, b)))
+        keep = (x.reshape(b - a, -1) != 0).any(axis=1)
+        if present is not None:
+            keep &= xp.asarray(present[a:b])
+        acc += x[keep].astype(xp.float64).sum(axis=0)
+        count += int(keep.sum())
+    if count == 0:
+        raise InputError("holds no patterns to average for a static background", source.path)
+    return backend.asnumpy(acc / count)
+
+
+def _static_background(spec, source, backend=None):
+    """The static background ``spec`` names, (H, W) or None: ``None``; ``"mean"`` (of the scan's
+    patterns; needs ``backend``); ``"file"`` (the one the vendor stored in the scan); a TIFF."""
+    if spec is None:
+        return None
+    if spec == "mean":
+        return _mean_pattern(source, backend, 64)
+    if spec == "file":
+        bg = source.static_background()
+        if bg is None:
+            raise InputError(f"--static-background file: this {source.format} scan stores no static "
+                             "background (use 'mean' or a TIFF)", source.path)
+        where = source.path
+    else:
+        bg, where = scan_io.read_reference(spec), spec
+    bg = _native(np.asarray(bg))
+    if bg.shape != source.pattern_shape:
+        raise InputError(f"static background is {bg.shape[1]}x{bg.shape[0]} px but the scan's patterns "
+                         f"are {source.pattern_shape[1]}x{source.pattern_shape[0]} px", where)
+    return bg
 
 
 @dataclass
@@ -349,14 +397,15 @@ def _flush(be, pending, write, progress, stream):
 
 
 def process(scan, *, ref=None, ref_index=None, output=None, config: ProcessConfig | None = None,
-            dataset=None, resume=False, overwrite=False, progress: Progress | None = None,
-            command_line: str = "") -> str:
+            dataset=None, format=None, grid_shape=None, resume=False, overwrite=False,  # noqa: A002
+            progress: Progress | None = None, command_line: str = "") -> str:
     """Correlate every pattern of ``scan`` with the reference and write a results file.
 
     Parameters
     ----------
     scan : str or PatternSource
-        Scan file (any format :func:`ebsdxc.io.open_scan` reads) or an open source.
+        Scan file (any format :func:`ebsdxc.io.open_scan` reads: also a folder or glob of
+        images) or an open source.
     ref : str, optional
         Reference pattern image (TIFF). Exactly one of ``ref`` and ``ref_index``.
     ref_index : int or (int, int), optional
@@ -364,6 +413,9 @@ def process(scan, *, ref=None, ref_index=None, output=None, config: ProcessConfi
     output : str, optional
         Results file; default ``SCAN_STEM.ebsdxc.h5`` beside the scan.
     config : ProcessConfig
+    dataset, format, grid_shape
+        Passed to :func:`ebsdxc.io.open_scan`: which patterns of a file holding several, a
+        reader to force, and (rows, cols) for files that do not record their grid.
     resume, overwrite : bool
         Continue an interrupted run / replace an existing results file.
     progress : Progress
@@ -379,7 +431,8 @@ def process(scan, *, ref=None, ref_index=None, output=None, config: ProcessConfi
         raise InputError("give a reference: --ref FILE or --ref-index N (one of them)")
     if resume and overwrite:
         raise InputError("--resume and --overwrite exclude each other")
-    source = scan if isinstance(scan, scan_io.PatternSource) else scan_io.open_scan(scan, dataset=dataset)
+    source = (scan if isinstance(scan, scan_io.PatternSource)
+              else scan_io.open_scan(scan, dataset=dataset, format=format, grid_shape=grid_shape))
     try:
         return _process(source, ref, ref_index, output, config, resume, overwrite, progress, command_line)
     finally:
@@ -401,14 +454,11 @@ def _process(source, ref, ref_index, output, config, resume, overwrite, progress
     reference = _native(reference)
     layout = build_layout(config.roi, source.pattern_shape, path=source.path)
     static_bg = None
-    if config.static_background not in (None, "mean"):
-        static_bg = _native(scan_io.read_reference(config.static_background))
-        if static_bg.shape != source.pattern_shape:
-            raise InputError(f"static background is {static_bg.shape} but patterns are "
-                             f"{source.pattern_shape}", config.static_background)
+    if config.static_background != "mean":  # checked before anything is written
+        static_bg = _static_background(config.static_background, source)
     out = os.path.abspath(output or default_output(source.path))
     for p in (source.path, ref, config.static_background):
-        if p not in (None, "mean") and os.path.abspath(p) == out:
+        if p not in (None, "mean", "file") and os.path.abspath(p) == out:
             raise InputError("output would overwrite an input file", out)
     if os.path.exists(out) and not (resume or overwrite):
         raise InputError("output already exists; pass --overwrite to replace it "
@@ -421,7 +471,7 @@ def _process(source, ref, ref_index, output, config, resume, overwrite, progress
     backend = select_backend(config.device)
     with backend.use():
         if config.static_background == "mean":
-            static_bg = _mean_pattern(source, backend, 64)
+            static_bg = _static_background("mean", source, backend)
         pipeline = Pipeline(backend, config, layout, reference, static_background=static_bg)
         try:
             out = _run(pipeline, source, ref, ref_param, out, config, resume, overwrite, progress,
@@ -480,15 +530,18 @@ def strain(results, *, config=None, scan=None, ref=None, device="auto", overwrit
         except (KeyError, ValueError, TypeError) as e:
             raise InputError(f"lacks the metadata the strain fit needs ({e})", results) from None
         step = tuple(a["step"]) if "step" in a else None
+        kind = str(a.get("grid_kind", "square"))
         pattern_shape = tuple(int(v) for v in a.get("pattern_shape", ()))
         if not g["done"][...].any():
             raise InputError("holds no processed points", results)
     remap = cfg.remap_threshold_deg > 0
     scan_path = scan or (inputs.get(params.get("scan")) or {}).get("path")
     source = None
-    if scan_path and os.path.isfile(scan_path):
+    if scan_path and os.path.exists(scan_path):
         _check_unchanged(scan_path, inputs.get(os.path.basename(scan_path)), scan is not None, results)
-        source = scan_io.open_scan(scan_path, dataset=params.get("dataset"))
+        # The results' grid: the scan's own when it records one (a contradiction is an error),
+        # else what --grid gave when it was processed.
+        source = scan_io.open_scan(scan_path, dataset=params.get("dataset"), grid_shape=(rows, cols))
     elif remap:
         raise InputError(f"remapping needs the scan file {scan_path or '(not recorded)'}, which is not there: "
                          "give --scan FILE, or --no-remap", results)
@@ -511,7 +564,7 @@ def strain(results, *, config=None, scan=None, ref=None, device="auto", overwrit
             if len(shape) != 2:
                 raise InputError("the pattern size is not recorded and the scan is not there: give --scan",
                                  results)
-            grid, meta = scan_io.ScanGrid(rows, cols, step=step), {}
+            grid, meta = scan_io.ScanGrid(rows, cols, step=step, kind=kind), {}
         if (grid.rows, grid.cols) != (rows, cols):
             raise InputError(f"scan grid {grid.rows} x {grid.cols} differs from the results' {rows} x {cols}",
                              source.path)
@@ -529,11 +582,7 @@ def strain(results, *, config=None, scan=None, ref=None, device="auto", overwrit
                                  results)
             reference = (scan_io.reference_from_scan(source, ref_index) if ref_index is not None
                          else scan_io.read_reference(ref_path))
-            static_bg = None
-            if pconf.static_background == "mean":
-                static_bg = _mean_pattern(source, backend, 64)
-            elif pconf.static_background is not None:
-                static_bg = _native(scan_io.read_reference(pconf.static_background))
+            static_bg = _static_background(pconf.static_background, source, backend)
             pipeline = Pipeline(backend, pconf.replace(device=device), layout, _native(reference),
                                 static_background=static_bg)
             try:
@@ -558,7 +607,7 @@ def _check_unchanged(path, record, given, results):
 def _run(pipeline, source, ref, ref_param, out, config, resume, overwrite, progress, command_line):
     layout, backend = pipeline.layout, pipeline.backend
     batch = config.batch or auto_batch(pipeline, source.n_patterns)
-    inputs = [input_record(source.path)] if os.path.isfile(source.path) else []
+    inputs = [input_record(source.path)] if os.path.exists(source.path) else []
     if ref is not None:
         inputs.append(input_record(ref))
     params = {**config.parameters(), "scan": os.path.basename(source.path),
@@ -573,6 +622,9 @@ def _run(pipeline, source, ref, ref_param, out, config, resume, overwrite, progr
         writer.set_attr("device", backend.name)
         writer.set_attr("engine", pipeline.engine.name)
         writer.set_attr("pattern_shape", np.asarray(source.pattern_shape, dtype=np.int64))
+        writer.set_attr("scan_format", source.format)
+        if not resume and source.present is not None:
+            writer.mark_missing(~source.present)
         done = writer.done.reshape(-1)
         chunks = _todo_chunks(done, batch)
         progress.start(source.n_patterns, done=int(done.sum()), desc=os.path.basename(source.path))

@@ -61,7 +61,7 @@ FIT_FAILED = 3
 FIT_DESCRIPTIONS = {
     FIT_OK: "ok",
     FIT_TOO_FEW_ROIS: "fewer valid ROIs than min_rois: not fitted",
-    FIT_NOT_PROCESSED: "scan point not processed (no displacements)",
+    FIT_NOT_PROCESSED: "scan point not processed or without a pattern (no displacements)",
     FIT_FAILED: "fit failed (degenerate ROI geometry or non-finite values)",
 }
 
@@ -310,7 +310,8 @@ def fit_strain(displacement, peak_height, roi_status, *, centres, shape, pc, pc_
     rot_c = g @ rot @ xp.swapaxes(g, -1, -2)
 
     status = xp.full(B, FIT_OK, dtype=xp.uint8)
-    processed = xp.isfinite(q).any(axis=(1, 2)) | (st != 4).any(axis=1)
+    # status 4 = NOT_PROCESSED, 5 = MISSING_PATTERN: no measurement to fit, not a failed fit
+    processed = xp.isfinite(q).any(axis=(1, 2)) | ((st != 4) & (st != 5)).any(axis=1)
     finite = xp.isfinite(F).all(axis=(1, 2)) & xp.isfinite(scale) & (scale > 0)
     status[~finite] = FIT_FAILED
     status[~enough] = FIT_TOO_FEW_ROIS

@@ -234,19 +234,22 @@ def test_points_with_too_few_rois_are_flagged(tmp_path):
     sc, scan, ref = simulated(tmp_path, 2, 3, 128, noise=False)
     with h5py.File(scan, "r+") as f:
         p = f["patterns"]
-        p[0, 1] = 0.0  # a blank pattern: every ROI constant
+        p[0, 1] = 0.0  # an all-zero pattern: no measurement at all
+        p[0, 2, :, :64] = 0.0  # a pattern half blank: every ROI on the left constant
         blank = np.array(p[1, 2])
         blank[:, :100] = blank.mean()  # most of the pattern flat: only the right column of ROIs left
         p[1, 2] = blank
     cfg = load_recipe("hrebsd").replace(device="cpu", strain=StrainConfig(material="Ni", min_rois=6, min_peak_height=0.5))
     out = process(scan, ref=ref, config=cfg, output=tmp_path / "r.h5")
     s = read_strain(out)
-    assert s["fit_status"][0, 1] == sn.FIT_TOO_FEW_ROIS and s["fit_status"][1, 2] == sn.FIT_TOO_FEW_ROIS
+    assert s["fit_status"][0, 1] == sn.FIT_NOT_PROCESSED and s["fit_status"][1, 2] == sn.FIT_TOO_FEW_ROIS
     assert np.isnan(s["strain"][0, 1]).all() and s["rois_used"][0, 1] == 0
     r = read_results(out)
+    assert (r["status"][0, 1] == 5).all()  # MISSING_PATTERN, not a constant subregion
+    assert (r["status"][0, 2] == 2).sum() >= 6  # the blank half: CONSTANT_TILE
     usable = (r["status"][1, 2] == 0) & (r["peak_height"][1, 2] >= 0.5)
     assert 0 < usable.sum() < 6 and s["rois_used"][1, 2] == 0 and not s["roi_used"][1, 2].any()
-    assert (s["fit_status"][[0, 0, 1, 1], [0, 2, 0, 1]] == sn.FIT_OK).all()
+    assert (s["fit_status"][[0, 1, 1], [0, 0, 1]] == sn.FIT_OK).all()
 
 
 def test_recipe_strain_table(tmp_path, sample_dir):

@@ -262,6 +262,37 @@ def dataset_metadata(ds) -> dict:
     }
 
 
+# Names of common third-party HDF5 filters, for messages (h5py reports an empty name for
+# a filter the library does not have).
+_FILTER_NAMES = {32001: "blosc", 32002: "mafisc", 32004: "lz4", 32008: "bitshuffle",
+                 32013: "zfp", 32015: "zstd", 32017: "sz", 32026: "blosc2", 307: "bzip2"}
+
+
+def check_filters(ds, path) -> None:
+    """Raise :class:`InputError` when dataset ``ds`` needs an HDF5 filter that is not available.
+
+    h5py opens a dataset compressed with a missing filter (blosc, bitshuffle, ...) without
+    complaint and fails only when data are read, with an obscure OSError; checking the
+    dataset's creation property list at open time turns that into one clear message naming
+    the file and the filter. If the optional ``hdf5plugin`` package is installed it is
+    imported first, since importing it is what registers its filters with HDF5.
+    """
+    plist = ds.id.get_create_plist()
+    codes = [plist.get_filter(i)[0] for i in range(plist.get_nfilters())]
+    missing = [c for c in codes if not h5py.h5z.filter_avail(c)]
+    if missing:
+        try:
+            import hdf5plugin  # noqa: F401  (registers its filters on import)
+        except ImportError:
+            pass
+        missing = [c for c in missing if not h5py.h5z.filter_avail(c)]
+    if missing:
+        names = ", ".join(f"{c} ({_FILTER_NAMES.get(c, 'unknown filter')})" for c in missing)
+        raise InputError(f"dataset {ds.name!r} is compressed with HDF5 filter {names}, which is "
+                         "not available here; the hdf5plugin package (pip install hdf5plugin) "
+                         "provides the common ones", path)
+
+
 # --------------------------------------------------------------------------- source
 
 

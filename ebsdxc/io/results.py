@@ -98,6 +98,11 @@ class ResultsWriter(_OpenFile):
         a["grid_kind"] = grid.kind
         if grid.step is not None:
             a["step"] = np.asarray(grid.step, dtype=np.float64)
+        # Where each point sits on the sample, so maps of hexagonal scans are drawn true to
+        # the grid without knowing its rules (NaN: a padding slot, not a scan point).
+        pos = g.create_dataset("positions", data=grid.positions(), chunks=(1, cols, 2))
+        pos.attrs["components"] = "x, y"
+        pos.attrs["units"] = "um" if grid.step is not None else "scan steps"
         g.create_dataset("displacement", (rows, cols, n, 2), np.float32, chunks=(1, cols, n, 2),
                          fillvalue=np.nan)
         g["displacement"].attrs["units"] = "px"
@@ -168,6 +173,20 @@ class ResultsWriter(_OpenFile):
             i += c1 - c0
         self._f.flush()
 
+    def mark_missing(self, missing) -> None:
+        """Flag (rows, cols) bool ``missing`` points ``MISSING_PATTERN`` and done, without data."""
+        missing = np.asarray(missing, dtype=bool)
+        g = self._g
+        for r in np.flatnonzero(missing.any(axis=1)):
+            cols = missing[r]
+            status = g["status"][r]
+            status[cols] = st.MISSING_PATTERN
+            g["status"][r] = status
+            done = g["done"][r]
+            done[cols] = True
+            g["done"][r] = done
+        self._f.flush()
+
     def set_attr(self, name, value):
         self._g.attrs[name] = value
 
@@ -193,6 +212,8 @@ def read_results(path) -> dict:
         out = {k: g[k][...] for k in ("displacement", "peak_height", "status", "done")}
         out["roi_centers"] = g["roi/centers"][...]
         out["roi_size"] = g["roi/size"][...]
+        if "positions" in g:
+            out["positions"] = g["positions"][...]
         attrs = dict(g.attrs)
         for k in ("parameters", "inputs"):
             attrs[k] = json.loads(attrs[k])
@@ -232,9 +253,12 @@ def read_summary(path) -> dict:
             "points": rows * cols,
             "points_done": done,
             "grid": [rows, cols],
+            "grid_kind": str(a.get("grid_kind", "square")),
+            "points_missing": int(counts[st.MISSING_PATTERN]) // max(n, 1),
             "n_roi": n,
             "roi_size": g["roi/size"][...].tolist(),
-            "ok_fraction": ok / max(done * n, 1),
+            # Points without a pattern are not measurements: they do not count against it.
+            "ok_fraction": ok / max(done * n - int(counts[st.MISSING_PATTERN]), 1),
             "status_counts": {st.DESCRIPTIONS.get(k, str(k)): int(c) for k, c in enumerate(counts) if c},
             "median_peak_height": float(np.nanmedian(heights)) if np.isfinite(heights).any() else float("nan"),
             "created": str(a["created"]),
