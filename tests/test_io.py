@@ -297,7 +297,8 @@ class _Spy:
         return getattr(self.ds, name)
 
 
-def test_read_into_reads_only_the_requested_slice_into_out(tmp_path):
+def test_read_into_reads_only_the_requested_slice_into_out(tmp_path, monkeypatch):
+    monkeypatch.setenv("EBSDXC_DIRECT_READ", "0")  # the h5py path (tests/test_io_direct.py: the other)
     rows, cols = 6, 5
     data = make_patterns((rows, cols, 8, 8), np.uint8)
     path = write_h5(tmp_path / "spy.h5", {"p": data})

@@ -30,6 +30,7 @@ import h5py
 import numpy as np
 
 from ..errors import InputError
+from . import direct
 from .source import PatternSource, ScanGrid, choose_grid
 
 NAME = "hdf5"
@@ -44,6 +45,8 @@ HDF5_SIGNATURE = b"\x89HDF\r\n\x1a\n"
 # is decompressed once per batch, not once per pattern; small enough to stay bounded.
 _CHUNK_CACHE_BYTES = 64 * 2**20
 _CHUNK_CACHE_SLOTS = 10007
+
+_UNPLANNED = False  # the direct reader is planned on first read, after (re)opening (None: no direct path)
 
 _GRID_ATTRS = (("nrows", "ncols"), ("rows", "cols"), ("n_rows", "n_columns"))
 
@@ -328,6 +331,7 @@ class HDF5Source(PatternSource):
                          metadata=metadata)
         self._file = file
         self._ds = ds
+        self._direct = _UNPLANNED
         self._dataset_name = ds.name
         self._ndim = ds.ndim
         if ds.ndim == 4:
@@ -344,6 +348,7 @@ class HDF5Source(PatternSource):
         state = self.__dict__.copy()
         state["_file"] = None
         state["_ds"] = None
+        state["_direct"] = _UNPLANNED
         return state
 
     def __setstate__(self, state):
@@ -360,13 +365,29 @@ class HDF5Source(PatternSource):
     def close(self) -> None:
         if self._file is not None:
             self._file.close()
+        if self._direct not in (None, _UNPLANNED):
+            self._direct.close()
+        self._direct = _UNPLANNED
         self._file = None
         self._ds = None
+
+    def _direct_reader(self, out):
+        """The :mod:`~ebsdxc.io.direct` reader when it can fill ``out``, else ``None`` (h5py reads)."""
+        if self._direct is _UNPLANNED:
+            use = os.environ.get("EBSDXC_DIRECT_READ", "1").strip().lower() not in ("0", "no", "false", "off")
+            self._direct = direct.plan(self.path, self.dataset) if use else None
+        if self._direct is None or out.dtype != self._direct.dtype or not out.flags.c_contiguous:
+            return None
+        return self._direct
 
     # reading ------------------------------------------------------------------------
     def read_records(self, start: int, stop: int, out: np.ndarray) -> None:
         """Records ``start:stop`` of a 3-D dataset straight into ``out`` (one hyperslab)."""
-        self.dataset.read_direct(out, np.s_[start:stop], np.s_[0:stop - start])
+        fast = self._direct_reader(out)
+        if fast is not None:
+            fast.read(start, stop, out)
+        else:
+            self.dataset.read_direct(out, np.s_[start:stop], np.s_[0:stop - start])
 
     def read_into(self, start: int, stop: int, out: np.ndarray) -> None:
         """Read patterns ``start:stop`` (flat scan indices) into ``out`` in place.
@@ -388,6 +409,10 @@ class HDF5Source(PatternSource):
             self._read_slots(start, stop, out)
             return
         end = stop
+        fast = self._direct_reader(out)
+        if fast is not None:  # flat slot index = flat index over (rows, cols)
+            fast.read(start, stop, out)
+            return
         ds = self.dataset
         # 4-D (rows, cols, H, W): split the flat range into a partial first row, a block
         # of whole rows, and a partial last row.

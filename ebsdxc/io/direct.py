@@ -1,0 +1,228 @@
+"""Reading HDF5 pattern data around h5py: positioned reads and parallel decompression.
+
+h5py serialises every call behind one global lock, so a read through it uses one core:
+enough for uncompressed data (a memcpy from the page cache), far too little for gzip,
+where inflating runs at a few hundred MB/s per core. This module asks HDF5 only where the
+bytes are (the dataset's offset, or each chunk's offset and size), then
+
+- uncompressed contiguous data: ``os.preadv`` straight into the caller's buffer (which may
+  be pinned host memory), split over threads for large reads;
+- chunked data, raw or with the deflate and shuffle filters: each chunk's stored bytes
+  read with ``os.pread`` and inflated with :mod:`zlib` on a thread pool (both release the
+  GIL), so every core decompresses.
+
+Anything else (other filters, non-native byte order, chunks that split a pattern, external
+or virtual storage, a file not on a plain local driver) is left to h5py: :func:`plan`
+returns ``None`` and the reader falls back.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import zlib
+from concurrent.futures import ThreadPoolExecutor
+
+import h5py
+import numpy as np
+
+__all__ = ["DirectReader", "plan", "threads"]
+
+_FILTER_DEFLATE = 1
+_FILTER_SHUFFLE = 2
+# Below this many bytes a read is not split over threads: thread hand-off would cost more.
+_SPLIT_BYTES = 8 << 20
+
+_pool = None
+_pool_lock = threading.Lock()
+
+
+def threads() -> int:
+    """Threads used for reading and decompressing (``EBSDXC_READ_THREADS``, else all cores)."""
+    env = os.environ.get("EBSDXC_READ_THREADS")
+    if env:
+        try:
+            return max(1, int(env))
+        except ValueError:
+            pass
+    return max(1, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1)
+
+
+def _executor() -> ThreadPoolExecutor:
+    global _pool
+    with _pool_lock:
+        if _pool is None:
+            _pool = ThreadPoolExecutor(threads(), thread_name_prefix="ebsdxc-read")
+        return _pool
+
+
+def _filters(dcpl) -> list[int]:
+    """Filter ids of a dataset creation property list, in the order they were applied."""
+    return [int(dcpl.get_filter(i)[0]) for i in range(dcpl.get_nfilters())]
+
+
+class DirectReader:
+    """Reads flat pattern ranges of one dataset without going through h5py's data path.
+
+    Build it with :func:`plan`. ``nav_shape`` is the dataset's shape before the two pattern
+    axes; flat record ``i`` is ``np.unravel_index(i, nav_shape)``.
+    """
+
+    def __init__(self, path, ds: h5py.Dataset, *, offset=None, chunks=None, filters=()):
+        self.path = os.fspath(path)
+        self.shape = tuple(int(n) for n in ds.shape)
+        self.nav_shape = self.shape[:-2]
+        self.dtype = ds.dtype
+        self.pattern_bytes = self.shape[-1] * self.shape[-2] * self.dtype.itemsize
+        self.offset = offset
+        self.chunks = None if chunks is None else tuple(int(c) for c in chunks)
+        self.filters = tuple(filters)
+        self._fd = None
+        self._pid = None
+        self._last = (None, None)  # (chunk key, array): consecutive batches share an edge chunk
+        if self.chunks is not None:
+            self._chunk_index = self._index_chunks(ds)
+            self._chunk_bytes = int(np.prod(self.chunks)) * self.dtype.itemsize
+
+    # file handle: one per process (readers are pickled to other processes) ------------
+    def _file(self) -> int:
+        if self._fd is None or self._pid != os.getpid():
+            self._fd = os.open(self.path, os.O_RDONLY)
+            self._pid = os.getpid()
+        return self._fd
+
+    def close(self):
+        if self._fd is not None and self._pid == os.getpid():
+            os.close(self._fd)
+        self._fd = None
+
+    def __getstate__(self):
+        state = self.__dict__.copy()
+        state["_fd"] = None
+        state["_last"] = (None, None)
+        return state
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:  # interpreter shutdown: nothing left to release
+            pass
+
+    # chunk index ------------------------------------------------------------------------
+    def _index_chunks(self, ds):
+        """{chunk origin (nav coords): (file offset, stored size, filter mask)} for every stored chunk."""
+        index = {}
+
+        def visit(info):
+            index[tuple(int(v) for v in info.chunk_offset[:-2])] = (
+                int(info.byte_offset), int(info.size), int(info.filter_mask))
+
+        if hasattr(ds.id, "chunk_iter"):  # HDF5 >= 1.12.3: one pass over the chunk index
+            ds.id.chunk_iter(visit)
+        else:
+            for i in range(ds.id.get_num_chunks()):
+                visit(ds.id.get_chunk_info(i))
+        return index
+
+    # reading ------------------------------------------------------------------------------
+    def read(self, start: int, stop: int, out: np.ndarray) -> None:
+        """Records ``start:stop`` (flat over the nav axes) into C-contiguous ``out``."""
+        if stop <= start:
+            return
+        if self.chunks is None:
+            self._read_contiguous(start, stop, out)
+        else:
+            self._read_chunked(start, stop, out)
+
+    def _read_contiguous(self, start, stop, out):
+        fd = self._file()
+        flat = out.reshape(-1).view(np.uint8)
+        nbytes = (stop - start) * self.pattern_bytes
+        base = self.offset + start * self.pattern_bytes
+        n_parts = min(threads(), max(1, nbytes // _SPLIT_BYTES))
+        bounds = np.linspace(0, nbytes, n_parts + 1).astype(np.int64)
+        bounds[1:-1] -= bounds[1:-1] % 4096  # page-aligned pieces
+
+        def part(a, b):
+            view = memoryview(flat[a:b])
+            done = 0
+            while done < b - a:
+                got = os.preadv(fd, [view[done:]], base + a + done)
+                if got == 0:
+                    raise OSError(f"{self.path}: file ends before the dataset does (truncated?)")
+                done += got
+
+        if n_parts == 1:
+            part(0, nbytes)
+        else:
+            list(_executor().map(lambda ab: part(*ab), zip(bounds[:-1], bounds[1:])))
+
+    def _inflate(self, key) -> np.ndarray:
+        """The chunk at nav origin ``key``, decompressed, shaped like a chunk."""
+        info = self._chunk_index.get(key)
+        cshape = self.chunks
+        if info is None:  # never written: HDF5 reads the fill value, zero for patterns
+            return np.zeros(cshape, dtype=self.dtype)
+        offset, size, mask = info
+        raw = os.pread(self._file(), size, offset)
+        if len(raw) != size:
+            raise OSError(f"{self.path}: file ends inside a chunk of the pattern data (truncated?)")
+        # Filters run in reverse on reading; a bit set in `mask` means that filter was skipped.
+        for i in reversed(range(len(self.filters))):
+            if mask & (1 << i):
+                continue
+            if self.filters[i] == _FILTER_DEFLATE:
+                raw = zlib.decompress(raw, bufsize=self._chunk_bytes)  # sized once: no regrowth
+            else:  # shuffle: byte k of every value was stored in the k-th block
+                k = self.dtype.itemsize
+                raw = np.frombuffer(raw, np.uint8).reshape(k, -1).T.tobytes()
+        data = np.frombuffer(raw, dtype=self.dtype)
+        if data.size != int(np.prod(cshape)):
+            raise OSError(f"{self.path}: a chunk of the pattern data inflates to {data.size} values, "
+                          f"not {int(np.prod(cshape))}")
+        return data.reshape(cshape)
+
+    def _read_chunked(self, start, stop, out):
+        ids = np.arange(start, stop)
+        nav = np.unravel_index(ids, self.nav_shape)
+        keys = np.stack([(c // k) * k for c, k in zip(nav, self.chunks[:-2])], axis=1)
+        change = np.flatnonzero((np.diff(keys, axis=0) != 0).any(axis=1)) + 1
+        runs = list(zip(np.r_[0, change], np.r_[change, ids.size]))
+        last_key, last_data = self._last
+
+        def work(run):
+            a, b = run
+            key = tuple(int(v) for v in keys[a])
+            data = last_data if key == last_key else self._inflate(key)
+            out[a:b] = data[tuple(nav[d][a:b] - key[d] for d in range(len(key)))]
+            return key, data
+
+        done = [work(runs[0])] if len(runs) == 1 else list(_executor().map(work, runs))
+        self._last = done[-1]
+
+
+def plan(path, ds: h5py.Dataset) -> DirectReader | None:
+    """A :class:`DirectReader` for ``ds`` when its storage allows one, else ``None``."""
+    try:
+        if ds.ndim < 3 or ds.dtype.kind not in "uif" or not ds.dtype.isnative:
+            return None
+        if ds.is_virtual or ds.external or ds.file.driver not in ("sec2", None):
+            return None
+        if ds.file.userblock_size and ds.chunks is None and ds.id.get_offset() is None:
+            return None
+        dcpl = ds.id.get_create_plist()
+        if ds.chunks is None:
+            if dcpl.get_nfilters():
+                return None
+            offset = ds.id.get_offset()
+            if offset is None:  # never written: nothing on disk to read
+                return None
+            return DirectReader(path, ds, offset=int(offset))
+        if tuple(ds.chunks[-2:]) != tuple(ds.shape[-2:]):
+            return None  # chunks cut patterns apart: h5py assembles those better
+        filters = _filters(dcpl)
+        if any(f not in (_FILTER_DEFLATE, _FILTER_SHUFFLE) for f in filters):
+            return None
+        return DirectReader(path, ds, chunks=ds.chunks, filters=filters)
+    except (AttributeError, OSError, ValueError, RuntimeError):
+        return None

@@ -1,0 +1,123 @@
+"""The direct HDF5 read path (ebsdxc.io.direct) against h5py on every storage layout."""
+
+import os
+import pickle
+
+import h5py
+import numpy as np
+import pytest
+
+from ebsdxc.errors import InputError
+from ebsdxc.io import direct, open_scan
+
+RANGES = [(0, 300), (5, 6), (13, 250), (299, 300), (6, 14), (0, 0)]
+
+
+@pytest.fixture(scope="module")
+def data():
+    return np.random.default_rng(0).integers(0, 4000, (300, 32, 24)).astype(np.uint16)
+
+
+LAYOUTS = {
+    "contiguous": {},
+    "chunked": {"chunks": (7, 32, 24)},
+    "gzip": {"chunks": (7, 32, 24), "compression": "gzip"},
+    "gzip+shuffle": {"chunks": (16, 32, 24), "compression": "gzip", "compression_opts": 9, "shuffle": True},
+    "shuffle only": {"chunks": (5, 32, 24), "shuffle": True},
+}
+
+
+@pytest.mark.parametrize("layout", list(LAYOUTS))
+def test_direct_reads_equal_h5py(tmp_path, data, layout):
+    path = tmp_path / "d.h5"
+    with h5py.File(path, "w") as f:
+        f.create_dataset("p", data=data, **LAYOUTS[layout])
+    with h5py.File(path, "r") as f:
+        reader = direct.plan(path, f["p"])
+        assert reader is not None
+    for a, b in RANGES:
+        out = np.full((b - a, 32, 24), 7, np.uint16)
+        reader.read(a, b, out)
+        np.testing.assert_array_equal(out, data[a:b])
+    # a second reader after pickling (a Dask worker) reopens the file itself
+    again = pickle.loads(pickle.dumps(reader))
+    out = np.empty((10, 32, 24), np.uint16)
+    again.read(290, 300, out)
+    np.testing.assert_array_equal(out, data[290:])
+
+
+def test_direct_reads_4d_chunks_across_rows(tmp_path, data):
+    path = tmp_path / "d4.h5"
+    grid = data.reshape(15, 20, 32, 24)
+    with h5py.File(path, "w") as f:
+        f.create_dataset("p", data=grid, chunks=(2, 3, 32, 24), compression="gzip")
+    with open_scan(path) as src:
+        assert src._direct_reader(np.empty((1, 32, 24), np.uint16)) is not None
+        for a, b in RANGES:
+            out = np.empty((b - a, 32, 24), np.uint16)
+            src.read_into(a, b, out)
+            np.testing.assert_array_equal(out, data[a:b])
+
+
+@pytest.mark.parametrize("kwargs", [
+    {"chunks": (7, 16, 24), "compression": "gzip"},   # chunks cut patterns apart
+    {"chunks": (7, 32, 24), "compression": "lzf"},    # a filter zlib does not speak
+    {"chunks": (7, 32, 24), "scaleoffset": 0},        # nor this one
+])
+def test_other_layouts_fall_back_to_h5py(tmp_path, data, kwargs):
+    path = tmp_path / "f.h5"
+    with h5py.File(path, "w") as f:
+        f.create_dataset("p", data=data, **kwargs)
+    with h5py.File(path, "r") as f:
+        assert direct.plan(path, f["p"]) is None
+    with open_scan(path) as src:
+        np.testing.assert_array_equal(src.read(13, 250), data[13:250])
+
+
+def test_big_endian_falls_back_and_converts(tmp_path, data):
+    path = tmp_path / "be.h5"
+    with h5py.File(path, "w") as f:
+        f.create_dataset("p", data=data.astype(">u2"))
+    with h5py.File(path, "r") as f:
+        assert direct.plan(path, f["p"]) is None
+    with open_scan(path) as src:
+        out = np.empty((10, 32, 24), np.uint16)  # native buffer, as the runner gives
+        src.read_into(0, 10, out)
+        np.testing.assert_array_equal(out, data[:10])
+
+
+def test_unwritten_chunks_read_as_zeros(tmp_path, data):
+    path = tmp_path / "holes.h5"
+    with h5py.File(path, "w") as f:
+        ds = f.create_dataset("p", shape=data.shape, dtype=data.dtype, chunks=(10, 32, 24), compression="gzip")
+        ds[:100] = data[:100]
+    with open_scan(path) as src:
+        got = src.read(95, 120)
+    np.testing.assert_array_equal(got[:5], data[95:100])
+    assert not got[5:].any()
+
+
+def test_read_threads_setting(monkeypatch):
+    monkeypatch.setenv("EBSDXC_READ_THREADS", "3")
+    assert direct.threads() == 3
+    monkeypatch.setenv("EBSDXC_READ_THREADS", "x")
+    assert direct.threads() >= 1
+
+
+@pytest.mark.parametrize("layout", ["contiguous", "gzip"])
+def test_truncated_file_is_an_error_naming_it(tmp_path, data, layout):
+    path = tmp_path / "cut.h5"
+    with h5py.File(path, "w") as f:
+        f.create_dataset("p", data=data, **LAYOUTS[layout])
+    size = os.path.getsize(path)
+    src = open_scan(path)
+    with open(path, "r+b") as fh:  # the file loses its tail after it was opened
+        fh.truncate(size - size // 3)
+    from ebsdxc.recipes import ProcessConfig, RoiConfig
+    from ebsdxc.runner import process
+
+    cfg = ProcessConfig(roi=RoiConfig(grid=(1, 1), size=16), device="cpu", batch=50)
+    with pytest.raises(InputError) as e:
+        process(src, ref_index=0, config=cfg, output=tmp_path / "r.h5")
+    assert str(path) in str(e.value) and "cannot read patterns" in str(e.value)
+    src.close()
