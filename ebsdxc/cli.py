@@ -31,6 +31,36 @@ def _positive_int(text):
     return v
 
 
+def _nonneg_int(text):
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if v < 0:
+        raise argparse.ArgumentTypeError(f"expected a number >= 0, got {v}")
+    return v
+
+
+def _nonneg_float(text):
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not v >= 0:
+        raise argparse.ArgumentTypeError(f"expected a number >= 0, got {text!r}")
+    return v
+
+
+def _pair(text):
+    try:
+        vals = tuple(float(p) for p in text.replace(" ", "").split(","))
+    except ValueError:
+        vals = ()
+    if len(vals) != 2 or not all(np.isfinite(vals)):
+        raise argparse.ArgumentTypeError(f"expected two numbers X,Y, got {text!r}")
+    return vals
+
+
 def _ref_index(text):
     parts = text.split(",")
     try:
@@ -148,6 +178,30 @@ def _parser():
                     help="subtract a static background (an image, or 'mean' of the scan)")
     pp.add_argument("--bandpass", type=float, nargs=2, metavar=("LOW", "HIGH"),
                     help="Gaussian band-pass: smooth by LOW px, remove features broader than HIGH px")
+    pp.add_argument("--bandpass-kind", choices=("gaussian", "erf"),
+                    help="band-pass filter: gaussian (--bandpass sigmas) or erf (error-function edges, "
+                         "--bandpass-cutoffs)")
+    pp.add_argument("--bandpass-cutoffs", type=_nonneg_float, nargs=2, metavar=("LOW", "HIGH"),
+                    help="erf band-pass: keep spatial frequencies between LOW and HIGH cycles/px "
+                         "(period 1/f px; LOW 0 = no high-pass, HIGH 0 = no low-pass)")
+    pp.add_argument("--bandpass-width", type=float, metavar="W",
+                    help="erf band-pass edge width in cycles/px (default 0.01)")
+    pp.add_argument("--pattern-binning", type=_positive_int, metavar="N",
+                    help="average N x N pixel blocks of each pattern before anything else (the sides must "
+                         "be multiples of N; ROI sizes then count binned pixels). Not the detector's "
+                         "binning of the strain options (--binning)")
+    pp.add_argument("--mask", choices=("circle", "none"),
+                    help="detector mask: circle = round phosphor screen; off-screen pixels carry no contrast")
+    pp.add_argument("--mask-radius", type=float, metavar="R",
+                    help="screen radius in px of the stored patterns (default: half the smaller side)")
+    pp.add_argument("--mask-centre", type=_pair, metavar="X,Y",
+                    help="screen centre in px of the stored patterns, x = column (default: pattern centre)")
+    pp.add_argument("--average-neighbours", type=_nonneg_int, metavar="N",
+                    help="average each pattern with its scan neighbours in an N x N kernel (odd N; 0 = off)")
+    pp.add_argument("--average-kernel", choices=("gaussian", "box", "circular"),
+                    help="neighbour weights (default gaussian)")
+    pp.add_argument("--average-sigma", type=float, metavar="S",
+                    help="standard deviation of the gaussian neighbour kernel, in scan points (default 1)")
     pp.add_argument("--device", default=None, help="auto (default), cpu, cuda or cuda:N")
     pp.add_argument("--batch", type=_positive_int, metavar="N", help="patterns per batch (default: auto)")
     g2 = pp.add_mutually_exclusive_group()
@@ -191,6 +245,49 @@ def _parser():
     return p
 
 
+def _preprocess_config(a, pre):
+    """The recipe's PreprocessConfig with the preprocessing options of ``a`` over it."""
+    kw = {}
+    if a.dynamic_background is not None:
+        kw["dynamic_sigma"] = a.dynamic_background
+    if a.bandpass and a.bandpass_cutoffs:
+        raise InputError("give either --bandpass (Gaussian sigmas in px) or --bandpass-cutoffs "
+                         "(erf cutoffs in cycles/px), not both")
+    if a.bandpass:
+        if a.bandpass_kind == "erf":
+            raise InputError("--bandpass gives Gaussian sigmas; the erf band-pass takes --bandpass-cutoffs")
+        kw.update(bandpass_kind="gaussian", bandpass=tuple(a.bandpass), bandpass_cutoffs=None)
+    if a.bandpass_cutoffs:
+        if a.bandpass_kind == "gaussian":
+            raise InputError("--bandpass-cutoffs are for the erf band-pass (--bandpass-kind erf)")
+        kw.update(bandpass_kind="erf", bandpass_cutoffs=tuple(a.bandpass_cutoffs), bandpass=None)
+    if a.bandpass_kind and "bandpass_kind" not in kw:
+        kw["bandpass_kind"] = a.bandpass_kind
+        if a.bandpass_kind == "gaussian":
+            kw["bandpass_cutoffs"] = None
+    if a.bandpass_width is not None:
+        kw["bandpass_width"] = a.bandpass_width
+    if a.pattern_binning is not None:
+        kw["binning"] = a.pattern_binning
+    if a.mask == "none":
+        if a.mask_radius is not None or a.mask_centre is not None:
+            raise InputError("--mask none takes no --mask-radius or --mask-centre")
+        kw.update(mask=None, mask_radius=None, mask_centre=None)
+    elif a.mask or a.mask_radius is not None or a.mask_centre is not None:
+        kw["mask"] = "circle"  # a radius or centre alone asks for the circle
+        if a.mask_radius is not None:
+            kw["mask_radius"] = a.mask_radius
+        if a.mask_centre is not None:
+            kw["mask_centre"] = a.mask_centre
+    if a.average_neighbours is not None:
+        kw["average_neighbours"] = a.average_neighbours
+    if a.average_kernel:
+        kw["average_kernel"] = a.average_kernel
+    if a.average_sigma is not None:
+        kw["average_sigma"] = a.average_sigma
+    return dataclasses.replace(pre, **kw) if kw else pre
+
+
 def _config_from_args(a):
     from .recipes import ProcessConfig, load_recipe
     from .rois import parse_grid
@@ -216,12 +313,8 @@ def _config_from_args(a):
         corr = dataclasses.replace(corr, mode="window", max_shift=a.max_shift)
     if a.subpixel:
         corr = dataclasses.replace(corr, subpixel=a.subpixel)
-    pre = cfg.preprocess
-    if a.dynamic_background is not None:
-        pre = dataclasses.replace(pre, dynamic_sigma=a.dynamic_background)
-    if a.bandpass:
-        pre = dataclasses.replace(pre, bandpass=tuple(a.bandpass))
     try:
+        pre = _preprocess_config(a, cfg.preprocess)
         cfg = cfg.replace(roi=roi, correlation=corr, preprocess=pre)
         dataclasses.replace(cfg.preprocess)  # re-validate
     except ValueError as e:

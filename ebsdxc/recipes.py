@@ -5,7 +5,11 @@ A recipe (see ``pipelines/*.toml``) has up to five tables::
     [roi]          layout = "grid" | "ring" | "file", grid = [R, C], size = N, margin,
                    drop_corners, n, radius, include_centre, centres = "file.csv"
     [preprocess]   static_background = "mean" | "file.tif", static_operation,
-                   dynamic_background_sigma, bandpass = [low_sigma, high_sigma], window
+                   dynamic_background_sigma, bandpass = [low_sigma, high_sigma], window,
+                   bandpass_kind = "gaussian" | "erf", bandpass_cutoffs = [low, high] (cycles/px),
+                   bandpass_width, binning, mask = "circle" | "none", mask_centre = [x, y],
+                   mask_radius, average_neighbours, average_kernel, average_sigma
+                   (see :class:`ebsdxc.preprocess.PreprocessConfig`)
     [correlation]  engine, mode = "full" | "window", max_shift, subpixel, upsample, compensate,
                    circular, kernel (direct engine: "auto" or e.g. "grouped_overlap:g=4,kr=8")
     [strain]       material, pc, pc_ref, pc_convention, pc_map, pixel_size, binning, orientation,
@@ -79,8 +83,9 @@ class ProcessConfig:
         if roi.get("grid") is not None:
             roi["grid"] = tuple(roi["grid"])
         pre = dict(params["preprocess"])
-        if pre.get("bandpass") is not None:
-            pre["bandpass"] = tuple(pre["bandpass"])
+        for k in ("bandpass", "bandpass_cutoffs", "mask_centre"):
+            if pre.get(k) is not None:
+                pre[k] = tuple(pre[k])
         return cls(roi=RoiConfig(**roi), preprocess=PreprocessConfig(**pre),
                    static_background=params.get("static_background"),
                    correlation=EngineConfig(**params["correlation"]))
@@ -109,11 +114,40 @@ def shipped_recipes() -> dict:
 _KEYS = {
     "roi": {f.name for f in dataclasses.fields(RoiConfig)},
     "preprocess": {"static_background", "static_operation", "dynamic_background_sigma",
-                   "bandpass", "window"},
+                   "bandpass", "window", "bandpass_kind", "bandpass_cutoffs", "bandpass_width", "binning",
+                   "mask", "mask_centre", "mask_radius", "average_neighbours", "average_kernel",
+                   "average_sigma"},
     "correlation": {"engine", "mode", "max_shift", "subpixel", "upsample", "compensate", "circular", "kernel"},
     "strain": {f.name for f in dataclasses.fields(StrainConfig)},
     "run": {"batch", "device"},
 }
+
+
+def _preprocess_extras(pre: dict) -> dict:
+    """PreprocessConfig fields of the band-pass kind, binning, mask and averaging keys."""
+    out = {}
+    for key in ("bandpass_kind", "bandpass_width", "binning", "mask_radius", "average_neighbours",
+                "average_kernel", "average_sigma"):
+        if key in pre:
+            out[key] = pre[key]
+    for key in ("bandpass_cutoffs", "mask_centre"):
+        if key in pre:
+            v = pre[key]
+            if not isinstance(v, list):
+                raise ValueError(f"{key} must be a list of two numbers, got {v!r}")
+            out[key] = tuple(v)
+    if "mask" in pre:  # TOML has no null: "none" switches the mask off
+        mask = pre["mask"]
+        out["mask"] = None if isinstance(mask, str) and mask.lower() == "none" else mask
+        if out["mask"] is None:
+            out.setdefault("mask_centre", None)
+            out.setdefault("mask_radius", None)
+    kind = out.get("bandpass_kind")
+    if kind == "erf" and "bandpass" not in pre:
+        out["bandpass"] = None  # a Gaussian band-pass of the base gives way to the recipe's erf one
+    if kind == "gaussian" and "bandpass_cutoffs" not in pre:
+        out["bandpass_cutoffs"] = None
+    return out
 
 
 def load_recipe(name_or_path, base: ProcessConfig | None = None) -> ProcessConfig:
@@ -150,12 +184,12 @@ def load_recipe(name_or_path, base: ProcessConfig | None = None) -> ProcessConfi
         run = doc.get("run", {})
         strain = dataclasses.replace(cfg.strain, **doc.get("strain", {}))
         pp = cfg.preprocess
-        pp = dataclasses.replace(
-            pp,
-            static_operation=pre.get("static_operation", pp.static_operation),
-            dynamic_sigma=pre.get("dynamic_background_sigma", pp.dynamic_sigma),
-            bandpass=tuple(pre["bandpass"]) if pre.get("bandpass") else pp.bandpass,
-            window=pre.get("window", pp.window))
+        pp = dataclasses.replace(pp, **{
+            "static_operation": pre.get("static_operation", pp.static_operation),
+            "dynamic_sigma": pre.get("dynamic_background_sigma", pp.dynamic_sigma),
+            "bandpass": tuple(pre["bandpass"]) if pre.get("bandpass") else pp.bandpass,
+            "window": pre.get("window", pp.window),
+            **_preprocess_extras(pre)})
         sb = pre.get("static_background", cfg.static_background)
         if sb not in (None, "mean") and not os.path.isabs(sb):
             sb = os.path.join(os.path.dirname(os.path.abspath(path)), sb)

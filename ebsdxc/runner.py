@@ -209,10 +209,19 @@ def auto_batch(pipeline: Pipeline, n_patterns: int) -> int:
     return max(1, min(b, n_patterns))
 
 
+def _on_disk(scan_path) -> str:
+    """The file or folder behind a scan path; for a glob of images (``frames/*.tif``), its folder."""
+    path = os.path.abspath(scan_path)
+    while not os.path.exists(path) and any(ch in path for ch in "*?["):
+        path = os.path.dirname(path)
+    return path
+
+
 def default_output(scan_path) -> str:
-    """``SCAN_STEM.ebsdxc.h5`` beside the scan."""
-    d, name = os.path.split(os.path.abspath(scan_path))
-    stem = name if os.path.isdir(scan_path) else os.path.splitext(name)[0]
+    """``SCAN_STEM.ebsdxc.h5`` beside the scan (a folder of images, or a glob's folder, is the scan)."""
+    path = _on_disk(scan_path)
+    d, name = os.path.split(path.rstrip(os.sep))
+    stem = name if os.path.isdir(path) else os.path.splitext(name)[0]
     return os.path.join(d, f"{stem}.ebsdxc.h5")
 
 
@@ -607,7 +616,8 @@ def _check_unchanged(path, record, given, results):
 def _run(pipeline, source, ref, ref_param, out, config, resume, overwrite, progress, command_line):
     layout, backend = pipeline.layout, pipeline.backend
     batch = config.batch or auto_batch(pipeline, source.n_patterns)
-    inputs = [input_record(source.path)] if os.path.exists(source.path) else []
+    scan_on_disk = _on_disk(source.path)
+    inputs = [input_record(scan_on_disk)] if os.path.exists(scan_on_disk) else []
     if ref is not None:
         inputs.append(input_record(ref))
     params = {**config.parameters(), "scan": os.path.basename(source.path),

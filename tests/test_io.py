@@ -198,7 +198,8 @@ def test_empty_hdf5_file(tmp_path):
 def test_text_file_named_h5(tmp_path):
     path = tmp_path / "fake.h5"
     path.write_text("this is not HDF5\n")
-    with pytest.raises(InputError, match="not a file format ebsdxc can read") as exc:
+    with pytest.raises(InputError, match="not a scan format ebsdxc can read .its content matches "
+                       "none of the formats.; it reads kikuchipy h5ebsd, EDAX") as exc:
         open_scan(path)
     assert_names(exc, path)
     # forcing the format does not help, and still names the file
@@ -399,16 +400,19 @@ def test_h5ebsd_written_by_hand(tmp_path):
         np.testing.assert_array_equal(src.read(0, 6), data)
 
 
-def test_other_vendor_h5ebsd_is_left_to_generic_reader(tmp_path):
+def test_other_vendor_h5ebsd_is_not_read_as_kikuchipy(tmp_path):
     data = make_patterns((4, 16, 16), np.uint8)
     path = write_h5ebsd(tmp_path / "edax.h5", data, n_rows=2, n_columns=2,
                         manufacturer="EDAX")
     assert not h5ebsd_reader.detect(path)
+    # nor as EDAX's (whose root keys and pattern dataset differ): the generic reader takes it
     with open_scan(path) as src:
         assert src.format == "hdf5"
     with pytest.raises(InputError, match="not a kikuchipy h5ebsd file") as exc:
         open_scan(path, format="h5ebsd")
     assert_names(exc, path)
+    with open_scan(path, format="hdf5") as src:
+        np.testing.assert_array_equal(src.read(0, 4), data)
 
 
 def test_h5ebsd_interrupted_scan_reads_zeros(tmp_path):

@@ -80,16 +80,20 @@ def _check_file(path) -> str:
     return path
 
 
+_READS = ("kikuchipy h5ebsd, EDAX/TSL h5 and .up1/.up2, Bruker h5, Oxford h5oina and .ebsp, "
+          "EMsoft h5, any HDF5 file with one pattern dataset, and folders of TIFF/PNG images")
+
+
 def _what_is_it(path) -> str:
     """A few words on what an unreadable file looks like, for error messages."""
     from .hdf5 import is_hdf5_file
     from .image import is_tiff_file
 
     if is_tiff_file(path):
-        return "it is a TIFF image"
+        return "it is a single TIFF image; put one image per scan point in a folder"
     if is_hdf5_file(path):
         return "it is an HDF5 file"
-    return "it is not an HDF5 file"
+    return "its content matches none of the formats"
 
 
 def _is_stack(path) -> bool:
@@ -141,8 +145,8 @@ def open_scan(path, *, dataset: str | int | None = None, format: str | None = No
         if reader.detect(path):
             return reader.open(path, dataset=dataset, grid_shape=grid_shape)
     raise InputError(
-        f"not a file format ebsdxc can read ({_what_is_it(path)}; scans are read from "
-        f"HDF5 files: {', '.join(SCAN_FORMATS)})", path)
+        f"not a scan format ebsdxc can read ({_what_is_it(path)}); it reads {_READS}; "
+        "force a reader with --format", path)
 
 
 def read_reference(path) -> np.ndarray:
