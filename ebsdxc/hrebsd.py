@@ -126,7 +126,7 @@ def _bunge(phi1, Phi, phi2) -> np.ndarray:
     return bunge_to_matrix(phi1, Phi, phi2)
 
 
-def _stored_pc(value, convention, shape, pixel_size):
+def _stored_pc(value, convention, shape, pixel_size, binning=None):
     """A PC as a file stores it (its convention named by free text such as "Bruker (PCx, ...)";
     Bruker when unnamed or unknown), in Bruker convention."""
     try:
@@ -134,7 +134,8 @@ def _stored_pc(value, convention, shape, pixel_size):
     except ValueError:
         conv = "bruker"
     return geometry.convert_pc(np.asarray(value, dtype=np.float64), from_convention=conv,
-                               to_convention="bruker", shape=shape, pixel_size=pixel_size)
+                               to_convention="bruker", shape=shape, pixel_size=pixel_size,
+                               binning=float(binning or 1))
 
 
 def _scan_pcs(meta: dict, rows: int, cols: int, shape, path):
@@ -151,7 +152,15 @@ def _scan_pcs(meta: dict, rows: int, cols: int, shape, path):
         a = a.reshape(rows, cols, 3)
     elif a.shape != (rows, cols, 3):
         raise InputError(f"pattern centres of shape {a.shape} do not fit the {rows} x {cols} scan", path)
-    return _stored_pc(a, meta.get("pattern_centre_convention"), shape, meta.get("detector_pixel_size"))
+    present = meta.get("present")
+    bad = ~np.isfinite(a).all(axis=-1)
+    if bad.any() and present is not None and not (bad & np.asarray(present, dtype=bool)).any():
+        # Vendors store NaN PCs where they stored no pattern; those points are never fitted,
+        # so any finite value does (the others' mean keeps a PC plane fit unbiased).
+        a = np.array(a)
+        a[bad] = a[~bad].mean(axis=0) if (~bad).any() else np.nan
+    return _stored_pc(a, meta.get("pattern_centre_convention"), shape, meta.get("detector_pixel_size"),
+                      meta.get("binning"))
 
 
 def resolve_geometry(cfg: StrainConfig, *, shape, grid, scan_meta: dict, scan_path: str,
@@ -367,6 +376,8 @@ def _remap_pass(pipeline, source, flat, F1, pc, geom, xp, common, tilts):
 def scan_metadata(source) -> dict:
     """The scan's metadata with per-point PCs where the reader offers them."""
     meta = dict(source.metadata)
+    if source.present is not None:
+        meta["present"] = source.present
     getter = getattr(source, "pattern_centres", None)
     if callable(getter):
         pcs = getter()

@@ -121,3 +121,21 @@ def test_truncated_file_is_an_error_naming_it(tmp_path, data, layout):
         process(src, ref_index=0, config=cfg, output=tmp_path / "r.h5")
     assert str(path) in str(e.value) and "cannot read patterns" in str(e.value)
     src.close()
+
+
+def test_missing_filter_is_refused_at_open_naming_the_file(tmp_path, data):
+    """A filter HDF5 lacks here (id 32001, blosc, unless hdf5plugin is installed): one error at
+    open, not an OSError halfway through a run; the direct path would not have read it either."""
+    path = tmp_path / "blosc.h5"
+    with h5py.File(path, "w") as f:
+        ds = f.create_dataset("p", shape=data.shape, dtype=data.dtype, chunks=(1, 32, 24),
+                              compression=32001, allow_unknown_filter=True)
+        for i in range(data.shape[0]):
+            ds.id.write_direct_chunk((i, 0, 0), data[i].tobytes())
+    if h5py.h5z.filter_avail(32001):
+        pytest.skip("blosc is available here")
+    with pytest.raises(InputError, match="32001") as e:
+        open_scan(path)
+    assert str(path) in str(e.value)
+    with h5py.File(path, "r") as f:
+        assert direct.plan(path, f["p"]) is None

@@ -36,7 +36,7 @@ import h5py
 import numpy as np
 
 from ..errors import InputError
-from .hdf5 import HDF5Source, dataset_metadata, is_hdf5_file, open_file, to_jsonable
+from .hdf5 import HDF5Source, check_filters, dataset_metadata, is_hdf5_file, open_file, to_jsonable
 from .source import ScanGrid, choose_grid, grid_kind
 
 NAME = "h5ebsd"
@@ -211,6 +211,7 @@ def open(path, *, dataset=None, grid_shape=None) -> H5EBSDSource:  # noqa: A001 
             raise InputError(f"{where} ({ds.dtype}, shape {tuple(ds.shape)}) is not a numeric "
                              "(n, H, W) or (rows, cols, H, W) pattern array", path)
 
+        check_filters(ds, path)
         h, w = _get(header, "pattern_height"), _get(header, "pattern_width")
         if (h is not None and int(h) != ds.shape[-2]) or (w is not None and int(w) != ds.shape[-1]):
             raise InputError(f"header says patterns of {h} x {w} px but {where} holds "

@@ -461,6 +461,7 @@ def open(path, *, dataset=None, grid_shape=None) -> HDF5Source:  # noqa: A001 - 
     f = open_file(path)
     try:
         ds = choose_dataset(f, dataset, path)
+        check_filters(ds, path)
         step = _step(ds)
         if ds.ndim == 4:
             grid = choose_grid(ScanGrid(int(ds.shape[0]), int(ds.shape[1]), step=step), grid_shape,
