@@ -367,8 +367,7 @@ def _remap_pass(pipeline, source, flat, F1, pc, geom, xp, common, tilts):
     """Second pass for points ``flat``: reference rotated by each point's first-pass rotation."""
     R1 = polar_decomposition(np.asarray(F1, dtype=np.float64), np)[1]
     refs = remap_pattern(pipeline.reference_image, xp.asarray(R1), pc=geom.pc_ref, **tilts)
-    patterns = np.stack([source.read(int(i), int(i) + 1)[0] for i in flat])
-    res = pipeline.match_pairs(refs, patterns)
+    res = pipeline.match_pairs(refs, pipeline.read_points(source, flat))
     return fit_strain(res.displacement, res.peak_height, res.status, pc=xp.asarray(pc),
                       reference_F=xp.asarray(R1), **common)
 

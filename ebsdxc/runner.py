@@ -13,6 +13,7 @@ import json
 import os
 import queue
 import threading
+import warnings
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
@@ -26,7 +27,7 @@ from .engines.fft import fft_shape
 from .errors import InputError
 from .hrebsd import compute_strain, resolve_geometry, scan_metadata
 from .io.results import ResultsWriter, input_record
-from .preprocess import PatternPreprocessor, prepare_tiles, window_1d, window_2d
+from .preprocess import PatternPreprocessor, prepare_tiles, rois_inside_mask, window_1d, window_2d
 from .progress import NullProgress, Progress
 from .recipes import ProcessConfig
 from .rois import (
@@ -108,6 +109,18 @@ class Pipeline:
         self._window_1d = (window_1d(h, config.preprocess.window), window_1d(w, config.preprocess.window))
         self.engine = make_engine(config.engine, stage_backend, self.tile_shape, config.correlation,
                                   window_1d=self._window_1d, n_tiles=layout.n, batch=config.batch)
+        #: (n_roi,) bool ROIs that reach off the detector mask (their results are flagged), or None.
+        self.outside = None
+        screen = self.preprocessor.screen_mask(np.shape(reference))
+        if screen is not None:
+            inside = rois_inside_mask(screen, layout.origins, layout.size)
+            if not inside.any():
+                raise InputError("every ROI reaches outside the detector mask: move the ROIs "
+                                 "(--roi-size, --roi-grid) or enlarge the mask (--mask-radius)")
+            if not inside.all():
+                warnings.warn(f"{int((~inside).sum())} of {layout.n} ROIs reach outside the detector "
+                              "mask; they are flagged OUTSIDE_MASK, not measured", stacklevel=2)
+                self.outside = xp.asarray(~inside) if backend.is_gpu else ~inside
         #: The preprocessed reference pattern (H, W) on the device: what remapping rotates.
         self.reference_image = self.preprocessor(xp.asarray(reference)[None])[0]
         t, e, s = prepare_tiles(extract_tiles(self.reference_image[None], layout, xp)[0], self.window, xp)
@@ -120,44 +133,74 @@ class Pipeline:
             self._frames = PaddedTileBuffer(self.engine.input_shape)
             self._origins = xp.asarray(layout.origins, dtype=xp.int32)
 
-    def match(self, patterns) -> PeakResult:
+    def match(self, patterns, *, crop=None, cols=None, present=None) -> PeakResult:
         """(B, H, W) raw patterns (host or device) -> :class:`PeakResult` on the device.
 
+        With neighbour averaging, ``patterns`` is a block of whole scan rows of ``cols``
+        points with halo rows around the chunk, ``crop = (offset, n)`` the chunk within it
+        and ``present`` (B,) the block's points that hold a pattern; the result is the
+        chunk's.
+
         A pattern that is all zeros is no measurement (a vendor's placeholder for a point
-        it did not record, or a hole in a damaged file): its ROIs get ``MISSING_PATTERN``.
+        it did not record, or a hole in a damaged file): its ROIs get ``MISSING_PATTERN``,
+        and ROIs reaching outside the detector mask get ``OUTSIDE_MASK``.
         """
         xp = self.backend.xp if self._fused else np
         patterns = xp.asarray(patterns)
-        res = self._match(patterns)
-        empty = ~(patterns.reshape(patterns.shape[0], -1) != 0).any(axis=1)
-        missing = xp.asarray(np.uint8(st.MISSING_PATTERN))
-        status = xp.where(empty[:, None], missing, res.status)
-        return PeakResult(xp.where(empty[:, None, None], xp.float32(np.nan), res.displacement),
-                          xp.where(empty[:, None], xp.float32(np.nan), res.peak_height),
+        has_data = (patterns.reshape(patterns.shape[0], -1) != 0).any(axis=1)
+        if crop is None:
+            res = self._match(patterns)
+        else:
+            off, n = crop
+            ok = has_data if present is None else has_data & xp.asarray(present, dtype=bool)
+            pp = self.preprocessor
+            x = pp.average_neighbours(pp.convert(patterns), cols=cols, present=ok)
+            res = self._match(x[off:off + n], converted=True)
+            has_data = has_data[off:off + n]
+        return self._flag(res, ~has_data, xp)
+
+    def _flag(self, res, empty, xp):
+        status, disp, height = res.status, res.displacement, res.peak_height
+        bad = empty[:, None]
+        status = xp.where(bad, xp.asarray(np.uint8(st.MISSING_PATTERN)), status)
+        if self.outside is not None:
+            outside = xp.asarray(self.outside)[None, :]
+            status = xp.where(outside & ~bad, xp.asarray(np.uint8(st.OUTSIDE_MASK)), status)
+            bad = bad | outside
+        nan = xp.float32(np.nan)
+        return PeakResult(xp.where(bad[..., None], nan, disp), xp.where(bad, nan, height),
                           status.astype(xp.uint8, copy=False))
 
-    def _match(self, patterns) -> PeakResult:
+    def _match(self, patterns, converted=False) -> PeakResult:
         xp = self.backend.xp
         if not self._fused:
             B = patterns.shape[0]
+            host = self._match_converted if converted else self._match_host
             if self._pool is None or B <= self._sub_batch:
-                return self._match_host(patterns)
-            parts = list(self._pool.map(self._match_host, [patterns[i:i + self._sub_batch]
-                                                           for i in range(0, B, self._sub_batch)]))
+                return host(patterns)
+            parts = list(self._pool.map(host, [patterns[i:i + self._sub_batch]
+                                               for i in range(0, B, self._sub_batch)]))
             return PeakResult(*(np.concatenate([getattr(p, f) for p in parts])
                                 for f in ("displacement", "peak_height", "status")))
         from .engines.gpu_ops import prepare_tiles_padded
 
         x = xp.asarray(patterns)
-        if not self.preprocessor.is_identity:  # else the tile kernel converts raw values itself
+        if converted:
+            x = self.preprocessor.correct(x)
+        elif not self.preprocessor.is_identity:  # else the tile kernel converts raw values itself
             x = self.preprocessor(x)
         B, n = x.shape[0], self.layout.n
         frames = self._frames.get(B * n)
         e, s = prepare_tiles_padded(x, self._origins, self.tile_shape, self.window, frames)
         return self.engine.match(frames.reshape(B, n, *frames.shape[1:]), e.reshape(B, n), s.reshape(B, n))
 
+    def _match_converted(self, patterns) -> PeakResult:
+        return self._match_prepared(self.preprocessor.correct(patterns))
+
     def _match_host(self, patterns) -> PeakResult:
-        x = self.preprocessor(patterns)
+        return self._match_prepared(self.preprocessor(patterns))
+
+    def _match_prepared(self, x) -> PeakResult:
         tiles = extract_tiles(x, self.layout, np, dtype=np.float32)
         t, e, s = prepare_tiles(tiles, self.window, np, overwrite=True)
         return self.engine.match(t, e, s)
@@ -181,7 +224,16 @@ class Pipeline:
         t2, e2, s2 = prepare_tiles(extract_tiles(x, self.layout, xp, dtype=xp.float32).reshape(1, B * n, h, w),
                                    self.window, xp, overwrite=True)
         r = engine.match(t2, e2, s2)
-        return PeakResult(r.displacement.reshape(B, n, 2), r.peak_height.reshape(B, n), r.status.reshape(B, n))
+        res = PeakResult(r.displacement.reshape(B, n, 2), r.peak_height.reshape(B, n), r.status.reshape(B, n))
+        empty = ~(xp.asarray(patterns).reshape(B, -1) != 0).any(axis=1)
+        return self._flag(res, empty, xp)
+
+    def read_points(self, source, flat) -> np.ndarray:
+        """Patterns at flat scan indices ``flat`` (k, H, W) as :meth:`match_pairs` takes them:
+        as stored, or neighbour-averaged when this pipeline averages."""
+        if self.preprocessor.halo_rows:
+            return averaged_points(source, self.config, flat)
+        return np.stack([source.read(int(i), int(i) + 1)[0] for i in flat])
 
     def close(self):
         if self._pool is not None:
@@ -225,8 +277,25 @@ def default_output(scan_path) -> str:
     return os.path.join(d, f"{stem}.ebsdxc.h5")
 
 
-def _todo_chunks(done_flat: np.ndarray, batch: int):
-    """Contiguous runs of not-done points, split into chunks of at most ``batch``."""
+def _todo_chunks(done_flat: np.ndarray, batch: int, *, cols=None, halo=0):
+    """Contiguous runs of not-done points, split into chunks of at most ``batch``.
+
+    With neighbour averaging (``halo`` rows, ``cols`` points per row) a chunk is whole scan
+    rows, ``(start, stop, read_start, read_stop)``: every row holding an undone point is
+    redone, and the halo rows around the chunk are read with it.
+    """
+    if halo:
+        rows = done_flat.size // cols
+        todo_rows = np.flatnonzero(~done_flat.reshape(rows, cols).all(axis=1))
+        per = max(1, batch // cols)
+        out = []
+        if todo_rows.size:
+            breaks = np.flatnonzero(np.diff(todo_rows) != 1) + 1
+            for run in np.split(todo_rows, breaks):
+                for r0 in range(int(run[0]), int(run[-1]) + 1, per):
+                    r1 = min(r0 + per, int(run[-1]) + 1)
+                    out.append((r0 * cols, r1 * cols, max(0, r0 - halo) * cols, min(rows, r1 + halo) * cols))
+        return out
     idx = np.flatnonzero(~done_flat)
     if idx.size == 0:
         return []
@@ -289,6 +358,7 @@ class _Batch:
     stop: int
     buffer: np.ndarray
     view: np.ndarray
+    offset: int = 0  # where the chunk starts in `view` (halo rows before it)
 
 
 class _Reader(threading.Thread):
@@ -306,7 +376,9 @@ class _Reader(threading.Thread):
 
     def run(self):
         try:
-            for a, b in self.chunks:
+            for chunk in self.chunks:
+                start, stop = chunk[:2]
+                a, b = chunk[2:] if len(chunk) == 4 else chunk
                 buf, event = self.free.get()
                 if self._halt.is_set():
                     break
@@ -317,7 +389,7 @@ class _Reader(threading.Thread):
                     self.source.read_into(a, b, view)
                 except (OSError, ValueError) as e:  # a damaged or truncated file, read back mid-run
                     raise InputError(f"cannot read patterns {a} to {b - 1} ({e})", self.source.path) from e
-                self.ready.put(_Batch(a, b, buf, view))
+                self.ready.put(_Batch(start, stop, buf, view, start - a))
             self.ready.put(None)
         except BaseException as e:  # handed to the main thread, which raises it
             self.ready.put(e)
@@ -355,7 +427,18 @@ def run_stream(pipeline: Pipeline, source, chunks, *, write, progress: Progress)
     be = pipeline.backend
     if not chunks:
         return
-    batch = max(b - a for a, b in chunks)
+    batch = max(c[-1] - c[-2] for c in chunks)  # the read range: halo rows included
+    halo = len(chunks[0]) == 4
+    cols = source.grid.cols
+    present = None if source.present is None else source.present.reshape(-1)
+
+    def match(item, patterns):
+        if not halo:
+            return pipeline.match(patterns)
+        a = item.start - item.offset
+        return pipeline.match(patterns, crop=(item.offset, item.stop - item.start), cols=cols,
+                              present=None if present is None else present[a:a + len(item.view)])
+
     buffers = _host_buffers(be, N_BUFFERS, (batch, *source.pattern_shape), source.dtype)
     reader = _Reader(source, chunks, buffers)
     reader.start()
@@ -379,10 +462,10 @@ def run_stream(pipeline: Pipeline, source, chunks, *, write, progress: Progress)
                     dev = cp.empty(item.view.shape, dtype=item.view.dtype)
                     dev.set(item.view, stream=compute)
                     reader.release(item.buffer, compute.record())
-                    res = pipeline.match(dev)
+                    res = match(item, dev)
                     done_event = compute.record()
             else:
-                res = pipeline.match(item.view)
+                res = match(item, item.view)
                 reader.release(item.buffer)
                 done_event = None
             if pending is not None:
@@ -449,6 +532,59 @@ def process(scan, *, ref=None, ref_index=None, output=None, config: ProcessConfi
             source.close()
 
 
+def processed_shape(config: ProcessConfig, raw_shape, path=None) -> tuple[int, int]:
+    """(H, W) of the patterns after preprocessing (binning), for ROI layouts and the strain fit."""
+    b = config.preprocess.binning
+    h, w = int(raw_shape[0]), int(raw_shape[1])
+    if h % b or w % b:
+        raise InputError(f"--pattern-binning {b} does not divide the {w}x{h} px patterns", path)
+    return h // b, w // b
+
+
+def _binned_geometry(config: ProcessConfig, scfg, meta: dict):
+    """The strain options and scan metadata as the binned patterns see them: each pattern
+    pixel is ``binning`` detector pixels more (EMsoft PCs and pixel sizes depend on it)."""
+    b = config.preprocess.binning
+    if b == 1:
+        return scfg, meta
+    meta = {**meta, "binning": (meta.get("binning") or 1) * b}
+    return dataclasses.replace(scfg, binning=scfg.binning * b), meta
+
+
+def _check_averaging(config: ProcessConfig, source) -> None:
+    if config.preprocess.average_neighbours and source.grid.kind != "square":
+        raise InputError(f"neighbour averaging needs a square scan grid; this scan's grid is "
+                         f"{source.grid.kind}", source.path)
+
+
+def averaged_points(source, config: ProcessConfig, flat) -> np.ndarray:
+    """Patterns at flat scan indices ``flat`` (k, H, W) float32, neighbour-averaged as the
+    correlation pass averages them (each point with the rows around it read again)."""
+    from .preprocess import average_neighbours
+
+    pp = config.preprocess
+    rows, cols = source.grid.rows, source.grid.cols
+    h = pp.average_neighbours // 2
+    present = None if source.present is None else source.present.reshape(-1)
+    out = []
+    for i in (int(v) for v in flat):
+        a, b = max(0, i // cols - h) * cols, min(rows, i // cols + h + 1) * cols
+        block = _native(source.read(a, b)).astype(np.float32)
+        ok = (block.reshape(b - a, -1) != 0).any(axis=1)
+        if present is not None:
+            ok &= present[a:b]
+        out.append(average_neighbours(block, cols=cols, kernel=pp.average_kernel, size=pp.average_neighbours,
+                                      sigma=pp.average_sigma, present=ok, xp=np)[i - a])
+    return np.stack(out)
+
+
+def _scan_reference(source, ref_index, config: ProcessConfig) -> np.ndarray:
+    """The reference pattern taken from the scan, averaged with its neighbours as every point is."""
+    if not config.preprocess.average_neighbours:
+        return scan_io.reference_from_scan(source, ref_index)
+    return averaged_points(source, config, [scan_io.flat_index(source, ref_index)])[0]
+
+
 def _process(source, ref, ref_index, output, config, resume, overwrite, progress, command_line):
     if ref is not None:
         reference = scan_io.read_reference(ref)
@@ -458,10 +594,13 @@ def _process(source, ref, ref_index, output, config, resume, overwrite, progress
             raise InputError(f"reference is {reference.shape[1]}x{reference.shape[0]} px but the scan's "
                              f"patterns are {source.pattern_shape[1]}x{source.pattern_shape[0]} px", ref)
     else:
-        reference = scan_io.reference_from_scan(source, ref_index)
+        _check_averaging(config, source)
+        reference = _scan_reference(source, ref_index, config)
         ref_param = {"reference_index": ref_index if np.ndim(ref_index) == 0 else list(ref_index)}
+    _check_averaging(config, source)
     reference = _native(reference)
-    layout = build_layout(config.roi, source.pattern_shape, path=source.path)
+    shape = processed_shape(config, source.pattern_shape, source.path)
+    layout = build_layout(config.roi, shape, path=source.path)
     static_bg = None
     if config.static_background != "mean":  # checked before anything is written
         static_bg = _static_background(config.static_background, source)
@@ -474,9 +613,10 @@ def _process(source, ref, ref_index, output, config, resume, overwrite, progress
                          "or --resume to continue it", out)
     geom = None
     if config.strain.enabled:  # before the long correlation pass: bad geometry fails at once
-        geom = resolve_geometry(config.strain, shape=source.pattern_shape, grid=source.grid,
-                                scan_meta=scan_metadata(source), scan_path=source.path, ref_index=ref_index,
-                                ref_meta=scan_io.read_reference_metadata(ref) if ref else None, ref_path=ref)
+        scfg, meta = _binned_geometry(config, config.strain, scan_metadata(source))
+        geom = resolve_geometry(scfg, shape=shape, grid=source.grid, scan_meta=meta, scan_path=source.path,
+                                ref_index=ref_index, ref_path=ref,
+                                ref_meta=scan_io.read_reference_metadata(ref) if ref else None)
     backend = select_backend(config.device)
     with backend.use():
         if config.static_background == "mean":
@@ -577,19 +717,21 @@ def strain(results, *, config=None, scan=None, ref=None, device="auto", overwrit
         if (grid.rows, grid.cols) != (rows, cols):
             raise InputError(f"scan grid {grid.rows} x {grid.cols} differs from the results' {rows} x {cols}",
                              source.path)
-        geom = resolve_geometry(cfg, shape=shape, grid=grid, scan_meta=meta, scan_path=scan_path or results,
+        pconf = ProcessConfig.from_parameters(params)
+        binned = processed_shape(pconf, shape, scan_path or results)
+        gcfg, meta = _binned_geometry(pconf, cfg, meta)
+        geom = resolve_geometry(gcfg, shape=binned, grid=grid, scan_meta=meta, scan_path=scan_path or results,
                                 ref_index=ref_index, ref_path=ref_path,
                                 ref_meta=scan_io.read_reference_metadata(ref_path) if ref_path else None)
         backend = select_backend(device)
         with backend.use():
             if not remap:
                 return compute_strain(results, cfg, geom, backend=backend, overwrite=overwrite, progress=progress)
-            pconf = ProcessConfig.from_parameters(params)
-            layout = build_layout(pconf.roi, shape, path=source.path)
+            layout = build_layout(pconf.roi, binned, path=source.path)
             if not np.allclose(layout.centres, centres):
                 raise InputError("the recorded ROI layout cannot be rebuilt (ROI file changed?): use --no-remap",
                                  results)
-            reference = (scan_io.reference_from_scan(source, ref_index) if ref_index is not None
+            reference = (_scan_reference(source, ref_index, pconf) if ref_index is not None
                          else scan_io.read_reference(ref_path))
             static_bg = _static_background(pconf.static_background, source, backend)
             pipeline = Pipeline(backend, pconf.replace(device=device), layout, _native(reference),
@@ -636,7 +778,7 @@ def _run(pipeline, source, ref, ref_param, out, config, resume, overwrite, progr
         if not resume and source.present is not None:
             writer.mark_missing(~source.present)
         done = writer.done.reshape(-1)
-        chunks = _todo_chunks(done, batch)
+        chunks = _todo_chunks(done, batch, cols=source.grid.cols, halo=pipeline.preprocessor.halo_rows)
         progress.start(source.n_patterns, done=int(done.sum()), desc=os.path.basename(source.path))
         try:
             run_stream(pipeline, source, chunks, write=writer.write, progress=progress)

@@ -203,25 +203,20 @@ def _parse_index(index):
     return None
 
 
-def reference_from_scan(source: PatternSource, index) -> np.ndarray:
-    """One pattern of a scan, to use as reference (``--ref-index``).
+def flat_index(source: PatternSource, index) -> int:
+    """The flat scan index ``row * cols + col`` that ``index`` (``--ref-index``) names.
 
     Parameters
     ----------
     source : PatternSource
     index : int or (int, int) or str
-        Flat scan index ``row * cols + col``, or ``(row, col)``; the strings ``"12"``
-        and ``"3,4"`` are accepted too.
-
-    Returns
-    -------
-    numpy.ndarray
-        ``(H, W)``, a new array in the scan's dtype.
+        Flat scan index, or ``(row, col)``; the strings ``"12"`` and ``"3,4"`` are accepted too.
 
     Raises
     ------
     InputError
-        The index is not an integer or a pair of integers, or lies outside the scan.
+        The index is not an integer or a pair of integers, lies outside the scan, or names a
+        point that holds no pattern (a hexagonal grid's padding slot, a point never stored).
     """
     parsed = _parse_index(index)
     grid = source.grid
@@ -241,6 +236,21 @@ def reference_from_scan(source: PatternSource, index) -> np.ndarray:
         if not 0 <= flat < grid.size:
             raise InputError(f"reference index {flat} is outside the scan; {extent}",
                              source.path)
+    if source.present is not None and not source.present.reshape(-1)[flat]:
+        raise InputError(f"reference index {index!r} names a point without a pattern (not in the "
+                         "grid or never stored); choose another point", source.path)
+    return flat
+
+
+def reference_from_scan(source: PatternSource, index) -> np.ndarray:
+    """One pattern of a scan, to use as reference (``--ref-index``; see :func:`flat_index`).
+
+    Returns
+    -------
+    numpy.ndarray
+        ``(H, W)``, a new array in the scan's dtype.
+    """
+    flat = flat_index(source, index)
     return source.read(flat, flat + 1)[0]
 
 
