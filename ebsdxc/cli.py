@@ -8,10 +8,13 @@ exits with status 2; an interrupted run exits with 130 and can be continued with
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import json
+import os
 import shlex
 import sys
+import warnings
 
 import numpy as np
 
@@ -72,6 +75,37 @@ def _ref_index(text):
     if len(vals) == 2:
         return vals
     raise argparse.ArgumentTypeError(f"expected N or ROW,COL, got {text!r}")
+
+
+def _grid_shape(text):
+    from .io.source import parse_grid_shape
+
+    try:
+        return parse_grid_shape(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
+def _scan_options(p):
+    """``--dataset``, ``--format`` and ``--grid``: how to read a scan (process and info)."""
+    from .io import SCAN_FORMATS
+
+    p.add_argument("--dataset",
+                   help="which patterns, when the file holds several: the HDF5 dataset "
+                        "(e.g. /entry/patterns) or the h5ebsd/vendor scan group (e.g. 'Scan 2')")
+    p.add_argument("--format", choices=SCAN_FORMATS, metavar="NAME",
+                   help="force a reader instead of detecting the format from the file's content: "
+                        + ", ".join(SCAN_FORMATS))
+    p.add_argument("--grid", type=_grid_shape, metavar="ROWSxCOLS",
+                   help="scan grid, for files that do not record one (EMsoft h5, EDAX .up1/.up2 "
+                        "version 1, Oxford .ebsp version 0, image stacks, plain 3-D HDF5); must "
+                        "agree with a file's own grid. Without it such patterns form one row")
+
+
+_SCAN_HELP = ("the scan: kikuchipy h5ebsd, EDAX/TSL h5 or .up1/.up2, Bruker h5, Oxford h5oina or "
+              ".ebsp, EMsoft h5, any HDF5 file with one pattern dataset, or an image stack (a folder "
+              "of TIFF/PNG images, one per scan point, or a quoted glob such as 'frames/*.tif'); "
+              "the format is detected from the content (see --format)")
 
 
 def _triple(text):
@@ -148,13 +182,13 @@ def _parser():
     pp = sub.add_parser("process", help="correlate every pattern of a scan with a reference",
                         description="Correlate every pattern of SCAN with a reference pattern and write "
                                     "displacement maps to an HDF5 results file.")
-    pp.add_argument("scan", help="scan file (HDF5 with a pattern dataset, kikuchipy h5ebsd)")
+    pp.add_argument("scan", help=_SCAN_HELP)
     g = pp.add_mutually_exclusive_group()
     g.add_argument("--ref", help="reference pattern image (TIFF, 8/16-bit or float)")
     g.add_argument("--ref-index", type=_ref_index, metavar="N|ROW,COL",
                    help="use this scan point as the reference")
     pp.add_argument("-o", "--output", help="results file (default: SCAN_STEM.ebsdxc.h5 beside the scan)")
-    pp.add_argument("--dataset", help="HDF5 dataset holding the patterns (when the file has several)")
+    _scan_options(pp)
     pp.add_argument("--pipeline", metavar="RECIPE.toml",
                     help="recipe file, or the name of a shipped one (see 'ebsdxc recipes')")
     pp.add_argument("--roi-size", type=_positive_int, metavar="N", help="ROI side in px")
@@ -174,8 +208,10 @@ def _parser():
                          "(default: the fastest measured; see 'ebsdxc bench')")
     pp.add_argument("--dynamic-background", type=float, metavar="SIGMA",
                     help="divide each pattern by its Gaussian blur of SIGMA px")
-    pp.add_argument("--static-background", metavar="FILE|mean",
-                    help="subtract a static background (an image, or 'mean' of the scan)")
+    pp.add_argument("--static-background", metavar="FILE|mean|file",
+                    help="subtract a static background: an image (TIFF), 'mean' (the mean pattern of "
+                         "the scan) or 'file' (the background the vendor stored in the scan: Oxford "
+                         "h5oina, Bruker h5, kikuchipy h5ebsd)")
     pp.add_argument("--bandpass", type=float, nargs=2, metavar=("LOW", "HIGH"),
                     help="Gaussian band-pass: smooth by LOW px, remove features broader than HIGH px")
     pp.add_argument("--bandpass-kind", choices=("gaussian", "erf"),
@@ -214,7 +250,8 @@ def _parser():
                         description="Fit the deformation gradient, elastic strain and lattice rotation of every "
                                     "point of a displacement results file and add them to it.")
     ps.add_argument("results", help="results file written by 'ebsdxc process'")
-    ps.add_argument("--scan", help="the scan file, if it is no longer where the results file says")
+    ps.add_argument("--scan", help="the scan (file, folder or quoted glob of images), if it is no longer "
+                                   "where the results file says")
     ps.add_argument("--ref", help="the reference image, if it is no longer where the results file says")
     ps.add_argument("--pipeline", metavar="RECIPE.toml", help="recipe whose [strain] table gives the options")
     ps.add_argument("--device", default="auto", help="auto (default), cpu, cuda or cuda:N")
@@ -222,9 +259,11 @@ def _parser():
     ps.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
     _strain_options(ps, in_process=False)
 
-    pi = sub.add_parser("info", help="what a scan or results file holds")
-    pi.add_argument("file")
-    pi.add_argument("--dataset", help="HDF5 dataset holding the patterns")
+    pi = sub.add_parser("info", help="what a scan or results file holds",
+                        description="Print the format, scan grid, pattern size and stored extras of a "
+                                    "scan, or the summary of a results file.")
+    pi.add_argument("file", help="a results file, or " + _SCAN_HELP)
+    _scan_options(pi)
     pi.add_argument("--json", action="store_true", help="print JSON")
 
     sub.add_parser("recipes", help="list the shipped recipes")
@@ -341,7 +380,8 @@ def _cmd_process(a, argv):
 
     cfg = _config_from_args(a)
     out = process(a.scan, ref=a.ref, ref_index=a.ref_index, output=a.output, config=cfg,
-                  dataset=a.dataset, resume=a.resume, overwrite=a.overwrite,
+                  dataset=a.dataset, format=a.format, grid_shape=a.grid,
+                  resume=a.resume, overwrite=a.overwrite,
                   progress=NullProgress() if a.quiet else BarProgress(),
                   command_line=shlex.join(["ebsdxc", *argv]))
     from .io.results import read_summary
@@ -382,9 +422,15 @@ def _cmd_strain(a, argv):
 
 
 def _cmd_info(a, argv):
-    from .io import describe_file
+    from .io import describe_file, open_scan
 
-    d = describe_file(a.file, dataset=a.dataset)
+    if a.format:
+        # describe_file detects the format itself (and recognises results files): a forced
+        # reader opens the scan directly.
+        with open_scan(a.file, dataset=a.dataset, format=a.format, grid_shape=a.grid) as src:
+            d = src.describe()
+    else:
+        d = describe_file(a.file, dataset=a.dataset, grid_shape=a.grid)
     if a.json:
         print(json.dumps(_no_nan(d), indent=2, default=_json_default, allow_nan=False))
     else:
@@ -428,8 +474,19 @@ def _print_tree(d, indent=0):
                     except (TypeError, ValueError):
                         v = f"{len(v)} items"
                 else:
-                    v = json.dumps(v, default=_json_default)
+                    v = json.dumps(_short_floats(v), default=_json_default)
+            elif isinstance(v, (float, np.floating)):
+                v = f"{v:.6g}"
             print(" " * indent + f"{k}: {v}")
+
+
+def _short_floats(v):
+    # Six significant digits are plenty on screen (--json keeps full precision).
+    if isinstance(v, (float, np.floating)):
+        return float(f"{v:.6g}")
+    if isinstance(v, (list, tuple, np.ndarray)):
+        return [_short_floats(x) for x in v]
+    return v
 
 
 def _cmd_recipes(a, argv):
@@ -519,11 +576,61 @@ def _refuse_existing(paths, overwrite):
             raise InputError("exists; pass --overwrite to replace it", p)
 
 
+@contextlib.contextmanager
+def _cli_warnings():
+    """Within the CLI's main: each UserWarning (the readers' "holds 4 of 6 patterns ...")
+    once, as one line ``ebsdxc: warning: message`` on stderr, without Python's source lines.
+    Other warnings keep Python's format. Filters and ``showwarning`` are restored on exit."""
+    with warnings.catch_warnings():
+        original = warnings.showwarning
+
+        def show(message, category, filename, lineno, file=None, line=None):
+            if not issubclass(category, UserWarning):
+                return original(message, category, filename, lineno, file, line)
+            text = " ".join(str(message).split())
+            try:
+                print(f"ebsdxc: warning: {text}", file=file if file is not None else sys.stderr)
+            except (OSError, ValueError):  # stderr closed: a warning is never fatal
+                pass
+
+        warnings.simplefilter("default", UserWarning)
+        warnings.showwarning = show
+        yield
+
+
+def _quiet_broken_pipe():
+    """The reader of stdout went away (``ebsdxc info FILE | head -1``): stop quietly.
+
+    Python would flush stdout again at exit and print a second BrokenPipeError; point
+    stdout at devnull so that flush has nowhere to fail.
+    """
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError, AttributeError):  # stdout is not a real file (tests, notebooks)
+        pass
+    return 141  # 128 + SIGPIPE, as a shell reports a command killed by a broken pipe
+
+
 def main(argv=None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    try:
+        try:
+            with _cli_warnings():
+                return _main(argv)
+        finally:  # also after --help's SystemExit
+            if sys.stdout is not None:
+                sys.stdout.flush()  # a closed pipe fails here, not in Python's flush at exit
+    except BrokenPipeError:
+        return _quiet_broken_pipe()
+
+
+def _main(argv) -> int:
     a = _parser().parse_args(argv)
     try:
-        commands = {"process": _cmd_process, "strain": _cmd_strain, "info": _cmd_info, "recipes": _cmd_recipes, "bench": _cmd_bench}
+        commands = {"process": _cmd_process, "strain": _cmd_strain, "info": _cmd_info,
+                    "recipes": _cmd_recipes, "bench": _cmd_bench}
         return commands[a.command](a, argv)
     except InputError as e:
         print(f"ebsdxc: error: {e}", file=sys.stderr)

@@ -37,8 +37,11 @@ def noisy(sample_dir):
     return rng.poisson(p * 0.05).astype(np.uint16)
 
 
-def cfg(**pre):
-    return ProcessConfig(roi=RoiConfig(grid=(3, 3), size=48), device="cpu",
+DEVICES = pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
+
+
+def cfg(device="cpu", **pre):
+    return ProcessConfig(roi=RoiConfig(grid=(3, 3), size=48), device=device,
                          preprocess=PreprocessConfig(dynamic_sigma=8.0, **pre))
 
 
@@ -52,23 +55,25 @@ def assert_same_results(a, b, atol=1e-4):
 
 
 @pytest.mark.parametrize("kernel, size", [("gaussian", 3), ("box", 5)])
-def test_averaging_equals_processing_pre_averaged_patterns(tmp_path, noisy, kernel, size):
+@DEVICES
+def test_averaging_equals_processing_pre_averaged_patterns(tmp_path, noisy, kernel, size, device):
     path = scan_file(tmp_path / "s.h5", noisy)
     avg = average_neighbours(noisy.astype(np.float32), cols=COLS, kernel=kernel, size=size, xp=np)
     oracle = scan_file(tmp_path / "avg.h5", avg.astype(np.float32))
-    plain = read_results(process(oracle, ref_index=7, config=cfg(), output=tmp_path / "o.h5"))
+    plain = read_results(process(oracle, ref_index=7, config=cfg(device), output=tmp_path / "o.h5"))
     # one row per chunk (batch 5): every chunk needs halo rows read around it
-    config = cfg(average_neighbours=size, average_kernel=kernel).replace(batch=COLS)
+    config = cfg(device, average_neighbours=size, average_kernel=kernel).replace(batch=COLS)
     got = read_results(process(path, ref_index=7, config=config, output=tmp_path / "g.h5"))
     assert_same_results(got, plain)
     # and it changed something: without averaging the noisy patterns match differently
-    raw = read_results(process(path, ref_index=7, config=cfg(), output=tmp_path / "r.h5"))
+    raw = read_results(process(path, ref_index=7, config=cfg(device), output=tmp_path / "r.h5"))
     assert np.nanmax(np.abs(raw["displacement"] - plain["displacement"])) > 1e-3
 
 
-def test_averaging_resume_redoes_whole_rows(tmp_path, noisy):
+@DEVICES
+def test_averaging_resume_redoes_whole_rows(tmp_path, noisy, device):
     path = scan_file(tmp_path / "s.h5", noisy)
-    config = cfg(average_neighbours=3).replace(batch=COLS * 2)
+    config = cfg(device, average_neighbours=3).replace(batch=COLS * 2)
     full = read_results(process(path, ref_index=0, config=config, output=tmp_path / "full.h5"))
     out = tmp_path / "part.h5"
     process(path, ref_index=0, config=config, output=out)
@@ -84,7 +89,8 @@ def test_averaging_resume_redoes_whole_rows(tmp_path, noisy):
     assert_same_results(resumed, full, atol=0)
 
 
-def test_averaging_leaves_missing_points_out(tmp_path, noisy):
+@DEVICES
+def test_averaging_leaves_missing_points_out(tmp_path, noisy, device):
     stored = noisy[:17]  # an interrupted scan: the last 3 points were never stored
     path = scan_file(tmp_path / "cut.h5", stored)
     full = np.zeros_like(noisy)
@@ -93,9 +99,9 @@ def test_averaging_leaves_missing_points_out(tmp_path, noisy):
     avg = average_neighbours(full.astype(np.float32), cols=COLS, size=3, present=present, xp=np)
     oracle = scan_file(tmp_path / "avg.h5", avg[:17].astype(np.float32))
     with pytest.warns(UserWarning, match="17 of 20"):
-        plain = read_results(process(oracle, ref_index=0, config=cfg(), output=tmp_path / "o.h5"))
+        plain = read_results(process(oracle, ref_index=0, config=cfg(device), output=tmp_path / "o.h5"))
     with pytest.warns(UserWarning, match="17 of 20"):
-        got = read_results(process(path, ref_index=0, config=cfg(average_neighbours=3), output=tmp_path / "g.h5"))
+        got = read_results(process(path, ref_index=0, config=cfg(device, average_neighbours=3), output=tmp_path / "g.h5"))
     assert_same_results(got, plain)
     assert (got["status"][3, 2:] == st.MISSING_PATTERN).all()
 
@@ -117,11 +123,12 @@ def test_reference_index_without_a_pattern_is_refused(tmp_path, noisy):
 # --------------------------------------------------------------------------- binning
 
 
-def test_binning_equals_processing_binned_patterns(tmp_path, noisy):
+@DEVICES
+def test_binning_equals_processing_binned_patterns(tmp_path, noisy, device):
     path = scan_file(tmp_path / "s.h5", noisy)
     binned = bin_patterns(noisy.astype(np.float32), 2, xp=np)
     oracle = scan_file(tmp_path / "b.h5", binned)
-    small = ProcessConfig(roi=RoiConfig(grid=(3, 3), size=24), device="cpu",
+    small = ProcessConfig(roi=RoiConfig(grid=(3, 3), size=24), device=device,
                           preprocess=PreprocessConfig(dynamic_sigma=4.0))
     plain = read_results(process(oracle, ref_index=3, config=small, output=tmp_path / "o.h5"))
     config = small.replace(preprocess=PreprocessConfig(dynamic_sigma=4.0, binning=2))
@@ -160,9 +167,10 @@ def test_strain_with_binning_against_ground_truth(tmp_path, sample_dir, sample_t
 # --------------------------------------------------------------------------- detector mask
 
 
-def test_rois_off_the_screen_are_flagged(tmp_path, noisy):
+@DEVICES
+def test_rois_off_the_screen_are_flagged(tmp_path, noisy, device):
     path = scan_file(tmp_path / "s.h5", noisy)
-    config = cfg(mask="circle", mask_radius=95.0)
+    config = cfg(device, mask="circle", mask_radius=95.0)
     with pytest.warns(UserWarning, match="4 of 9 ROIs reach outside the detector mask"):
         got = read_results(process(path, ref_index=0, config=config, output=tmp_path / "g.h5"))
     corners = [0, 2, 6, 8]  # the 3x3 grid's corner ROIs leave a circle of radius 95 px
