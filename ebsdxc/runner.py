@@ -680,17 +680,21 @@ def strain(results, *, config=None, scan=None, ref=None, device="auto", overwrit
             raise InputError(f"lacks the metadata the strain fit needs ({e})", results) from None
         step = tuple(a["step"]) if "step" in a else None
         kind = str(a.get("grid_kind", "square"))
+        scan_format = str(a.get("scan_format", ""))
+        scan_format = scan_format if scan_format in scan_io.SCAN_FORMATS else None
         pattern_shape = tuple(int(v) for v in a.get("pattern_shape", ()))
         if not g["done"][...].any():
             raise InputError("holds no processed points", results)
     remap = cfg.remap_threshold_deg > 0
     scan_path = scan or (inputs.get(params.get("scan")) or {}).get("path")
     source = None
-    if scan_path and os.path.exists(scan_path):
-        _check_unchanged(scan_path, inputs.get(os.path.basename(scan_path)), scan is not None, results)
+    if scan_path and os.path.exists(_on_disk(scan_path)):
+        _check_unchanged(_on_disk(scan_path), inputs.get(os.path.basename(_on_disk(scan_path))), scan is not None,
+                         results)
         # The results' grid: the scan's own when it records one (a contradiction is an error),
-        # else what --grid gave when it was processed.
-        source = scan_io.open_scan(scan_path, dataset=params.get("dataset"), grid_shape=(rows, cols))
+        # else what --grid gave when it was processed; and the reader that read it then.
+        source = scan_io.open_scan(scan_path, dataset=params.get("dataset"), grid_shape=(rows, cols),
+                                   format=scan_format)
     elif remap:
         raise InputError(f"remapping needs the scan file {scan_path or '(not recorded)'}, which is not there: "
                          "give --scan FILE, or --no-remap", results)

@@ -432,3 +432,27 @@ def test_strain_scan_option_takes_a_folder(samples, tmp_path):
     res = run_cli("strain", out, *opts, "--scan", moved)
     assert res.returncode == 0, res.stderr
     assert "strain at 6/6 points" in res.stdout
+
+
+def test_strain_finds_a_glob_scan_again(tmp_path, sample_dir):
+    """The strain pass re-reads a scan given as a glob of images (remapping needs the patterns)."""
+    import h5py
+    import tifffile
+
+    frames = tmp_path / "frames"
+    frames.mkdir()
+    with h5py.File(f"{sample_dir}/scan.h5", "r") as f:
+        pats = f["patterns"][...].reshape(-1, 160, 160)[:6]
+    for i, p in enumerate(pats):
+        tifffile.imwrite(frames / f"p{i}.tif", p)
+    out = tmp_path / "r.h5"
+    glob = str(frames / "*.tif")
+    r = run_cli("process", glob, "--ref-index", "0", "--grid", "2x3", "-o", str(out), "--device", "cpu")
+    assert r.returncode == 0, r.stderr
+    r = run_cli("strain", str(out), "--material", "Ni", "--pc", "0.5,0.5,0.6", "--orientation", "0,0,0",
+                "--scan", glob, "--remap-threshold", "0.0001")
+    assert r.returncode == 0, r.stderr
+    with h5py.File(out, "r") as f:
+        assert f["ebsdxc"].attrs["scan_format"] == "image_stack"
+        assert f["ebsdxc/fit_status"].shape == (2, 3)
+        assert f["ebsdxc/remapped"][...].sum() >= 5  # every point but the reference itself, re-read

@@ -132,7 +132,7 @@ def open_scan(path, *, dataset: str | int | None = None, format: str | None = No
         Missing file, a directory, a format ebsdxc cannot read, no or several pattern
         datasets, or a ``dataset`` that does not fit. The message names the file.
     """
-    if format is None and _is_stack(path):
+    if (format is None and _is_stack(path)) or str(format).strip().lower() == "image_stack":
         return get_reader("image_stack").open(path, dataset=dataset, grid_shape=grid_shape)
     path = _check_file(path)
     if format is not None:
