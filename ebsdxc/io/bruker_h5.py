@@ -61,7 +61,7 @@ from .edax_h5 import (
     summarise_pcs,
     text,
 )
-from .hdf5 import HDF5Source, dataset_metadata, is_hdf5_file, open_file
+from .hdf5 import HDF5Source, dataset_metadata, file_matches, open_file, top_groups_holding
 from .source import ScanGrid, choose_grid
 
 NAME = "bruker_h5"
@@ -97,20 +97,12 @@ def is_bruker(f) -> bool:
 
 def detect(path) -> bool:
     """Whether ``path`` is a Bruker Esprit h5 file, judged from its content."""
-    if not is_hdf5_file(path):
-        return False
-    try:
-        with h5py.File(path, "r") as f:
-            return is_bruker(f)
-    except Exception:  # unreadable HDF5: let the generic reader report it
-        return False
+    return file_matches(path, is_bruker)
 
 
 def scan_names(f) -> list[str]:
     """Top groups holding ``EBSD/Data/RawPatterns`` and ``EBSD/Header``, in file order."""
-    return [k for k in f
-            if isinstance(f.get(k), h5py.Group) and isinstance(f[k].get(_PATTERNS), h5py.Dataset)
-            and isinstance(f[k].get(_HEADER), h5py.Group)]
+    return top_groups_holding(f, _PATTERNS, _HEADER)
 
 
 def _coordinates(scan_group, n, path):

@@ -54,8 +54,9 @@ from ..errors import InputError
 from .hdf5 import (
     HDF5Source,
     check_filters,
+    file_matches,
+    top_groups_holding,
     dataset_metadata,
-    is_hdf5_file,
     open_file,
     to_jsonable,
 )
@@ -276,20 +277,12 @@ def is_edax(f) -> bool:
 
 def detect(path) -> bool:
     """Whether ``path`` is an EDAX/TSL OIM h5 file, judged from its content."""
-    if not is_hdf5_file(path):
-        return False
-    try:
-        with h5py.File(path, "r") as f:
-            return is_edax(f)
-    except Exception:  # unreadable HDF5: let the generic reader report it
-        return False
+    return file_matches(path, is_edax)
 
 
 def scan_names(f) -> list[str]:
     """Top groups holding ``EBSD/Data/Pattern`` and ``EBSD/Header``, in file order."""
-    return [k for k in f
-            if isinstance(f.get(k), h5py.Group) and isinstance(f[k].get(_PATTERNS), h5py.Dataset)
-            and isinstance(f[k].get(_HEADER), h5py.Group)]
+    return top_groups_holding(f, _PATTERNS, _HEADER)
 
 
 def _check_version(f, path) -> str:

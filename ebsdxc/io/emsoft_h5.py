@@ -47,7 +47,7 @@ from .edax_h5 import (
     per_slot,
     text,
 )
-from .hdf5 import HDF5Source, dataset_metadata, is_hdf5_file, open_file
+from .hdf5 import HDF5Source, dataset_metadata, file_matches, open_file
 from .source import choose_grid
 
 NAME = "emsoft_h5"
@@ -75,13 +75,7 @@ def is_emsoft_ebsd(f) -> bool:
 
 def detect(path) -> bool:
     """Whether ``path`` is an EMsoft EMEBSD simulation file, judged from its content."""
-    if not is_hdf5_file(path):
-        return False
-    try:
-        with h5py.File(path, "r") as f:
-            return is_emsoft_ebsd(f)
-    except Exception:  # unreadable HDF5: let the generic reader report it
-        return False
+    return file_matches(path, is_emsoft_ebsd)
 
 
 def _check_version(f, path) -> tuple[str, int]:

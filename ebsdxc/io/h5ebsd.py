@@ -36,7 +36,14 @@ import h5py
 import numpy as np
 
 from ..errors import InputError
-from .hdf5 import HDF5Source, check_filters, dataset_metadata, is_hdf5_file, open_file, to_jsonable
+from .hdf5 import (
+    HDF5Source,
+    check_filters,
+    dataset_metadata,
+    file_matches,
+    open_file,
+    to_jsonable,
+)
 from .source import ScanGrid, choose_grid, grid_kind
 
 NAME = "h5ebsd"
@@ -101,13 +108,7 @@ def is_h5ebsd(f) -> bool:
 
 def detect(path) -> bool:
     """Whether ``path`` is a kikuchipy h5ebsd file, judged from its content."""
-    if not is_hdf5_file(path):
-        return False
-    try:
-        with h5py.File(path, "r") as f:
-            return is_h5ebsd(f)
-    except Exception:  # unreadable HDF5: let the generic reader report it
-        return False
+    return file_matches(path, is_h5ebsd)
 
 
 def _choose_scan(f, dataset, path) -> str:

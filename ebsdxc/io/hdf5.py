@@ -74,6 +74,25 @@ def is_hdf5_file(path) -> bool:
     return False
 
 
+def file_matches(path, test) -> bool:
+    """Whether ``path`` is an HDF5 file for which ``test(h5py.File)`` is true; ``False`` for
+    other and unreadable files (the generic reader then reports what is wrong with them)."""
+    if not is_hdf5_file(path):
+        return False
+    try:
+        with h5py.File(path, "r") as f:
+            return bool(test(f))
+    except Exception:  # a damaged HDF5 file or a layout the test trips over: not this format
+        return False
+
+
+def top_groups_holding(f, dataset, header) -> list[str]:
+    """Top groups of open file ``f`` holding dataset ``dataset`` and group ``header``, in file order."""
+    return [k for k in f
+            if isinstance(f.get(k), h5py.Group) and isinstance(f[k].get(dataset), h5py.Dataset)
+            and isinstance(f[k].get(header), h5py.Group)]
+
+
 def detect(path) -> bool:
     """Whether this reader can try ``path``: any HDF5 file (checked from its content)."""
     return is_hdf5_file(path)

@@ -48,7 +48,7 @@ import numpy as np
 
 from ..errors import InputError
 from .edax_binary import RawFile
-from .source import PatternSource, ScanGrid, choose_grid
+from .source import PatternSource, ScanGrid, choose_grid, consecutive_runs
 
 NAME = "oxford_binary"
 DESCRIPTION = "Oxford Instruments binary patterns (.ebsp, uncompressed, versions 0-6)"
@@ -325,16 +325,10 @@ class OxfordBinarySource(PatternSource):
         ok = offs > 0
         if not ok.all():
             out[~ok] = 0
-        idx = np.flatnonzero(ok)
-        if idx.size == 0:
-            return
-        o = offs[idx]
-        breaks = np.flatnonzero((np.diff(o) != self._record) | (np.diff(idx) != 1)) + 1
-        for a, b in zip(np.r_[0, breaks], np.r_[breaks, idx.size]):
-            first, k = int(idx[a]), int(b - a)
-            for s in range(0, k, _RUN_RECORDS):
-                m = min(_RUN_RECORDS, k - s)
-                self._read_run(int(o[a]) + s * self._record, out[first + s:first + s + m])
+        for first, end in consecutive_runs(offs, ok, self._record):
+            for s in range(0, end - first, _RUN_RECORDS):
+                m = min(_RUN_RECORDS, end - first - s)
+                self._read_run(int(offs[first]) + s * self._record, out[first + s:first + s + m])
 
     def _read_run(self, offset: int, dst: np.ndarray) -> None:
         """Pixels of ``len(dst)`` consecutive records, the first at ``offset``, into ``dst``."""

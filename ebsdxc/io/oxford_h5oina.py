@@ -57,7 +57,7 @@ from .edax_h5 import (
     summarise_pcs,
     text,
 )
-from .hdf5 import HDF5Source, dataset_metadata, is_hdf5_file, open_file
+from .hdf5 import HDF5Source, dataset_metadata, file_matches, open_file
 from .source import ScanGrid, choose_grid
 
 NAME = "oxford_h5oina"
@@ -98,13 +98,7 @@ def is_h5oina(f) -> bool:
 
 def detect(path) -> bool:
     """Whether ``path`` is an Oxford Instruments H5OINA file, judged from its content."""
-    if not is_hdf5_file(path):
-        return False
-    try:
-        with h5py.File(path, "r") as f:
-            return is_h5oina(f)
-    except Exception:  # unreadable HDF5: let the generic reader report it
-        return False
+    return file_matches(path, is_h5oina)
 
 
 def slices_with_patterns(f) -> list[str]:

@@ -83,6 +83,17 @@ class ScanGrid:
         return out
 
 
+def consecutive_runs(keys, ok, step=1) -> list[tuple[int, int]]:
+    """``(a, b)`` runs of neighbouring slots with ``ok`` whose ``keys`` (record numbers, byte
+    offsets) advance by ``step`` from one slot to the next: what one read can fetch."""
+    idx = np.flatnonzero(ok)
+    if idx.size == 0:
+        return []
+    k = np.asarray(keys)[idx]
+    breaks = np.flatnonzero((np.diff(k) != step) | (np.diff(idx) != 1)) + 1
+    return [(int(idx[a]), int(idx[b - 1]) + 1) for a, b in zip(np.r_[0, breaks], np.r_[breaks, idx.size])]
+
+
 def grid_kind(text) -> str:
     """A vendor's grid-type text ("SqrGrid", "HexGrid", "square", "hexagonal", ...) as a
     :data:`GRID_KINDS` name; ``ValueError`` for anything else."""
@@ -230,13 +241,8 @@ class PatternSource:
         ok = rec >= 0
         if not ok.all():
             out[~ok] = 0
-        idx = np.flatnonzero(ok)
-        if idx.size == 0:
-            return
-        r = rec[idx]
-        breaks = np.flatnonzero((np.diff(r) != 1) | (np.diff(idx) != 1)) + 1
-        for a, b in zip(np.r_[0, breaks], np.r_[breaks, idx.size]):
-            self.read_records(int(r[a]), int(r[b - 1]) + 1, out[idx[a]:idx[b - 1] + 1])
+        for a, b in consecutive_runs(rec, ok):
+            self.read_records(int(rec[a]), int(rec[b - 1]) + 1, out[a:b])
 
     def pattern_centres(self) -> np.ndarray | None:
         """Projection centre per slot, (rows, cols, 3) in ``metadata["pattern_centre_convention"]``,
