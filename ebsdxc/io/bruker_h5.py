@@ -62,7 +62,7 @@ from .edax_h5 import (
     text,
 )
 from .hdf5 import HDF5Source, dataset_metadata, file_matches, open_file, top_groups_holding
-from .source import ScanGrid, choose_grid
+from .source import ScanGrid, choose_grid, header_grid
 
 NAME = "bruker_h5"
 DESCRIPTION = "Bruker Esprit h5 (/<scan>/EBSD/Data/RawPatterns, regions of interest too)"
@@ -259,14 +259,7 @@ def open(path, *, dataset=None, grid_shape=None) -> BrukerSource:  # noqa: A001 
                               "zeros and are flagged, not processed", stacklevel=2)
                 meta["n_stored"] = n
         else:
-            if rows is None or cols is None:
-                grid = choose_grid(None, grid_shape, n, path, step=step)
-            else:
-                try:
-                    said = ScanGrid(rows, cols, step=step)
-                except ValueError as e:
-                    raise InputError(f"header: {e}", path) from None
-                grid = choose_grid(said, grid_shape, n, path)
+            grid = header_grid(rows, cols, grid_shape, n, path, step=step)
             n_stored = check_stored(n, grid, f"dataset {ds.name!r}", path)
             if n_stored is not None:
                 meta["n_stored"] = n_stored

@@ -60,7 +60,7 @@ from .hdf5 import (
     open_file,
     to_jsonable,
 )
-from .source import ScanGrid, choose_grid, grid_kind
+from .source import grid_kind, header_grid
 
 NAME = "edax_h5"
 DESCRIPTION = "EDAX/TSL OIM Analysis h5 (/<scan>/EBSD/Data/Pattern, square or hexagonal grid)"
@@ -371,14 +371,7 @@ def open(path, *, dataset=None, grid_shape=None) -> EDAXSource:  # noqa: A001 - 
             raise InputError(f"header: {e}", path) from None
         sx, sy = number(header, "Step X"), number(header, "Step Y")
         step = (sy, sx) if sx is not None and sy is not None else None
-        if rows is None or cols is None:
-            grid = choose_grid(None, grid_shape, n, path, step=step, kind=kind)
-        else:
-            try:
-                said = ScanGrid(rows, cols, step=step, kind=kind)
-            except ValueError as e:
-                raise InputError(f"header: {e}", path) from None
-            grid = choose_grid(said, grid_shape, n, path)
+        grid = header_grid(rows, cols, grid_shape, n, path, step=step, kind=kind)
         meta = {"scan": scan, "scans": names, **dataset_metadata(ds), "file_version": version}
         n_stored = check_stored(n, grid, f"dataset {ds.name!r}", path)
         if n_stored is not None:

@@ -58,7 +58,7 @@ from .edax_h5 import (
     text,
 )
 from .hdf5 import HDF5Source, dataset_metadata, file_matches, open_file
-from .source import ScanGrid, choose_grid
+from .source import header_grid
 
 NAME = "oxford_h5oina"
 DESCRIPTION = "Oxford Instruments H5OINA (/<slice>/EBSD/Data/Processed or Unprocessed Patterns)"
@@ -263,14 +263,7 @@ def open(path, *, dataset=None, grid_shape=None) -> OxfordSource:  # noqa: A001 
         rows, cols = integer(header, "Y Cells", path), integer(header, "X Cells", path)
         sx, sy = number(header, "X Step"), number(header, "Y Step")
         step = (sy, sx) if sx is not None and sy is not None else None
-        if rows is None or cols is None:
-            grid = choose_grid(None, grid_shape, n, path, step=step)
-        else:
-            try:
-                said = ScanGrid(rows, cols, step=step)
-            except ValueError as e:
-                raise InputError(f"header: {e}", path) from None
-            grid = choose_grid(said, grid_shape, n, path)
+        grid = header_grid(rows, cols, grid_shape, n, path, step=step)
         meta = {"slice": sl, "slices": slices, "patterns": kind, **dataset_metadata(ds),
                 "file_version": version}
         n_stored = check_stored(n, grid, f"dataset {ds.name!r}", path)

@@ -151,6 +151,20 @@ def choose_grid(file_grid: ScanGrid | None, grid_shape, n_stored: int, path, *,
     return grid
 
 
+def header_grid(rows, cols, grid_shape, n_stored: int, path, *, step=None, kind="square") -> ScanGrid:
+    """:func:`choose_grid` for a vendor header's ``rows`` x ``cols`` (``None``: the header has no
+    grid); a header grid that cannot be (zero rows, say) is an error naming the file."""
+    from ..errors import InputError
+
+    if rows is None or cols is None:
+        return choose_grid(None, grid_shape, n_stored, path, step=step, kind=kind)
+    try:
+        said = ScanGrid(rows, cols, step=step, kind=kind)
+    except ValueError as e:
+        raise InputError(f"header: {e}", path) from None
+    return choose_grid(said, grid_shape, n_stored, path)
+
+
 class PatternSource:
     """A lazily read stack of patterns.
 
