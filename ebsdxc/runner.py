@@ -490,7 +490,7 @@ def _flush(be, pending, write, progress, stream):
 
 def process(scan, *, ref=None, ref_index=None, output=None, config: ProcessConfig | None = None,
             dataset=None, format=None, grid_shape=None, resume=False, overwrite=False,  # noqa: A002
-            progress: Progress | None = None, command_line: str = "") -> str:
+            progress: Progress | None = None, command_line: str = "", client=None, cluster=None) -> str:
     """Correlate every pattern of ``scan`` with the reference and write a results file.
 
     Parameters
@@ -508,6 +508,11 @@ def process(scan, *, ref=None, ref_index=None, output=None, config: ProcessConfi
     dataset, format, grid_shape
         Passed to :func:`ebsdxc.io.open_scan`: which patterns of a file holding several, a
         reader to force, and (rows, cols) for files that do not record their grid.
+    client : distributed.Client, optional
+        Run the correlation on this Dask cluster (see :mod:`ebsdxc.cluster`); the results file
+        is written here, task by task. The strain pass, when asked for, runs here too.
+    cluster : ebsdxc.cluster.ClusterConfig, optional
+        Retries and task size for ``client``.
     resume, overwrite : bool
         Continue an interrupted run / replace an existing results file.
     progress : Progress
@@ -526,7 +531,13 @@ def process(scan, *, ref=None, ref_index=None, output=None, config: ProcessConfi
     source = (scan if isinstance(scan, scan_io.PatternSource)
               else scan_io.open_scan(scan, dataset=dataset, format=format, grid_shape=grid_shape))
     try:
-        return _process(source, ref, ref_index, output, config, resume, overwrite, progress, command_line)
+        dist = None
+        if client is not None:
+            from .cluster import ClusterConfig
+
+            dist = (client, cluster or ClusterConfig(), {"dataset": dataset, "format": format})
+        return _process(source, ref, ref_index, output, config, resume, overwrite, progress, command_line,
+                        dist)
     finally:
         if not isinstance(scan, scan_io.PatternSource):
             source.close()
@@ -585,7 +596,7 @@ def _scan_reference(source, ref_index, config: ProcessConfig) -> np.ndarray:
     return averaged_points(source, config, [scan_io.flat_index(source, ref_index)])[0]
 
 
-def _process(source, ref, ref_index, output, config, resume, overwrite, progress, command_line):
+def _process(source, ref, ref_index, output, config, resume, overwrite, progress, command_line, dist=None):
     if ref is not None:
         reference = scan_io.read_reference(ref)
         # Parameters are compared across resumes: keep what identifies the reference.
@@ -624,7 +635,7 @@ def _process(source, ref, ref_index, output, config, resume, overwrite, progress
         pipeline = Pipeline(backend, config, layout, reference, static_background=static_bg)
         try:
             out = _run(pipeline, source, ref, ref_param, out, config, resume, overwrite, progress,
-                       command_line)
+                       command_line, dist=dist, reference=reference, static_bg=static_bg)
             if geom is not None:
                 compute_strain(out, config.strain, geom, backend=backend, pipeline=pipeline, source=source,
                                overwrite=True, progress=progress)
@@ -759,7 +770,8 @@ def _check_unchanged(path, record, given, results):
                          "two versions of the data (process it again, or --no-remap)", path)
 
 
-def _run(pipeline, source, ref, ref_param, out, config, resume, overwrite, progress, command_line):
+def _run(pipeline, source, ref, ref_param, out, config, resume, overwrite, progress, command_line, *,
+         dist=None, reference=None, static_bg=None):
     layout, backend = pipeline.layout, pipeline.backend
     batch = config.batch or auto_batch(pipeline, source.n_patterns)
     scan_on_disk = _on_disk(source.path)
@@ -785,7 +797,16 @@ def _run(pipeline, source, ref, ref_param, out, config, resume, overwrite, progr
         chunks = _todo_chunks(done, batch, cols=source.grid.cols, halo=pipeline.preprocessor.halo_rows)
         progress.start(source.n_patterns, done=int(done.sum()), desc=os.path.basename(source.path))
         try:
-            run_stream(pipeline, source, chunks, write=writer.write, progress=progress)
+            if dist is None:
+                run_stream(pipeline, source, chunks, write=writer.write, progress=progress)
+            else:
+                from .cluster import run_on_cluster
+
+                client, ccfg, where = dist
+                writer.set_attr("cluster", str(client.scheduler.address))
+                run_on_cluster(client, ccfg, source, writer, config, reference, static_bg, progress=progress,
+                               dataset=where["dataset"], format=where["format"],
+                               grid_shape=(source.grid.rows, source.grid.cols))
             writer.finish()
         finally:
             progress.close()
