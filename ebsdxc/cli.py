@@ -178,13 +178,27 @@ def _parser():
     pp = sub.add_parser("process", help="correlate every pattern of a scan with a reference",
                         description="Correlate every pattern of SCAN with a reference pattern and write "
                                     "displacement maps to an HDF5 results file.")
-    pp.add_argument("scan", help=_SCAN_HELP)
+    pp.add_argument("scan", nargs="+", help=_SCAN_HELP + ". Several scans (or a quoted glob of scan "
+                    "files, e.g. 'campaign/*.h5') are a campaign: one results file each, beside each "
+                    "scan or in the folder -o names")
     g = pp.add_mutually_exclusive_group()
     g.add_argument("--ref", help="reference pattern image (TIFF, 8/16-bit or float)")
     g.add_argument("--ref-index", type=_ref_index, metavar="N|ROW,COL",
                    help="use this scan point as the reference")
-    pp.add_argument("-o", "--output", help="results file (default: SCAN_STEM.ebsdxc.h5 beside the scan)")
+    pp.add_argument("-o", "--output", help="results file (default: SCAN_STEM.ebsdxc.h5 beside the scan); "
+                                            "for a campaign, a folder")
     _scan_options(pp)
+    cl = pp.add_argument_group("Dask cluster")
+    cl.add_argument("--cluster", metavar="local|slurm|pbs|tcp://HOST:PORT",
+                    help="run on Dask: local (one worker per GPU, else CPU worker processes), slurm/pbs "
+                         "(dask-jobqueue with the [cluster] job settings of --pipeline, e.g. "
+                         "cluster-slurm) or an existing scheduler's address")
+    cl.add_argument("--workers", type=_positive_int, metavar="N",
+                    help="local workers, or jobs for slurm/pbs (default: one per GPU / the recipe's)")
+    cl.add_argument("--retries", type=_nonneg_int, metavar="N",
+                    help="times a failed task is tried again (default 2)")
+    cl.add_argument("--rows-per-task", type=_positive_int, metavar="N",
+                    help="scan rows per task (default: about 2048 patterns)")
     pp.add_argument("--pipeline", metavar="RECIPE.toml",
                     help="recipe file, or the name of a shipped one (see 'ebsdxc recipes')")
     pp.add_argument("--roi-size", type=_positive_int, metavar="N", help="ROI side in px")
@@ -370,16 +384,97 @@ def _config_from_args(a):
     return cfg.replace(strain=_strain_config(a, cfg.strain))
 
 
+def _campaign(scans) -> list[str]:
+    """The scans named on the command line: a quoted glob of scan files becomes its matches (in
+    natural order); a glob of TIFF/PNG images stays one image-stack scan."""
+    import glob
+
+    from .io.image_stack import natural_key
+
+    out = []
+    for text in scans:
+        if any(ch in text for ch in "*?[") and not os.path.exists(text):
+            matches = sorted(glob.glob(text, recursive=True), key=natural_key)
+            if matches and not all(m.lower().endswith((".tif", ".tiff", ".png")) for m in matches):
+                out.extend(matches)
+                continue
+        out.append(text)
+    return out
+
+
+def _cluster_config(a):
+    from .cluster import ClusterConfig
+
+    base = None
+    if a.pipeline:
+        from . import recipes
+
+        loader = getattr(recipes, "load_cluster_config", None)
+        base = loader(a.pipeline) if loader else None
+    cfg = base or ClusterConfig()
+    changes = {k: v for k, v in (("address", a.cluster), ("workers", a.workers), ("retries", a.retries),
+                                 ("rows_per_task", a.rows_per_task)) if v is not None}
+    try:
+        cfg = dataclasses.replace(cfg, **changes)
+    except ValueError as e:
+        raise InputError(str(e)) from None
+    if cfg.address in ("slurm", "pbs") and not cfg.job:
+        raise InputError(f"--cluster {cfg.address} needs job settings: a recipe with a [cluster.job] table "
+                         f"(e.g. --pipeline cluster-{cfg.address})")
+    return cfg
+
+
 def _cmd_process(a, argv):
     from .progress import BarProgress, NullProgress
     from .runner import process
 
     cfg = _config_from_args(a)
-    out = process(a.scan, ref=a.ref, ref_index=a.ref_index, output=a.output, config=cfg,
-                  dataset=a.dataset, format=a.format, grid_shape=a.grid,
-                  resume=a.resume, overwrite=a.overwrite,
-                  progress=NullProgress() if a.quiet else BarProgress(),
-                  command_line=shlex.join(["ebsdxc", *argv]))
+    scans = _campaign(a.scan)
+    outputs = [a.output] * len(scans)
+    if len(scans) > 1 and a.output:
+        os.makedirs(a.output, exist_ok=True)
+        names = [os.path.splitext(os.path.basename(os.path.normpath(s)))[0] for s in scans]
+        if len(set(names)) != len(names):
+            raise InputError("several scans of the campaign have the same name; give no -o (results go "
+                             "beside each scan)", a.output)
+        outputs = [os.path.join(a.output, f"{n}.ebsdxc.h5") for n in names]
+    client = cluster = ccfg = None
+    if a.cluster:
+        from .cluster import connect
+
+        ccfg = _cluster_config(a)
+        client, cluster = connect(ccfg)
+    elif a.workers or a.retries is not None or a.rows_per_task:
+        raise InputError("--workers, --retries and --rows-per-task apply to a Dask run: add --cluster")
+    failed = 0
+    try:
+        for scan, output in zip(scans, outputs):
+            try:
+                out = process(scan, ref=a.ref, ref_index=a.ref_index, output=output, config=cfg,
+                              dataset=a.dataset, format=a.format, grid_shape=a.grid,
+                              resume=a.resume, overwrite=a.overwrite,
+                              progress=NullProgress() if a.quiet else BarProgress(),
+                              command_line=shlex.join(["ebsdxc", *argv]),
+                              client=client, cluster=ccfg)
+            except InputError as e:
+                if len(scans) == 1:
+                    raise
+                print(f"ebsdxc: error: {e}", file=sys.stderr)  # the campaign goes on with the next scan
+                failed += 1
+                continue
+            _print_summary(out, cfg)
+    finally:
+        if client is not None:
+            client.close()
+        if cluster is not None:
+            cluster.close()
+    if failed:
+        print(f"ebsdxc: {failed} of {len(scans)} scans failed", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _print_summary(out, cfg):
     from .io.results import read_summary
 
     s = read_summary(out)
@@ -388,7 +483,6 @@ def _cmd_process(a, argv):
           f"({s['device']})")
     if cfg.strain.enabled:
         _print_strain(out)
-    return 0
 
 
 def _print_strain(path):

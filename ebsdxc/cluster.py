@@ -274,9 +274,18 @@ def run_on_cluster(client, cluster_cfg: ClusterConfig, source, writer, config, r
     futures = [client.submit(correlate_rows, job_future, r0, r1, key=f"ebsdxc-rows-{tag}-{r0}-{r1}",
                              retries=cluster_cfg.retries, pure=False)
                for r0, r1 in tasks]
+    rows_of = {f.key: t for f, t in zip(futures, tasks)}
     try:
         for fut in as_completed(futures):
-            start, disp, height, status = fut.result()
+            try:
+                start, disp, height, status = fut.result()
+            except InputError:
+                raise
+            except Exception as e:  # retries used up (or a worker died too often): say which rows
+                r0, r1 = rows_of[fut.key]
+                raise InputError(f"scan rows {r0} to {r1 - 1} failed on the cluster after "
+                                 f"{cluster_cfg.retries} retries ({type(e).__name__}: {e}); the rows "
+                                 "done are kept: --resume continues", source.path) from e
             writer.write(start, disp, height, status)
             progress.update(len(disp))
             fut.release()
