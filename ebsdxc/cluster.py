@@ -158,39 +158,55 @@ def _one_worker_per_gpu(distributed, n):
 # --------------------------------------------------------------------------- the task
 
 
-_STATE = threading.local()  # per worker thread: open sources and pipelines, reused across tasks
+class _Worker:
+    """What a worker keeps between tasks: an open source and a pipeline per scan and
+    reference, and the pinned host buffers of its last batch size. Building a pipeline (FFT
+    plans, kernels, reference tiles) and pinning host memory take far longer than a task's
+    reading, so they are built once; entries are checked out by one task at a time, so a
+    worker with several threads builds one per concurrently running task."""
+
+    lock = threading.Lock()
+    idle: dict = {}
+
+    @classmethod
+    def checkout(cls, job):
+        with cls.lock:
+            stack = cls.idle.setdefault(job["key"], [])
+            entry = stack.pop() if stack else None
+            if entry is None:
+                for key in [k for k, v in cls.idle.items() if k != job["key"]]:
+                    for old in cls.idle.pop(key):  # another scan's: release its memory
+                        old["source"].close()
+                        old["pipeline"].close()
+        return entry or _build(job)
+
+    @classmethod
+    def checkin(cls, job, entry):
+        with cls.lock:
+            cls.idle.setdefault(job["key"], []).append(entry)
 
 
-def _worker_pipeline(job):
-    """The worker's open source and pipeline for ``job`` (built once, then reused)."""
+def _build(job):
     from . import io as scan_io
     from .backend import select_backend
     from .runner import Pipeline, build_layout, processed_shape
 
-    cache = getattr(_STATE, "cache", None)
-    if cache is None or cache[0] != job["key"]:
-        if cache is not None:
-            cache[1].close()
-            cache[2].close()
-        source = scan_io.open_scan(job["scan"], dataset=job["dataset"], format=job["format"],
-                                   grid_shape=job["grid"])
-        config = job["config"]
-        backend = select_backend(config.device)
-        if not backend.is_gpu:
-            try:
-                from distributed import get_worker
+    source = scan_io.open_scan(job["scan"], dataset=job["dataset"], format=job["format"],
+                               grid_shape=job["grid"])
+    config = job["config"]
+    backend = select_backend(config.device)
+    if not backend.is_gpu:
+        try:
+            from distributed import get_worker
 
-                backend = dataclasses.replace(backend, workers=max(1, get_worker().state.nthreads))
-            except (ImportError, ValueError, AttributeError):
-                pass
-        ctx = backend.use()
-        ctx.__enter__()
-        layout = build_layout(config.roi, processed_shape(config, source.pattern_shape, source.path),
-                              path=source.path)
-        pipeline = Pipeline(backend, config, layout, job["reference"], static_background=job["static_bg"])
-        cache = (job["key"], source, pipeline)
-        _STATE.cache = cache
-    return cache[1], cache[2]
+            backend = dataclasses.replace(backend, workers=max(1, get_worker().state.nthreads))
+        except (ImportError, ValueError, AttributeError):
+            pass
+    backend.use().__enter__()  # the worker's device for good (one GPU per worker)
+    layout = build_layout(config.roi, processed_shape(config, source.pattern_shape, source.path),
+                          path=source.path)
+    pipeline = Pipeline(backend, config, layout, job["reference"], static_background=job["static_bg"])
+    return {"source": source, "pipeline": pipeline, "buffers": None}
 
 
 def correlate_rows(job, row0: int, row1: int):
@@ -198,15 +214,24 @@ def correlate_rows(job, row0: int, row1: int):
 
     Points without a pattern come back flagged as in a single-machine run.
     """
-    from . import status as st
-    from .progress import NullProgress
-    from .runner import _todo_chunks, auto_batch, run_stream
 
     failing = os.environ.get("EBSDXC_TEST_FAIL_ONCE")  # tests: a transient error, once per marker file
     if failing and os.path.exists(failing):
         os.remove(failing)
         raise OSError("injected transient failure (EBSDXC_TEST_FAIL_ONCE)")
-    source, pipeline = _worker_pipeline(job)
+    entry = _Worker.checkout(job)
+    try:
+        return _correlate(job, entry, row0, row1)
+    finally:
+        _Worker.checkin(job, entry)
+
+
+def _correlate(job, entry, row0, row1):
+    from . import status as st
+    from .progress import NullProgress
+    from .runner import _todo_chunks, auto_batch, run_stream
+
+    source, pipeline = entry["source"], entry["pipeline"]
     cols = source.grid.cols
     start, stop = row0 * cols, row1 * cols
     n = pipeline.layout.n
@@ -226,7 +251,8 @@ def correlate_rows(job, row0: int, row1: int):
         k = slice(a - start, a - start + len(d))
         disp[k], height[k], status[k] = d, h, s
 
-    run_stream(pipeline, source, chunks, write=write, progress=NullProgress())
+    entry["buffers"] = run_stream(pipeline, source, chunks, write=write, progress=NullProgress(),
+                                  buffers=entry["buffers"])
     return start, disp, height, status
 
 

@@ -419,14 +419,16 @@ def _to_host(backend, res: PeakResult, stream=None):
     return res.displacement, res.peak_height, res.status
 
 
-def run_stream(pipeline: Pipeline, source, chunks, *, write, progress: Progress) -> None:
+def run_stream(pipeline: Pipeline, source, chunks, *, write, progress: Progress, buffers=None):
     """Correlate ``chunks`` [(start, stop), ...] of ``source`` and hand results to ``write``.
 
     ``write(start, displacement, peak_height, status)`` receives host arrays, in order.
+    ``buffers`` are host buffers from an earlier call to use again when they fit (pinning host
+    memory is slow); the ones used are returned.
     """
     be = pipeline.backend
     if not chunks:
-        return
+        return buffers
     batch = max(c[-1] - c[-2] for c in chunks)  # the read range: halo rows included
     halo = len(chunks[0]) == 4
     cols = source.grid.cols
@@ -439,7 +441,10 @@ def run_stream(pipeline: Pipeline, source, chunks, *, write, progress: Progress)
         return pipeline.match(patterns, crop=(item.offset, item.stop - item.start), cols=cols,
                               present=None if present is None else present[a:a + len(item.view)])
 
-    buffers = _host_buffers(be, N_BUFFERS, (batch, *source.pattern_shape), source.dtype)
+    want = np.dtype(source.dtype).newbyteorder("=")
+    if (buffers is None or buffers[0].shape[0] < batch or buffers[0].shape[1:] != tuple(source.pattern_shape)
+            or buffers[0].dtype != want):
+        buffers = _host_buffers(be, N_BUFFERS, (batch, *source.pattern_shape), source.dtype)
     reader = _Reader(source, chunks, buffers)
     reader.start()
     pending = None
@@ -477,6 +482,7 @@ def run_stream(pipeline: Pipeline, source, chunks, *, write, progress: Progress)
     finally:
         reader.stop()
         reader.join(timeout=10)
+    return buffers
 
 
 def _flush(be, pending, write, progress, stream):
