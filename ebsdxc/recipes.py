@@ -16,8 +16,15 @@ A recipe (see ``pipelines/*.toml``) has up to five tables::
                    sample_tilt, detector_tilt, remap_threshold_deg, min_peak_height, outlier_sigma,
                    residual_floor_px, min_rois (see :class:`ebsdxc.hrebsd.StrainConfig`)
     [run]          batch, device
+    [cluster]      address = "local" | "slurm" | "pbs" | "tcp://host:port", workers, retries,
+                   rows_per_task; sub-table [cluster.job]: dask-jobqueue keyword arguments
+                   (queue, account, walltime, cores, memory, processes, job_extra_directives, ...)
 
 Shipped recipes can be named without their folder: ``--pipeline paper-86roi-96``.
+
+The ``[cluster]`` table says where a run goes, not what it computes: :func:`load_recipe` skips
+it (it never enters :meth:`ProcessConfig.parameters`, so the results file does not depend on
+it) and :func:`load_cluster_config` reads it into an :class:`ebsdxc.cluster.ClusterConfig`.
 """
 
 from __future__ import annotations
@@ -32,12 +39,13 @@ except ModuleNotFoundError:  # Python 3.10
     import tomli as tomllib
 
 from ._resources import data_dir
+from .cluster import CLUSTER_KINDS, ClusterConfig
 from .engines.base import EngineConfig
 from .errors import InputError
 from .hrebsd import StrainConfig
 from .preprocess import PreprocessConfig
 
-__all__ = ["RoiConfig", "ProcessConfig", "load_recipe", "shipped_recipes"]
+__all__ = ["RoiConfig", "ProcessConfig", "load_recipe", "load_cluster_config", "shipped_recipes"]
 
 
 @dataclass(frozen=True)
@@ -150,8 +158,8 @@ def _preprocess_extras(pre: dict) -> dict:
     return out
 
 
-def load_recipe(name_or_path, base: ProcessConfig | None = None) -> ProcessConfig:
-    """Read a TOML recipe (a path, or the name of a shipped one) over ``base``."""
+def _read_recipe(name_or_path) -> tuple[str, dict]:
+    """(path, parsed TOML) of a recipe file or of the shipped recipe of that name."""
     path = os.fspath(name_or_path)
     if not os.path.exists(path):
         shipped = shipped_recipes()
@@ -166,9 +174,20 @@ def load_recipe(name_or_path, base: ProcessConfig | None = None) -> ProcessConfi
             doc = tomllib.load(f)
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
         raise InputError(f"not a valid TOML recipe ({e})", path) from None
+    return path, doc
+
+
+def load_recipe(name_or_path, base: ProcessConfig | None = None) -> ProcessConfig:
+    """Read a TOML recipe (a path, or the name of a shipped one) over ``base``.
+
+    A ``[cluster]`` table is skipped here (see :func:`load_cluster_config`).
+    """
+    path, doc = _read_recipe(name_or_path)
+    doc = {k: v for k, v in doc.items() if k != "cluster"}
     for table, values in doc.items():
         if table not in _KEYS or not isinstance(values, dict):
-            raise InputError(f"unknown recipe table [{table}] (known: {', '.join(_KEYS)})", path)
+            raise InputError(f"unknown recipe table [{table}] (known: {', '.join([*_KEYS, 'cluster'])})",
+                             path)
         unknown = set(values) - _KEYS[table]
         if unknown:
             raise InputError(f"unknown key(s) in [{table}]: {', '.join(sorted(unknown))}", path)
@@ -200,3 +219,123 @@ def load_recipe(name_or_path, base: ProcessConfig | None = None) -> ProcessConfi
                            batch=None if batch == "auto" else batch, device=run.get("device", cfg.device))
     except (TypeError, ValueError) as e:
         raise InputError(f"invalid recipe value ({e})", path) from None
+
+
+# --------------------------------------------------------------------------- [cluster]
+
+_CLUSTER_KEYS = ("address", "workers", "retries", "rows_per_task", "job")
+
+# Arguments of the dask-jobqueue classes that a recipe cannot or must not set: objects TOML
+# cannot express, and what ebsdxc.cluster.connect sets itself ([cluster] workers = jobs).
+_JOB_NOT_SETTABLE = {"self", "scheduler", "name", "n_workers", "job_cls", "loop", "security",
+                     "asynchronous", "scheduler_cls"}
+
+# Old names dask-jobqueue still takes (with a FutureWarning) -> their replacements.
+_JOB_RENAMED = {"extra": "worker_extra_args", "job_extra": "job_extra_directives",
+                "env_extra": "job_script_prologue", "header_skip": "job_directives_skip",
+                "project": "account"}
+
+
+def _init_params(cls, *, follow_kwargs: bool) -> set:
+    """Named ``__init__`` arguments of ``cls`` (and of its base classes that ``**kwargs`` go to)."""
+    import inspect
+
+    names = set()
+    for klass in cls.__mro__:
+        init = klass.__dict__.get("__init__")
+        if init is None:
+            continue
+        params = inspect.signature(init).parameters.values()
+        names |= {p.name for p in params if p.kind not in (p.VAR_KEYWORD, p.VAR_POSITIONAL)}
+        if not follow_kwargs or not any(p.kind == p.VAR_KEYWORD for p in params):
+            break
+    return names
+
+
+def jobqueue_keys(kind: str) -> set | None:
+    """The ``[cluster.job]`` keys dask-jobqueue accepts for ``kind`` ("slurm" or "pbs").
+
+    ``None`` when dask-jobqueue is not installed here (the keys are then not checked: the
+    recipe may be written on a machine without it).
+    """
+    try:
+        import dask_jobqueue
+    except ImportError:
+        return None
+    cluster_cls = {"slurm": dask_jobqueue.SLURMCluster, "pbs": dask_jobqueue.PBSCluster}[kind]
+    job_cls = getattr(cluster_cls, "job_cls", None)
+    # The cluster's own arguments; its **job_kwargs go to the job class (SLURMJob, PBSJob), whose
+    # **kwargs go on to dask_jobqueue.core.Job.
+    keys = _init_params(cluster_cls, follow_kwargs=False)
+    if job_cls is not None:
+        keys |= _init_params(job_cls, follow_kwargs=True)
+    keys -= _JOB_NOT_SETTABLE
+    keys -= {old for old, new in _JOB_RENAMED.items() if new in keys}
+    return keys
+
+
+def load_cluster_config(name_or_path) -> ClusterConfig | None:
+    """The recipe's ``[cluster]`` table as a :class:`~ebsdxc.cluster.ClusterConfig`, or ``None``
+    when it has none.
+
+    ``name_or_path`` is a recipe file or a shipped recipe's name, as for :func:`load_recipe`.
+    ``[cluster.job]`` holds keyword arguments of dask-jobqueue's ``SLURMCluster``/``PBSCluster``
+    (checked against them where dask-jobqueue is installed); it is for ``address = "slurm"``
+    or ``"pbs"``, or for a recipe without an address that ``--cluster slurm|pbs`` completes.
+    """
+    path, doc = _read_recipe(name_or_path)
+    if "cluster" not in doc:
+        return None
+    table = doc["cluster"]
+    if not isinstance(table, dict):
+        raise InputError("[cluster] must be a table", path)
+    unknown = set(table) - set(_CLUSTER_KEYS)
+    if unknown:
+        raise InputError(f"unknown key(s) in [cluster]: {', '.join(sorted(unknown))} "
+                         f"(known: {', '.join(_CLUSTER_KEYS)}; dask-jobqueue settings go in [cluster.job])",
+                         path)
+    address = table.get("address", "local")
+    if not isinstance(address, str) or not (address in CLUSTER_KINDS or "://" in address):
+        raise InputError(f"[cluster] address must be {', '.join(CLUSTER_KINDS)} or a scheduler address "
+                         f"such as tcp://host:8786, got {address!r}", path)
+    for key in ("workers", "retries", "rows_per_task"):
+        v = table.get(key)
+        if v is not None and (isinstance(v, bool) or not isinstance(v, int)):
+            raise InputError(f"[cluster] {key} must be a whole number, got {v!r}", path)
+    job = table.get("job", {})
+    if not isinstance(job, dict):
+        raise InputError("[cluster] job must be a table: [cluster.job] with dask-jobqueue settings", path)
+    if job:
+        if "address" in table and address not in ("slurm", "pbs"):
+            raise InputError(f"[cluster.job] settings are for address = \"slurm\" or \"pbs\", "
+                             f"not {address!r}: remove the table or change the address", path)
+        _check_job_keys(job, address, path)
+    try:
+        return ClusterConfig(address=address, workers=table.get("workers"), retries=table.get("retries", 2),
+                             rows_per_task=table.get("rows_per_task"), job=dict(job))
+    except (TypeError, ValueError) as e:
+        raise InputError(f"invalid [cluster] value ({e})", path) from None
+
+
+def _check_job_keys(job: dict, address: str, path: str) -> None:
+    kinds = (address,) if address in ("slurm", "pbs") else ("slurm", "pbs")
+    accepted = set()
+    for kind in kinds:
+        keys = jobqueue_keys(kind)
+        if keys is None:  # no dask-jobqueue here: connect() reports bad keys where it runs
+            return
+        accepted |= keys
+    for key in sorted(job):
+        if key in accepted:
+            continue
+        if key == "n_workers":
+            hint = " ([cluster] workers sets the number of jobs)"
+        elif key in _JOB_NOT_SETTABLE:
+            hint = " (set by ebsdxc, not by a recipe)"
+        elif _JOB_RENAMED.get(key) in accepted:
+            hint = f" (renamed to {_JOB_RENAMED[key]})"
+        else:
+            hint = ""
+        classes = " / ".join({"slurm": "SLURMCluster", "pbs": "PBSCluster"}[k] for k in kinds)
+        raise InputError(f"unknown key in [cluster.job]: {key}{hint}; dask-jobqueue's {classes} takes: "
+                         f"{', '.join(sorted(accepted))}", path)
