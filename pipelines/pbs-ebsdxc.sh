@@ -1,6 +1,9 @@
 #!/bin/bash
 # ebsdxc on PBS Pro inside one job: a Dask scheduler, one worker per GPU, ebsdxc as client.
 #
+# Take a copy to edit (it is shipped with ebsdxc, beside the recipes):
+#   cp "$(python -c 'from ebsdxc._resources import data_dir; print(data_dir("pipelines"))')/pbs-ebsdxc.sh" .
+#
 # EDIT BEFORE USE (every place is marked EDIT):
 #   1. the #PBS lines below: chunks = nodes, CPUs and GPUs per node, wall time; remove one '#'
 #      of the '##PBS -q/-A' lines where your site needs a queue or an account;

@@ -1,6 +1,9 @@
 #!/bin/bash
 # ebsdxc on SLURM inside one allocation: a Dask scheduler, one worker per GPU, ebsdxc as client.
 #
+# Take a copy to edit (it is shipped with ebsdxc, beside the recipes):
+#   cp "$(python -c 'from ebsdxc._resources import data_dir; print(data_dir("pipelines"))')/slurm-ebsdxc.sh" .
+#
 # EDIT BEFORE USE (every place is marked EDIT):
 #   1. the #SBATCH lines below: nodes, GPUs per node (--gres=gpu:G and --ntasks-per-node=G must
 #      agree: one task = one worker = one GPU), CPUs per worker, time; remove one '#' of the
@@ -10,10 +13,11 @@
 #
 #   SCAN=/data/scan.h5 REF=/data/ref.tif OUT=/data/scan.ebsdxc.h5 sbatch slurm-ebsdxc.sh
 #   SCANS="/data/a.h5 /data/b.h5" REF=/data/ref.tif OUT=/data/results sbatch slurm-ebsdxc.sh
-#   SCANS="'/data/campaign/*.h5'" REF=... sbatch slurm-ebsdxc.sh   # ebsdxc expands the glob
+#   SCANS='/data/campaign/*.h5' REF=/data/ref.tif OUT=/data/results sbatch slurm-ebsdxc.sh
 #
 #   SCAN / SCANS  scan file(s), separated by spaces; several scans are one campaign processed by
-#                 one 'ebsdxc process' on one cluster, one results file each
+#                 one 'ebsdxc process' on one cluster, one results file each ('dir/*.h5' is
+#                 expanded by ebsdxc)
 #   REF           reference pattern (TIFF); leave empty and put --ref-index in EXTRA_ARGS instead
 #   OUT           one scan: the results file; several: a folder; empty: beside each scan
 #   PIPELINE      recipe name or file (default hrebsd)

@@ -4,6 +4,7 @@ sbatch/qsub scripts of ``pipelines/`` (no real SLURM or PBS: fake ``srun``/``pbs
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import re
@@ -33,6 +34,11 @@ def write(path, text, mode=None):
     if mode:
         path.chmod(mode)
     return str(path)
+
+
+def read(path):
+    with open(path) as f:
+        return f.read()
 
 
 def has(module):
@@ -141,7 +147,7 @@ def test_shipped_cluster_recipes_settings():
     assert "ngpus=1" in p.job["resource_spec"] and "ncpus=8" in p.job["resource_spec"]
     assert p.job["walltime"] == "02:00:00" and p.job["cores"] == 1 and p.job["processes"] == 1
     for path in (shipped_recipes()["cluster-slurm"], shipped_recipes()["cluster-pbs"]):
-        head = open(path).read().split("\n[", 1)[0]
+        head = read(path).split("\n[", 1)[0]
         assert "EDIT" in head, "the placeholders are announced at the top"
 
 
@@ -231,7 +237,7 @@ def test_recipes_command_lists_the_cluster_recipes(capsys):
 
     assert cli.main(["recipes"]) == 0
     out = capsys.readouterr().out
-    assert re.search(r"^cluster-slurm\s+\S", out, re.M) and re.search(r"^cluster-pbs\s+\S", out, re.M)
+    assert re.search(r"^cluster-slurm\s+\S", out, re.MULTILINE) and re.search(r"^cluster-pbs\s+\S", out, re.MULTILINE)
 
 
 # =========================================================================== dask-jobqueue job scripts
@@ -267,7 +273,8 @@ def test_shipped_recipe_job_script(tmp_path, monkeypatch, name, cls, lines):
 
     monkeypatch.chdir(tmp_path)  # log_directory is created where the client runs
     cfg = load_cluster_config(name)
-    with getattr(dask_jobqueue, cls)(**cfg.job) as cluster:  # submits nothing until scaled
+    # (no dashboard: port 8787 may be taken by another test run here)
+    with getattr(dask_jobqueue, cls)(**cfg.job, dashboard_address=None) as cluster:  # submits nothing yet
         script = cluster.job_script()
         assert not cluster.workers
     for line in lines:
@@ -290,7 +297,8 @@ def test_connect_submits_the_recipe_jobs(tmp_path, monkeypatch, name, submit, re
 
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("PATH", fake_submitter(tmp_path, submit, reply) + os.pathsep + os.environ["PATH"])
-    client, cluster = connect(load_cluster_config(name))
+    cfg = load_cluster_config(name)
+    client, cluster = connect(dataclasses.replace(cfg, job={**cfg.job, "dashboard_address": None}))
     try:
         deadline = time.monotonic() + 60
         while len(list(tmp_path.glob("submitted-*.sh"))) < 2 and time.monotonic() < deadline:
@@ -314,7 +322,7 @@ def test_connect_submits_the_recipe_jobs(tmp_path, monkeypatch, name, submit, re
 def directives_before_commands(path, prefix):
     """sbatch and qsub read directives only up to the first command: all must come before it."""
     seen_command = False
-    for line in open(path).read().splitlines()[1:]:
+    for line in read(path).splitlines()[1:]:
         s = line.strip()
         if s.startswith(prefix):
             assert not seen_command, f"{path}: {line!r} after the first command is ignored by the scheduler"
@@ -324,21 +332,21 @@ def directives_before_commands(path, prefix):
 
 @pytest.mark.parametrize("path", [SLURM_SH, PBS_SH], ids=os.path.basename)
 def test_script_syntax(path):
-    assert open(path).readline().startswith("#!/bin/bash")
-    r = subprocess.run(["bash", "-n", path], capture_output=True, text=True)
+    assert read(path).splitlines()[0].startswith("#!/bin/bash")
+    r = subprocess.run(["bash", "-n", path], check=False, capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
-    assert "set -euo pipefail" in open(path).read()
+    assert "set -euo pipefail" in read(path)
 
 
 @pytest.mark.skipif(shutil.which("shellcheck") is None, reason="shellcheck is not installed")
 @pytest.mark.parametrize("path", [SLURM_SH, PBS_SH], ids=os.path.basename)
 def test_shellcheck(path):
-    r = subprocess.run(["shellcheck", "-s", "bash", path], capture_output=True, text=True)
+    r = subprocess.run(["shellcheck", "-s", "bash", path], check=False, capture_output=True, text=True)
     assert r.returncode == 0, r.stdout + r.stderr
 
 
 def test_slurm_script_directives():
-    text = open(SLURM_SH).read()
+    text = read(SLURM_SH)
     for d in ("#SBATCH --nodes=2", "#SBATCH --gres=gpu:2", "#SBATCH --ntasks-per-node=2",
               "#SBATCH --cpus-per-task=8", "#SBATCH --time=02:00:00", "##SBATCH --account=", "##SBATCH --partition="):
         assert d in text, d
@@ -349,7 +357,7 @@ def test_slurm_script_directives():
 
 
 def test_pbs_script_directives():
-    text = open(PBS_SH).read()
+    text = read(PBS_SH)
     for d in ("#PBS -l select=2:ncpus=16:ngpus=2", "#PBS -l walltime=02:00:00", "#PBS -l place=scatter",
               "##PBS -A", "##PBS -q"):
         assert d in text, d
@@ -404,6 +412,11 @@ def script_env(tmp_path, bin_dir, **extra):
     return env
 
 
+def run_script(path, cwd, env, timeout):
+    return subprocess.run(["bash", path], check=False, cwd=cwd, env=env, capture_output=True, text=True,
+                          timeout=timeout)
+
+
 def assert_all_gone(pid_file, timeout=20):
     """The processes the fake launchers started have ended (the script's trap shut them down)."""
     pids = [int(p) for p in pid_file.read_text().split()]
@@ -440,7 +453,7 @@ def test_slurm_script_runs_a_scan_on_local_workers(tmp_path, sample_dir):
                      SLURM_NTASKS_PER_NODE="2", SLURM_CPUS_PER_TASK="1",
                      SCAN=os.path.join(sample_dir, "scan.h5"), REF=os.path.join(sample_dir, "ref.tif"),
                      OUT=str(out), EXTRA_ARGS="--device cpu -q")
-    r = subprocess.run(["bash", SLURM_SH], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    r = run_script(SLURM_SH, tmp_path, env, timeout=300)
     assert r.returncode == 0, r.stdout + r.stderr[-5000:]
     assert "waiting for 2 Dask workers on 1 node(s)" in r.stderr
     assert "100/100 points" in r.stdout
@@ -456,18 +469,17 @@ def test_pbs_script_runs_a_campaign_on_local_workers(tmp_path, sample_dir):
     """The qsub script on one (fake) node with two GPUs' worth of workers: two scans in one
     `ebsdxc process --cluster tcp://...`, one results file each in OUT."""
     bin_dir, pids = fake_launchers(tmp_path)
-    scans = []
     for name in ("a", "b"):
         shutil.copy(os.path.join(sample_dir, "scan.h5"), tmp_path / f"{name}.h5")
-        scans.append(str(tmp_path / f"{name}.h5"))
     (tmp_path / "nodefile").write_text("node0\n")
     work = tmp_path / "submitted-from"
     work.mkdir()
     env = script_env(tmp_path, bin_dir, PBS_JOBID="4243.server", PBS_NODEFILE=str(tmp_path / "nodefile"),
-                     PBS_O_WORKDIR=str(work), GPUS_PER_NODE="2", SCANS=" ".join(scans),
+                     PBS_O_WORKDIR=str(work), GPUS_PER_NODE="2",
+                     SCANS=str(tmp_path / "*.h5"),  # a glob: passed on as it is, ebsdxc expands it
                      REF=os.path.join(sample_dir, "ref.tif"), OUT=str(tmp_path / "results"),
                      EXTRA_ARGS="--device cpu -q")
-    r = subprocess.run(["bash", PBS_SH], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    r = run_script(PBS_SH, tmp_path, env, timeout=300)
     assert r.returncode == 0, r.stdout + r.stderr[-5000:]
     assert "waiting for 2 Dask workers on 1 node(s)" in r.stderr
     assert r.stdout.count("100/100 points") == 2
@@ -485,7 +497,7 @@ def test_slurm_script_passes_ebsdxc_failure_on(tmp_path, sample_dir):
     env = script_env(tmp_path, bin_dir, SLURM_JOB_ID="4244", SLURM_JOB_NUM_NODES="1", SLURM_NTASKS="1",
                      SCAN=str(tmp_path / "missing.h5"), REF=os.path.join(sample_dir, "ref.tif"),
                      EXTRA_ARGS="--device cpu -q")
-    r = subprocess.run(["bash", SLURM_SH], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    r = run_script(SLURM_SH, tmp_path, env, timeout=300)
     assert r.returncode == 2, r.stdout + r.stderr[-5000:]
     assert f"ebsdxc: error: {tmp_path / 'missing.h5'}" in r.stderr
     assert not (tmp_path / "ebsdxc-dask-4244.json").exists()
@@ -498,13 +510,13 @@ def test_script_without_scan_says_so(tmp_path, path):
     env = script_env(tmp_path, bin_dir, PBS_NODEFILE=os.devnull)
     env.pop("SCAN", None)
     env.pop("SCANS", None)
-    r = subprocess.run(["bash", path], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60)
+    r = run_script(path, tmp_path, env, timeout=60)
     assert r.returncode == 2 and "set SCAN (or SCANS)" in r.stderr, r.stderr
     assert not list(tmp_path.glob("ebsdxc-dask-*"))
 
 
 def test_scripts_are_package_data():
     """pyproject ships pipelines/*.sh with the recipes (ebsdxc.pipelines)."""
-    text = open(os.path.join(REPO, "pyproject.toml")).read()
+    text = read(os.path.join(REPO, "pyproject.toml"))
     assert re.search(r'"ebsdxc\.pipelines" = \[[^\]]*"\*\.sh"', text)
     assert stat.S_ISREG(os.stat(SLURM_SH).st_mode) and stat.S_ISREG(os.stat(PBS_SH).st_mode)
