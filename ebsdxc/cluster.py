@@ -37,7 +37,7 @@ import numpy as np
 
 from .errors import InputError
 
-__all__ = ["ClusterConfig", "connect", "process_on_cluster", "CLUSTER_KINDS"]
+__all__ = ["ClusterConfig", "connect", "run_on_cluster", "correlate_rows", "CLUSTER_KINDS"]
 
 CLUSTER_KINDS = ("local", "slurm", "pbs")  # or an address tcp://host:port
 ROWS_PER_TASK_PATTERNS = 2048  # a task holds about this many patterns: seconds of GPU work
@@ -276,7 +276,7 @@ def row_tasks(done: np.ndarray, rows_per_task: int) -> list[tuple[int, int]]:
 
 
 def run_on_cluster(client, cluster_cfg: ClusterConfig, source, writer, config, reference, static_bg,
-                   *, progress, dataset=None, format=None, grid_shape=None):  # noqa: A002
+                   *, progress, dataset=None, format=None):  # noqa: A002
     """Submit the rows ``writer`` has not done and write each task's results as it finishes."""
     from distributed import as_completed
 
@@ -324,10 +324,3 @@ def _scan_formats():
     from .io import SCAN_FORMATS
 
     return SCAN_FORMATS
-
-
-def process_on_cluster(*args, **kwargs):
-    """:func:`ebsdxc.runner.process` with ``cluster=`` (see there)."""
-    from .runner import process
-
-    return process(*args, **kwargs)

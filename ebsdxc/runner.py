@@ -811,8 +811,7 @@ def _run(pipeline, source, ref, ref_param, out, config, resume, overwrite, progr
                 client, ccfg, where = dist
                 writer.set_attr("cluster", str(client.scheduler.address))
                 run_on_cluster(client, ccfg, source, writer, config, reference, static_bg, progress=progress,
-                               dataset=where["dataset"], format=where["format"],
-                               grid_shape=(source.grid.rows, source.grid.cols))
+                               dataset=where["dataset"], format=where["format"])
             writer.finish()
         finally:
             progress.close()

@@ -58,7 +58,7 @@ from .edax_h5 import (
     jsonable_scalars,
     number,
     per_slot,
-    summarise_pcs,
+    record_pattern_centre,
     text,
 )
 from .hdf5 import HDF5Source, dataset_metadata, file_matches, open_file, top_groups_holding
@@ -286,14 +286,7 @@ def open(path, *, dataset=None, grid_shape=None) -> BrukerSource:  # noqa: A001 
             meta["header"] = info
 
         src = BrukerSource(path, f, scan, grid=grid, metadata=meta, n_stored=n, records=records)
-        pcs = src.pattern_centres()
-        if pcs is not None:
-            pc, varies = summarise_pcs(pcs)
-            if pc is not None:
-                src.metadata["pattern_centre"] = pc
-                src.metadata["pattern_centre_convention"] = "bruker"
-                if varies:
-                    src.metadata["pattern_centre_varies"] = True
+        record_pattern_centre(src, "bruker")
         euler = first_point(f[f"/{scan}/{_DATA}"], _EULER, src._records)
         if euler is not None:
             src.metadata["euler_angles"] = euler.tolist()

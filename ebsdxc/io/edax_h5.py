@@ -39,7 +39,7 @@ per scan, so :meth:`EDAXSource.pattern_centres` gives ``None``.
 This module also holds the small header helpers the other vendor readers
 (:mod:`~ebsdxc.io.bruker_h5`, :mod:`~ebsdxc.io.oxford_h5oina`, :mod:`~ebsdxc.io.emsoft_h5`)
 share: :func:`entry`, :func:`text`, :func:`number`, :func:`per_slot`, :func:`first_point`,
-:func:`summarise_pcs`, ...
+:func:`summarise_pcs`, :func:`record_pattern_centre`, ...
 """
 
 from __future__ import annotations
@@ -171,6 +171,21 @@ def first_point(group, names, records) -> np.ndarray | None:
         values.append(float(obj[rec]))
     out = np.array(values)
     return out if np.isfinite(out).all() else None
+
+
+def record_pattern_centre(src, convention: str) -> None:
+    """Put one PC summarising ``src.pattern_centres()`` into ``src.metadata`` (with its
+    convention, and ``pattern_centre_varies`` when the points differ); nothing when it has none."""
+    pcs = src.pattern_centres()
+    if pcs is None:
+        return
+    pc, varies = summarise_pcs(pcs)
+    if pc is None:
+        return
+    src.metadata["pattern_centre"] = pc
+    src.metadata["pattern_centre_convention"] = convention
+    if varies:
+        src.metadata["pattern_centre_varies"] = True
 
 
 def summarise_pcs(pcs) -> tuple[list[float] | None, bool]:

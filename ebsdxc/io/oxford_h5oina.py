@@ -54,7 +54,7 @@ from .edax_h5 import (
     jsonable_scalars,
     number,
     per_slot,
-    summarise_pcs,
+    record_pattern_centre,
     text,
 )
 from .hdf5 import HDF5Source, dataset_metadata, file_matches, open_file
@@ -295,14 +295,7 @@ def open(path, *, dataset=None, grid_shape=None) -> OxfordSource:  # noqa: A001 
             meta["header"] = info
 
         src = OxfordSource(path, f, sl, kind, grid=grid, metadata=meta, n_stored=n)
-        pcs = src.pattern_centres()
-        if pcs is not None:
-            pc, varies = summarise_pcs(pcs)
-            if pc is not None:
-                src.metadata["pattern_centre"] = pc
-                src.metadata["pattern_centre_convention"] = "oxford"
-                if varies:
-                    src.metadata["pattern_centre_varies"] = True
+        record_pattern_centre(src, "oxford")
         present = src._records[src._records >= 0]
         euler = data.get("Euler")
         if (present.size and isinstance(euler, h5py.Dataset) and euler.ndim == 2
