@@ -95,6 +95,7 @@ class Pipeline:
         w, h = layout.size
         self.tile_shape = (h, w)
         self._pool = None
+        self._streams = None
         stage_backend = backend
         if not backend.is_gpu and backend.workers > 1:
             # Threads over sub-batches parallelise every stage (NumPy and pocketfft release
@@ -234,6 +235,19 @@ class Pipeline:
         if self.preprocessor.halo_rows:
             return averaged_points(source, self.config, flat)
         return np.stack([source.read(int(i), int(i) + 1)[0] for i in flat])
+
+    def streams(self):
+        """The (compute, copy-back) CUDA streams of this pipeline, made on first use.
+
+        Made once, not per :func:`run_stream` call: CuPy's memory pool keeps freed blocks per
+        stream, so a fresh stream for each call (a Dask worker makes one call per task)
+        strands the blocks cached for the old ones. The device then fills with unusable
+        cache, allocations fall back to freeing it all, and tasks grew from 0.08 s to 2.7 s.
+        """
+        if self._streams is None:
+            cp = self.backend.xp
+            self._streams = (cp.cuda.Stream(non_blocking=True), cp.cuda.Stream(non_blocking=True))
+        return self._streams
 
     def close(self):
         if self._pool is not None:
@@ -451,8 +465,7 @@ def run_stream(pipeline: Pipeline, source, chunks, *, write, progress: Progress,
     try:
         if be.is_gpu:
             cp = be.xp
-            compute = cp.cuda.Stream(non_blocking=True)
-            copy_back = cp.cuda.Stream(non_blocking=True)
+            compute, copy_back = pipeline.streams()
         while True:
             item = reader.ready.get()
             if item is None:

@@ -84,6 +84,13 @@ def test_cluster_gives_the_single_process_results(big_scan, single, cluster, tmp
     assert got["attrs"]["complete"] and (counter.count == 1).all()
     with h5py.File(out, "r") as f:
         assert f["ebsdxc"].attrs["cluster"].startswith("tcp://")
+    assert all(cluster.run(_malloc_tuned).values()), "workers run with glibc's usual malloc thresholds"
+
+
+def _malloc_tuned():
+    from ebsdxc import cluster
+
+    return cluster._malloc_tuned
 
 
 class KillOneWorker(NullProgress):
@@ -190,3 +197,30 @@ def test_cluster_options_without_cluster_and_bad_address(tmp_path, sample_dir):
                            capture_output=True, text=True, timeout=120)
         assert r.returncode == 2 and words in r.stderr and r.stderr.count("\n") == 1, r.stderr
         assert not (tmp_path / "x.h5").exists()
+
+
+@pytest.mark.gpu
+def test_gpu_cluster_gives_the_single_gpu_results(big_scan, tmp_path, sample_dir):
+    """`--cluster local` on a GPU machine: one worker per GPU (dask-cuda when installed)."""
+    from ebsdxc.cluster import connect
+
+    cfg = ProcessConfig(roi=RoiConfig(grid=(4, 4), size=40), device="cuda", batch=16)
+    one = read_results(process(big_scan, ref=f"{sample_dir}/ref.tif", config=cfg, output=tmp_path / "one.h5"))
+    client, cluster = connect(ClusterConfig(address="local"))
+    try:
+        client.wait_for_workers(1, timeout=120)
+        got = read_results(process(big_scan, ref=f"{sample_dir}/ref.tif", config=cfg, output=tmp_path / "c.h5",
+                                   client=client, cluster=ClusterConfig(rows_per_task=2)))
+        devices = client.run(_visible_devices)
+    finally:
+        client.close()
+        cluster.close()
+    assert_identical(got, one)
+    assert "cuda" in got["attrs"]["device"]
+    assert len(set(devices.values())) == len(devices), f"workers share a GPU: {devices}"
+
+
+def _visible_devices():
+    import cupy
+
+    return cupy.cuda.runtime.getDeviceProperties(cupy.cuda.Device().id)["pciBusID"], os.environ.get("CUDA_VISIBLE_DEVICES")

@@ -371,3 +371,35 @@ def test_four_forms_on_the_gpu_match_float64_oracle(cp, rng, engine, shape, mode
     assert np.abs(one - want[0, 0]).max() <= 1e-5 * scale + 1e-6
     p = xcorr.n_to_mn(cp.asarray(lefts), cp.asarray(np.repeat(rights[:, None], 3, 1)), peaks=True, **opts)
     assert p.displacement.shape == (4, 3, 2) and isinstance(p.status, cp.ndarray)
+
+
+def test_repeated_streams_reuse_the_memory_pool(cp, sample_dir):
+    """A Dask worker calls run_stream once per task on one pipeline: the device memory the
+    pool holds must not grow with the number of calls (blocks are cached per CUDA stream)."""
+    import tifffile
+
+    from ebsdxc.io import open_scan
+    from ebsdxc.progress import NullProgress
+    from ebsdxc.recipes import ProcessConfig
+    from ebsdxc.runner import Pipeline, _todo_chunks, build_layout, run_stream
+
+    config = ProcessConfig(device="cuda", batch=16)
+    source = open_scan(os.path.join(sample_dir, "scan.h5"))
+    ref = tifffile.imread(os.path.join(sample_dir, "ref.tif"))
+    backend = select_backend("cuda")
+    with backend.use():
+        pipeline = Pipeline(backend, config, build_layout(config.roi, source.pattern_shape), ref)
+        pool = cp.get_default_memory_pool()
+        chunks = _todo_chunks(np.zeros(source.grid.size, bool), 16)
+        got, held, buffers = [], [], None
+        for _ in range(6):
+            out = {}
+            buffers = run_stream(pipeline, source, chunks, write=lambda a, d, h, s: out.__setitem__(a, d),
+                                 progress=NullProgress(), buffers=buffers)
+            cp.cuda.Device().synchronize()
+            got.append(np.concatenate([out[k] for k in sorted(out)]))
+            held.append(pool.total_bytes())
+        pipeline.close()
+    for g in got[1:]:
+        np.testing.assert_array_equal(g, got[0])
+    assert held[-1] == held[1], f"pool grew from {held[1]} to {held[-1]} bytes over repeated calls"
