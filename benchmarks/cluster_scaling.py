@@ -11,7 +11,7 @@ single-process run's.
 
 Usage::
 
-    python benchmarks/cluster_scaling.py [--patterns 20000] [--gpus 1,2] [--rows-per-task 4]
+    python benchmarks/cluster_scaling.py [--patterns 40000] [--gpus 1,2] [--rows-per-task N]
 """
 
 from __future__ import annotations
@@ -51,10 +51,11 @@ def timed(fn, scan):
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--patterns", type=int, default=20000)
+    ap.add_argument("--patterns", type=int, default=40000)
     ap.add_argument("--cols", type=int, default=200)
     ap.add_argument("--gpus", default="1,2")
-    ap.add_argument("--rows-per-task", type=int, default=4)
+    ap.add_argument("--rows-per-task", type=int, default=None,
+                    help="scan rows per task (default: ebsdxc's, about 2048 patterns)")
     ap.add_argument("--dir", default=os.path.join(os.environ.get("TMPDIR", "/tmp"), "ebsdxc-scaling"))
     args = ap.parse_args(argv)
     os.makedirs(args.dir, exist_ok=True)
@@ -67,12 +68,15 @@ def main(argv=None):
         with h5py.File(scan, "r") as f:
             write_tiff(ref, f["patterns"][0])
     rows = args.patterns // args.cols
+    from ebsdxc.cluster import ROWS_PER_TASK_PATTERNS
+
+    per_task = args.rows_per_task or max(1, ROWS_PER_TASK_PATTERNS // args.cols)
     cfg = load_recipe("paper-86roi-96").replace(device="cuda")
     grid = f"{rows}x{args.cols}"
     import cupy
 
     print(f"# Dask scaling: {args.patterns} patterns 256x256 ({grid}), paper-86roi-96, "
-          f"{args.rows_per_task} rows ({args.rows_per_task * args.cols} patterns) per task")
+          f"{per_task} rows ({per_task * args.cols} patterns) per task")
     print(f"host {platform.node()}, {os.cpu_count()} cores, GPUs: "
           f"{[cupy.cuda.runtime.getDeviceProperties(i)['name'].decode() for i in range(cupy.cuda.runtime.getDeviceCount())]}")
     try:
@@ -104,11 +108,12 @@ def main(argv=None):
         rows_out.append((f"Dask, {n} GPU worker{'s' if n > 1 else ''}", t, same))
     one = next((t for label, t, _ in rows_out if label.startswith("Dask, 1 ")), None)
     print()
-    print("| configuration | wall time (s) | patterns/s | vs Dask 1 GPU | identical to single process |")
-    print("|---|---|---|---|---|")
+    print("| configuration | wall time (s) | patterns/s | vs Dask 1 GPU | vs single process | identical to single process |")
+    print("|---|---|---|---|---|---|")
     for label, t, same in rows_out:
         ratio = f"{one / t:.2f}x" if one else "-"
-        print(f"| {label} | {t:.2f} | {args.patterns / t:,.0f} | {ratio} | {'yes' if same else 'NO'} |")
+        print(f"| {label} | {t:.2f} | {args.patterns / t:,.0f} | {ratio} | {t_single / t:.2f}x | "
+              f"{'yes' if same else 'NO'} |")
 
 
 if __name__ == "__main__":
