@@ -276,6 +276,20 @@ def _parser():
     _scan_options(pi)
     pi.add_argument("--json", action="store_true", help="print JSON")
 
+    pl = sub.add_parser("plot", help="draw the maps of a results file as PNG (or PDF, SVG) files",
+                        description="Write the figures of a results file to a folder: ROI layout, displacement "
+                                    "maps (|d|, dx, dy per ROI), a quiver plot at one point, peak height, status "
+                                    "and, when the file holds them, strain and rotation maps.")
+    pl.add_argument("results", help="results file written by 'ebsdxc process'")
+    pl.add_argument("-o", "--out", required=True, metavar="DIR", help="folder for the figures (made if needed)")
+    pl.add_argument("--format", default="png", metavar="FMT[,FMT]",
+                    help="png (default), pdf, svg, or several separated by commas")
+    pl.add_argument("--point", metavar="ROW,COL", help="scan point of the quiver plot (default: the centre)")
+    pl.add_argument("--dpi", type=_positive_int, default=150, help="resolution of PNG files (default 150)")
+    pl.add_argument("--max-points", type=_positive_int, default=1_000_000, metavar="N",
+                    help="largest number of scan points per map; larger scans are drawn every n-th point")
+    pl.add_argument("--overwrite", action="store_true", help="replace figures already in the folder")
+
     sub.add_parser("recipes", help="list the shipped recipes")
 
     pb = sub.add_parser("bench", help="time the correlation engines on this GPU (the paper's Table 1)",
@@ -579,6 +593,36 @@ def _short_floats(v):
     return v
 
 
+def _cmd_plot(a, argv):
+    import matplotlib
+
+    matplotlib.use("Agg")  # files only: never a window, also without a display
+    from .plot import write_figures
+
+    if not os.path.isfile(a.results):
+        raise InputError("no such file", a.results)
+    point = None
+    if a.point is not None:
+        try:
+            parts = [int(v) for v in a.point.split(",")]
+        except ValueError:
+            parts = []
+        if len(parts) not in (1, 2):
+            raise InputError(f"--point must be ROW,COL or a point number, got {a.point!r}")
+        point = parts[0] if len(parts) == 1 else tuple(parts)
+    try:
+        written = write_figures(a.results, a.out, formats=[f.strip() for f in a.format.split(",") if f.strip()],
+                                point=point, dpi=a.dpi, overwrite=a.overwrite, max_points=a.max_points)
+    except InputError:
+        raise
+    except FileExistsError as e:
+        raise InputError("already exists; pass --overwrite to replace it", e.filename) from None
+    except ValueError as e:
+        raise InputError(str(e), a.results) from None
+    print(f"{a.results}: {len(written)} figures in {a.out}")
+    return 0
+
+
 def _cmd_recipes(a, argv):
     from .recipes import shipped_recipes
 
@@ -719,7 +763,7 @@ def main(argv=None) -> int:
 def _main(argv) -> int:
     a = _parser().parse_args(argv)
     try:
-        commands = {"process": _cmd_process, "strain": _cmd_strain, "info": _cmd_info,
+        commands = {"process": _cmd_process, "strain": _cmd_strain, "info": _cmd_info, "plot": _cmd_plot,
                     "recipes": _cmd_recipes, "bench": _cmd_bench}
         return commands[a.command](a, argv)
     except InputError as e:

@@ -1,0 +1,226 @@
+"""Maps over the scan: displacement per ROI, peak height, status, strain and rotation.
+
+Each function takes a results file (path) and returns a :class:`matplotlib.figure.Figure`
+made without pyplot (nothing is shown; ``fig.savefig`` or Jupyter displays it). Maps are read
+with a stride that keeps them under ``max_points`` points (:class:`ResultsView`).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from matplotlib import colors
+from matplotlib.figure import Figure
+
+from .. import status as st
+from .results_view import ResultsView
+
+__all__ = ["displacement_maps", "peak_height_map", "status_map", "strain_maps", "rotation_maps"]
+
+DIVERGING = "RdBu_r"
+STATUS_COLOURS = {st.OK: "#2ca02c", st.PEAK_ON_BORDER: "#ff7f0e", st.CONSTANT_TILE: "#8c564b",
+                  st.NOT_FINITE: "#d62728", st.NOT_PROCESSED: "#bbbbbb", st.MISSING_PATTERN: "#ffffff",
+                  st.OUTSIDE_MASK: "#9467bd"}
+STATUS_NAMES = {st.OK: "ok", st.PEAK_ON_BORDER: "peak on border", st.CONSTANT_TILE: "constant",
+                st.NOT_FINITE: "NaN/Inf", st.NOT_PROCESSED: "not processed",
+                st.MISSING_PATTERN: "no pattern", st.OUTSIDE_MASK: "outside mask"}
+
+
+def _view(results):
+    return results if isinstance(results, ResultsView) else ResultsView(results)
+
+
+def _symmetric(values, floor=1e-12):
+    """Colour limits centred on zero that hold 99% of the finite values."""
+    v = np.abs(values[np.isfinite(values)])
+    lim = float(np.percentile(v, 99)) if v.size else 1.0
+    return colors.Normalize(-max(lim, floor), max(lim, floor))
+
+
+def _draw_map(fig, ax, view, values, stride, *, cmap, norm, title=None, colorbar=None, fontsize=None):
+    img = view.to_image(values, stride)
+    im = ax.imshow(img, cmap=cmap, norm=norm, extent=view.extent(stride, img.shape), interpolation="nearest")
+    ax.set_xlabel(f"x ({view.units})", fontsize=fontsize)
+    ax.set_ylabel(f"y ({view.units})", fontsize=fontsize)
+    ax.set_aspect("equal")
+    if fontsize:
+        ax.tick_params(labelsize=fontsize)
+    if title:
+        ax.set_title(title, fontsize=fontsize)
+    if colorbar:
+        fig.colorbar(im, ax=ax, label=colorbar)
+    return im
+
+
+def _ordinal(n):
+    return f"{n}{'th' if 10 <= n % 100 <= 20 else {1: 'st', 2: 'nd', 3: 'rd'}.get(n % 10, 'th')}"
+
+
+def _subtitle(view, stride):
+    note = f" (every {_ordinal(stride)} row and column)" if stride > 1 else ""
+    return f"{view.rows} x {view.cols} {view.grid_kind} grid{note}"
+
+
+def displacement_maps(results, *, component="magnitude", rois=None, max_points=250_000) -> Figure:
+    """One map per ROI of its displacement over the scan.
+
+    Parameters
+    ----------
+    results : str or os.PathLike
+        Results file.
+    component : {"magnitude", "dx", "dy"}
+        What to show: ``|d|`` (sequential colours from 0) or one component (diverging colours
+        centred on zero). px.
+    rois : sequence of int, optional
+        ROIs to show (default: all).
+    max_points : int
+        Largest number of scan points per map; bigger scans are drawn every n-th point.
+    """
+    if component not in ("magnitude", "dx", "dy"):
+        raise ValueError(f"component must be 'magnitude', 'dx' or 'dy', got {component!r}")
+    with _view(results) as v:
+        rois = list(range(v.n_roi)) if rois is None else [int(r) for r in rois]
+        bad = [r for r in rois if not 0 <= r < v.n_roi]
+        if bad or not rois:
+            raise ValueError(f"ROIs must be in 0..{v.n_roi - 1}, got {bad or 'none'}")
+        s = v.stride(max_points)
+
+        def pick(block):
+            d = block[:, :, rois, :].astype(np.float64)
+            if component == "magnitude":
+                return np.hypot(d[..., 0], d[..., 1])
+            return d[..., 0 if component == "dx" else 1]
+
+        maps = v.read_map("displacement", stride=s, reduce=pick)  # (r, c, k)
+        finite = maps[np.isfinite(maps)]
+        if component == "magnitude":
+            top = float(np.percentile(finite, 99)) if finite.size else 1.0
+            norm, cmap, label = colors.Normalize(0, max(top, 1e-6)), "viridis", "|d| (px)"
+        else:
+            norm, cmap, label = _symmetric(maps, 1e-6), DIVERGING, f"{component} (px)"
+        n = len(rois)
+        ncol = math.ceil(math.sqrt(n))
+        nrow = math.ceil(n / ncol)
+        fig = Figure(figsize=(2.2 * ncol + 1.2, 2.0 * nrow + 0.6), layout="constrained")
+        axes = fig.subplots(nrow, ncol, squeeze=False)
+        small = 6 if n > 4 else None
+        for k, ax in enumerate(axes.flat):
+            if k >= n:
+                ax.set_visible(False)
+                continue
+            im = _draw_map(fig, ax, v, maps[:, :, k], s, cmap=cmap, norm=norm, title=f"ROI {rois[k]}",
+                           fontsize=small)
+        fig.colorbar(im, ax=axes, label=label, shrink=0.8)
+        fig.suptitle(f"Displacement {component} per ROI: {_subtitle(v, s)}")
+    return fig
+
+
+def peak_height_map(results, *, roi=None, max_points=1_000_000) -> Figure:
+    """Peak height (normalised cross-correlation) over the scan: the mean over ROIs, or one ROI's."""
+    with _view(results) as v:
+        s = v.stride(max_points)
+        if roi is None:
+            def mean(block):
+                with np.errstate(invalid="ignore"):
+                    ok = np.isfinite(block)
+                    total = np.where(ok, block, 0).sum(axis=2)
+                    return np.where(ok.any(axis=2), total / np.maximum(ok.sum(axis=2), 1), np.nan)
+            m = v.read_map("peak_height", stride=s, reduce=mean)
+            what = "mean over ROIs"
+        else:
+            m = v.read_map("peak_height", (int(roi),), stride=s)
+            what = f"ROI {int(roi)}"
+        fig = Figure(figsize=(6, 5), layout="constrained")
+        ax = fig.subplots()
+        _draw_map(fig, ax, v, m, s, cmap="magma", norm=colors.Normalize(min(0.0, float(np.nanmin(m, initial=0))), 1.0),
+                  colorbar="peak height (normalised cross-correlation)",
+                  title=f"Peak height, {what}: {_subtitle(v, s)}")
+    return fig
+
+
+def _status_cmap():
+    codes = sorted(STATUS_COLOURS)
+    cmap = colors.ListedColormap([STATUS_COLOURS[c] for c in codes])
+    norm = colors.BoundaryNorm(np.arange(len(codes) + 1) - 0.5, len(codes))
+    return codes, cmap, norm
+
+
+def status_map(results, *, roi=None, max_points=1_000_000) -> Figure:
+    """Where the matches failed, and why.
+
+    Without ``roi``: the fraction of ROIs with status ok at each point, and each point's most
+    frequent status other than ok (ok where all are). With ``roi``: that ROI's status.
+    """
+    codes, cmap, norm = _status_cmap()
+    with _view(results) as v:
+        s = v.stride(max_points)
+        if roi is None:
+            def ok_fraction(block):
+                return (block == st.OK).mean(axis=2)
+
+            def worst(block):
+                counts = np.stack([(block == c).sum(axis=2) for c in codes], axis=-1)
+                counts[..., codes.index(st.OK)] = 0
+                top = np.argmax(counts, axis=-1)
+                return np.where(counts.max(axis=-1) > 0, top, codes.index(st.OK))
+
+            frac = v.read_map("status", stride=s, reduce=ok_fraction)
+            cat = v.read_map("status", stride=s, reduce=worst)
+            fig = Figure(figsize=(11, 4.8), layout="constrained")
+            a0, a1 = fig.subplots(1, 2)
+            _draw_map(fig, a0, v, frac, s, cmap="cividis", norm=colors.Normalize(0, 1),
+                      colorbar="ROIs with status ok (fraction)", title="ROIs ok")
+            im = _draw_map(fig, a1, v, cat, s, cmap=cmap, norm=norm, title="Most frequent failure")
+        else:
+            raw = v.read_map("status", (int(roi),), stride=s)
+            cat = np.searchsorted(codes, raw).astype(np.float64)
+            fig = Figure(figsize=(6.5, 4.8), layout="constrained")
+            a1 = fig.subplots()
+            im = _draw_map(fig, a1, v, cat, s, cmap=cmap, norm=norm, title=f"Status of ROI {int(roi)}")
+        cb = fig.colorbar(im, ax=a1, ticks=np.arange(len(codes)), label="status")
+        cb.ax.set_yticklabels([f"{c} {STATUS_NAMES[c]}" for c in codes], fontsize=7)
+        fig.suptitle(f"Status: {_subtitle(v, s)}")
+    return fig
+
+
+_STRAIN_PARTS = [(0, 0), (0, 1), (0, 2), (1, 1), (1, 2), (2, 2)]
+_AXES = "xyz"
+
+
+def strain_maps(results, *, frame="sample", max_points=1_000_000) -> Figure:
+    """The six components of the elastic strain (HR-EBSD), in 10^-3, colours centred on zero.
+
+    ``frame``: ``"sample"`` (the ``strain`` dataset) or ``"crystal"`` (``strain_crystal``).
+    """
+    name = {"sample": "strain", "crystal": "strain_crystal"}.get(frame)
+    if name is None:
+        raise ValueError(f"frame must be 'sample' or 'crystal', got {frame!r}")
+    with _view(results) as v:
+        s = v.stride(max_points)
+        fig = Figure(figsize=(13, 7.5), layout="constrained")
+        axes = fig.subplots(2, 3)
+        for ax, (i, j) in zip(axes.flat, _STRAIN_PARTS):
+            m = v.read_map(name, (i, j), stride=s) * 1e3
+            label = f"ε_{_AXES[i]}{_AXES[j]} (10⁻³)"
+            _draw_map(fig, ax, v, m, s, cmap=DIVERGING, norm=_symmetric(m), title=label, colorbar=label)
+        fig.suptitle(f"Elastic strain, {frame} frame: {_subtitle(v, s)}")
+    return fig
+
+
+def rotation_maps(results, *, frame="sample", max_points=1_000_000) -> Figure:
+    """Lattice rotation about x, y and z (``w = log R``) in mrad, colours centred on zero."""
+    name = {"sample": "rotation", "crystal": "rotation_crystal"}.get(frame)
+    if name is None:
+        raise ValueError(f"frame must be 'sample' or 'crystal', got {frame!r}")
+    with _view(results) as v:
+        s = v.stride(max_points)
+        fig = Figure(figsize=(13, 4.2), layout="constrained")
+        axes = fig.subplots(1, 3)
+        for ax, (axis, (i, j)) in zip(axes, (("x", (2, 1)), ("y", (0, 2)), ("z", (1, 0)))):
+            m = v.read_map(name, (i, j), stride=s) * 1e3
+            label = f"ω_{axis} (mrad)"
+            _draw_map(fig, ax, v, m, s, cmap=DIVERGING, norm=_symmetric(m), title=f"rotation about {axis}",
+                      colorbar=label)
+        fig.suptitle(f"Lattice rotation, {frame} frame: {_subtitle(v, s)}")
+    return fig
