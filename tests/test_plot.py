@@ -241,3 +241,16 @@ def test_cli_plot_bad_input_is_one_line(results, sample_dir, tmp_path, args, wor
                        capture_output=True, text=True, timeout=300)
     assert r.returncode == 2 and words in r.stderr and r.stderr.count("\n") == 1, r.stderr
     assert not (tmp_path / "f").exists() or not any((tmp_path / "f").iterdir())
+
+
+def test_readme_figures_are_committed():
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    with open(os.path.join(root, "README.md"), encoding="utf-8") as fh:
+        text = fh.read()
+    import re
+
+    linked = set(re.findall(r"\((docs/figures/[\w.]+\.png)\)", text))
+    assert len(linked) >= 10
+    for rel in linked:
+        with open(os.path.join(root, rel), "rb") as fh:
+            assert fh.read(8) == b"\x89PNG\r\n\x1a\n", rel
