@@ -188,39 +188,39 @@ _STRAIN_PARTS = [(0, 0), (0, 1), (0, 2), (1, 1), (1, 2), (2, 2)]
 _AXES = "xyz"
 
 
+def _tensor_maps(results, name, parts, *, frame, max_points, title, figsize, shape):
+    """Maps of tensor components ``parts`` [(i, j, label), ...] of ``name`` (x 1e3), diverging
+    around zero, each with its colour bar."""
+    if frame not in ("sample", "crystal"):
+        raise ValueError(f"frame must be 'sample' or 'crystal', got {frame!r}")
+    name = name if frame == "sample" else f"{name}_crystal"
+    with _view(results) as v:
+        s = v.stride(max_points)
+        fig = Figure(figsize=figsize, layout="constrained")
+        axes = fig.subplots(*shape)
+        for ax, (i, j, label) in zip(axes.flat, parts):
+            m = v.read_map(name, (i, j), stride=s) * 1e3
+            _draw_map(fig, ax, v, m, s, cmap=DIVERGING, norm=_symmetric(m), title=label, colorbar=label)
+        fig.suptitle(f"{title}, {frame} frame: {_subtitle(v, s)}")
+    return fig
+
+
 def strain_maps(results, *, frame="sample", max_points=1_000_000) -> Figure:
     """The six components of the elastic strain (HR-EBSD), in 10^-3, colours centred on zero.
 
     ``frame``: ``"sample"`` (the ``strain`` dataset) or ``"crystal"`` (``strain_crystal``).
     """
-    name = {"sample": "strain", "crystal": "strain_crystal"}.get(frame)
-    if name is None:
-        raise ValueError(f"frame must be 'sample' or 'crystal', got {frame!r}")
-    with _view(results) as v:
-        s = v.stride(max_points)
-        fig = Figure(figsize=(13, 7.5), layout="constrained")
-        axes = fig.subplots(2, 3)
-        for ax, (i, j) in zip(axes.flat, _STRAIN_PARTS):
-            m = v.read_map(name, (i, j), stride=s) * 1e3
-            label = f"ε_{_AXES[i]}{_AXES[j]} (10⁻³)"
-            _draw_map(fig, ax, v, m, s, cmap=DIVERGING, norm=_symmetric(m), title=label, colorbar=label)
-        fig.suptitle(f"Elastic strain, {frame} frame: {_subtitle(v, s)}")
-    return fig
+    parts = [(i, j, f"ε_{_AXES[i]}{_AXES[j]} (10⁻³)") for i, j in _STRAIN_PARTS]
+    return _tensor_maps(results, "strain", parts, frame=frame, max_points=max_points, title="Elastic strain",
+                        figsize=(13, 7.5), shape=(2, 3))
 
 
 def rotation_maps(results, *, frame="sample", max_points=1_000_000) -> Figure:
-    """Lattice rotation about x, y and z (``w = log R``) in mrad, colours centred on zero."""
-    name = {"sample": "rotation", "crystal": "rotation_crystal"}.get(frame)
-    if name is None:
-        raise ValueError(f"frame must be 'sample' or 'crystal', got {frame!r}")
-    with _view(results) as v:
-        s = v.stride(max_points)
-        fig = Figure(figsize=(13, 4.2), layout="constrained")
-        axes = fig.subplots(1, 3)
-        for ax, (axis, (i, j)) in zip(axes, (("x", (2, 1)), ("y", (0, 2)), ("z", (1, 0)))):
-            m = v.read_map(name, (i, j), stride=s) * 1e3
-            label = f"ω_{axis} (mrad)"
-            _draw_map(fig, ax, v, m, s, cmap=DIVERGING, norm=_symmetric(m), title=f"rotation about {axis}",
-                      colorbar=label)
-        fig.suptitle(f"Lattice rotation, {frame} frame: {_subtitle(v, s)}")
-    return fig
+    """Lattice rotation about x, y and z (``w = log R``) in mrad, colours centred on zero.
+
+    ``frame``: ``"sample"`` (the ``rotation`` dataset) or ``"crystal"`` (``rotation_crystal``).
+    """
+    # w is antisymmetric: the rotation about x is w[2, 1], about y w[0, 2], about z w[1, 0].
+    parts = [(2, 1, "ω_x (mrad)"), (0, 2, "ω_y (mrad)"), (1, 0, "ω_z (mrad)")]
+    return _tensor_maps(results, "rotation", parts, frame=frame, max_points=max_points, title="Lattice rotation",
+                        figsize=(13, 4.2), shape=(1, 3))

@@ -14,12 +14,12 @@ import h5py
 import numpy as np
 
 from ..errors import InputError
-from ..io.results import GROUP, _require_results
+from ..io.results import GROUP, _OpenFile, _require_results
 
 ROW_BLOCK = 64  # scan rows read at once (results are chunked by scan row)
 
 
-class ResultsView:
+class ResultsView(_OpenFile):
     """An open results file (read only) and what maps need to know about its grid.
 
     Parameters
@@ -43,17 +43,6 @@ class ResultsView:
         self.inputs = {i["name"]: i for i in json.loads(a["inputs"])}
         self.pattern_shape = tuple(int(v) for v in a.get("pattern_shape", ()))
         self.complete = bool(a["complete"])
-
-    # -- file handling -------------------------------------------------------------------
-    def close(self):
-        if self._f.id.valid:
-            self._f.close()
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
 
     def has(self, name) -> bool:
         return name in self.g
