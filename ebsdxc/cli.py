@@ -60,7 +60,8 @@ def _pair(text):
     return vals
 
 
-def _ref_index(text):
+def _scan_point(text):
+    """``N`` or ``ROW,COL``: a scan point (``--ref-index``, ``plot --point``)."""
     parts = text.split(",")
     try:
         vals = tuple(int(p) for p in parts)
@@ -183,7 +184,7 @@ def _parser():
                     "scan or in the folder -o names")
     g = pp.add_mutually_exclusive_group()
     g.add_argument("--ref", help="reference pattern image (TIFF, 8/16-bit or float)")
-    g.add_argument("--ref-index", type=_ref_index, metavar="N|ROW,COL",
+    g.add_argument("--ref-index", type=_scan_point, metavar="N|ROW,COL",
                    help="use this scan point as the reference")
     pp.add_argument("-o", "--output", help="results file (default: SCAN_STEM.ebsdxc.h5 beside the scan); "
                                             "for a campaign, a folder")
@@ -284,7 +285,7 @@ def _parser():
     pl.add_argument("-o", "--out", required=True, metavar="DIR", help="folder for the figures (made if needed)")
     pl.add_argument("--format", default="png", metavar="FMT[,FMT]",
                     help="png (default), pdf, svg, or several separated by commas")
-    pl.add_argument("--point", metavar="ROW,COL", help="scan point of the quiver plot (default: the centre)")
+    pl.add_argument("--point", type=_scan_point, metavar="ROW,COL", help="scan point of the quiver plot (default: the centre)")
     pl.add_argument("--dpi", type=_positive_int, default=150, help="resolution of PNG files (default 150)")
     pl.add_argument("--max-points", type=_positive_int, default=1_000_000, metavar="N",
                     help="largest number of scan points per map; larger scans are drawn every n-th point")
@@ -601,18 +602,9 @@ def _cmd_plot(a, argv):
 
     if not os.path.isfile(a.results):
         raise InputError("no such file", a.results)
-    point = None
-    if a.point is not None:
-        try:
-            parts = [int(v) for v in a.point.split(",")]
-        except ValueError:
-            parts = []
-        if len(parts) not in (1, 2):
-            raise InputError(f"--point must be ROW,COL or a point number, got {a.point!r}")
-        point = parts[0] if len(parts) == 1 else tuple(parts)
     try:
         written = write_figures(a.results, a.out, formats=[f.strip() for f in a.format.split(",") if f.strip()],
-                                point=point, dpi=a.dpi, overwrite=a.overwrite, max_points=a.max_points)
+                                point=a.point, dpi=a.dpi, overwrite=a.overwrite, max_points=a.max_points)
     except InputError:
         raise
     except FileExistsError as e:

@@ -234,7 +234,7 @@ def test_cli_plot_writes_every_figure(results, tmp_path):
                                         (["SAMPLE_SCAN"], "not an ebsdxc results file"),
                                         (["RESULTS", "--format", "gif"], "figure formats must be among"),
                                         (["RESULTS", "--point", "99,0"], "outside the 10 x 10 grid"),
-                                        (["RESULTS", "--point", "a,b"], "--point must be")])
+                                        (["RESULTS", "--point", "a,b"], "argument --point: expected N or ROW,COL")])
 def test_cli_plot_bad_input_is_one_line(results, sample_dir, tmp_path, args, words):
     args = [{"SAMPLE_SCAN": f"{sample_dir}/scan.h5", "RESULTS": str(results)}.get(a, a) for a in args]
     r = subprocess.run([sys.executable, "-m", "ebsdxc", "plot", *args, "-o", str(tmp_path / "f")],

@@ -27,10 +27,6 @@ STATUS_NAMES = {st.OK: "ok", st.PEAK_ON_BORDER: "peak on border", st.CONSTANT_TI
                 st.MISSING_PATTERN: "no pattern", st.OUTSIDE_MASK: "outside mask"}
 
 
-def _view(results):
-    return results if isinstance(results, ResultsView) else ResultsView(results)
-
-
 def _symmetric(values, floor=1e-12):
     """Colour limits centred on zero that hold 99% of the finite values."""
     v = np.abs(values[np.isfinite(values)])
@@ -79,7 +75,7 @@ def displacement_maps(results, *, component="magnitude", rois=None, max_points=2
     """
     if component not in ("magnitude", "dx", "dy"):
         raise ValueError(f"component must be 'magnitude', 'dx' or 'dy', got {component!r}")
-    with _view(results) as v:
+    with ResultsView(results) as v:
         rois = list(range(v.n_roi)) if rois is None else [int(r) for r in rois]
         bad = [r for r in rois if not 0 <= r < v.n_roi]
         if bad or not rois:
@@ -118,7 +114,7 @@ def displacement_maps(results, *, component="magnitude", rois=None, max_points=2
 
 def peak_height_map(results, *, roi=None, max_points=1_000_000) -> Figure:
     """Peak height (normalised cross-correlation) over the scan: the mean over ROIs, or one ROI's."""
-    with _view(results) as v:
+    with ResultsView(results) as v:
         s = v.stride(max_points)
         if roi is None:
             def mean(block):
@@ -153,7 +149,7 @@ def status_map(results, *, roi=None, max_points=1_000_000) -> Figure:
     frequent status other than ok (ok where all are). With ``roi``: that ROI's status.
     """
     codes, cmap, norm = _status_cmap()
-    with _view(results) as v:
+    with ResultsView(results) as v:
         s = v.stride(max_points)
         if roi is None:
             def ok_fraction(block):
@@ -194,7 +190,7 @@ def _tensor_maps(results, name, parts, *, frame, max_points, title, figsize, sha
     if frame not in ("sample", "crystal"):
         raise ValueError(f"frame must be 'sample' or 'crystal', got {frame!r}")
     name = name if frame == "sample" else f"{name}_crystal"
-    with _view(results) as v:
+    with ResultsView(results) as v:
         s = v.stride(max_points)
         fig = Figure(figsize=figsize, layout="constrained")
         axes = fig.subplots(*shape)
