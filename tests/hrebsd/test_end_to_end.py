@@ -14,7 +14,7 @@ import shutil
 import h5py
 import numpy as np
 import pytest
-from test_cli import assert_one_error, run_cli
+from clitools import assert_one_error, run_cli
 
 from ebsdxc import cli, materials
 from ebsdxc import simulate as sim

@@ -29,7 +29,7 @@ from ebsdxc.io import get_reader, open_scan
 kp = pytest.importorskip("kikuchipy")
 
 KP_DATA = Path(importlib.util.find_spec("kikuchipy").origin).parent / "data"
-SAMPLE_SCAN = Path(__file__).resolve().parent.parent / "sample_data" / "scan.h5"
+SAMPLE_SCAN = Path(__file__).resolve().parents[2] / "sample_data" / "scan.h5"
 VENDOR_FORMATS = ("edax_h5", "bruker_h5", "oxford_h5oina", "emsoft_h5")
 
 # Where each vendor keeps its patterns, in the sample files used here.

@@ -244,7 +244,7 @@ def test_cli_plot_bad_input_is_one_line(results, sample_dir, tmp_path, args, wor
 
 
 def test_readme_figures_are_committed():
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     with open(os.path.join(root, "README.md"), encoding="utf-8") as fh:
         text = fh.read()
     import re

@@ -23,7 +23,7 @@ from ebsdxc.cluster import ClusterConfig
 from ebsdxc.errors import InputError
 from ebsdxc.recipes import load_cluster_config, load_recipe, shipped_recipes
 
-REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), os.pardir))
+REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), os.pardir, os.pardir))
 PIPELINES = os.path.join(REPO, "pipelines")
 SLURM_SH = os.path.join(PIPELINES, "slurm-ebsdxc.sh")
 PBS_SH = os.path.join(PIPELINES, "pbs-ebsdxc.sh")

@@ -160,7 +160,7 @@ def test_bench_quick_on_gpu(tmp_path):
 def test_process_refuses_unknown_kernel(tmp_path):
     from pathlib import Path
 
-    root = Path(__file__).resolve().parent.parent / "sample_data"
+    root = Path(__file__).resolve().parents[2] / "sample_data"
     out = tmp_path / "o.h5"
     r = subprocess.run([sys.executable, "-m", "ebsdxc", "process", str(root / "scan.h5"), "--ref",
                         str(root / "ref.tif"), "-o", str(out), "--engine", "direct", "--kernel", "bogus:kr=2"],

@@ -66,7 +66,7 @@ def test_importing_io_is_light():
             "print(any(m.split('.')[0] in ('kikuchipy', 'h5py', 'tifffile', 'hyperspy') "
             "for m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         check=True, cwd=Path(__file__).resolve().parents[1])
+                         check=True, cwd=Path(__file__).resolve().parents[2])
     assert out.stdout.strip() == "False"
 
 

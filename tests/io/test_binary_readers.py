@@ -26,7 +26,7 @@ from ebsdxc.errors import InputError
 from ebsdxc.io import edax_binary, image_stack, open_scan, oxford_binary
 from ebsdxc.io import hdf5 as hdf5_reader
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _kp_data() -> Path | None:

@@ -19,7 +19,7 @@ from PIL import Image
 from ebsdxc.errors import InputError
 from ebsdxc.io import image_stack, open_scan
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SHAPE = (12, 10)
 
 
