@@ -1,0 +1,127 @@
+"""Executors: what runs a run's tasks (inline, a thread pool; Dask lives in :mod:`ebsdxc.cluster`).
+
+The run hands an executor its :class:`~ebsdxc.run.tasks.Job` and tasks and receives
+results through ``emit``, always in the calling thread (only that thread writes the
+results file); it never asks which executor it has. An executor says how it wants the work
+cut (``rows_per_task``: ``None`` for one task streaming the whole scan).
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+from abc import ABC, abstractmethod
+
+from .planning import ROWS_PER_TASK_PATTERNS
+from .tasks import TaskContexts, run_task
+
+__all__ = ["Executor", "InlineExecutor", "ThreadExecutor", "default_rows_per_task"]
+
+
+def default_rows_per_task(cols: int) -> int:
+    """Scan rows of about ``ROWS_PER_TASK_PATTERNS`` patterns."""
+    return max(1, ROWS_PER_TASK_PATTERNS // max(1, cols))
+
+
+class Executor(ABC):
+    """Runs tasks of a job and hands their results to the caller's thread."""
+
+    #: Scan rows per task it wants, or ``None``: one task for the whole scan.
+    rows_per_task: int | None = None
+
+    def plan_rows(self, cols: int) -> int | None:
+        """Rows per task for a scan of ``cols`` points per row."""
+        return self.rows_per_task
+
+    @abstractmethod
+    def run_tasks(self, job, tasks, emit) -> None:
+        """Run every task; call ``emit(start, displacement, peak_height, status)`` in this
+        thread for each batch of results as it arrives. A task that fails stops the run:
+        the results emitted so far stand (``--resume`` continues)."""
+
+    def describe(self, record) -> None:
+        """Record where the run went, as ``record(name, value)`` attributes of the results
+        (e.g. a cluster's scheduler address); nothing for a local run."""
+
+    def close(self) -> None:
+        """Release what the executor keeps (pipelines, workers)."""
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+class InlineExecutor(Executor):
+    """Tasks one after another in the calling thread (one GPU or the CPU's thread pool)."""
+
+    def __init__(self):
+        self._contexts = TaskContexts()
+
+    def run_tasks(self, job, tasks, emit) -> None:
+        for task in tasks:
+            run_task(job, task, emit, contexts=self._contexts)
+
+    def close(self) -> None:
+        self._contexts.close()
+
+
+class ThreadExecutor(Executor):
+    """Tasks on ``threads`` threads of this process, each with its own pipeline.
+
+    For several tasks in flight in one process: e.g. one thread per task overlapping one
+    task's reading with another's compute. Results reach ``emit`` in the calling thread.
+    """
+
+    def __init__(self, threads: int = 2, *, rows_per_task: int | None = None):
+        if threads < 1:
+            raise ValueError(f"threads must be >= 1, got {threads}")
+        self.threads = int(threads)
+        self.rows_per_task = rows_per_task
+        self._contexts = TaskContexts()
+
+    def plan_rows(self, cols: int) -> int | None:
+        return self.rows_per_task or default_rows_per_task(cols)
+
+    def run_tasks(self, job, tasks, emit) -> None:
+        todo = queue.Queue()
+        for t in tasks:
+            todo.put(t)
+        results = queue.Queue()
+        halt = threading.Event()
+
+        def work():
+            try:
+                while not halt.is_set():
+                    try:
+                        task = todo.get_nowait()
+                    except queue.Empty:
+                        return
+                    run_task(job, task, lambda *r: results.put(("result", r)), contexts=self._contexts)
+            except BaseException as e:  # handed to the calling thread, which raises it
+                results.put(("error", e))
+            finally:
+                results.put(("exit", None))
+
+        workers = [threading.Thread(target=work, name=f"ebsdxc-task-{i}", daemon=True)
+                   for i in range(min(self.threads, max(1, len(tasks))))]
+        for w in workers:
+            w.start()
+        running = len(workers)
+        try:
+            while running:
+                kind, value = results.get()
+                if kind == "result":
+                    emit(*value)
+                elif kind == "error":
+                    raise value
+                else:
+                    running -= 1
+        finally:
+            halt.set()
+            for w in workers:
+                w.join()
+
+    def close(self) -> None:
+        self._contexts.close()

@@ -1,0 +1,152 @@
+"""The run's inputs besides the scan: reference patterns and the static background.
+
+Each is read (or averaged from the scan) once by the process that plans the run and then
+travels with the job, so every worker uses exactly the same arrays.
+"""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+
+from .. import io as scan_io
+from ..errors import InputError
+from ..preprocess import average_neighbours
+from ..references import ReferenceSet
+
+__all__ = ["averaged_points", "check_averaging", "mean_pattern", "native", "read_points", "reference_set", "scan_reference",
+           "static_background"]
+
+
+def native(a: np.ndarray) -> np.ndarray:
+    """``a`` in native byte order (CuPy and the kernels take no other)."""
+    a = np.asarray(a)
+    return a.astype(a.dtype.newbyteorder("="), copy=False)
+
+
+def check_averaging(preprocess, source) -> None:
+    if preprocess.average_neighbours and source.grid.kind != "square":
+        raise InputError(f"neighbour averaging needs a square scan grid; this scan's grid is "
+                         f"{source.grid.kind}", source.path)
+
+
+def averaged_points(source, preprocess, flat) -> np.ndarray:
+    """Patterns at flat scan indices ``flat`` (k, H, W) float32, neighbour-averaged as the
+    correlation pass averages them (each point with the rows around it read again)."""
+    rows, cols = source.grid.rows, source.grid.cols
+    h = preprocess.average_neighbours // 2
+    present = None if source.present is None else source.present.reshape(-1)
+    out = []
+    for i in (int(v) for v in flat):
+        a, b = max(0, i // cols - h) * cols, min(rows, i // cols + h + 1) * cols
+        block = native(source.read(a, b)).astype(np.float32)
+        ok = (block.reshape(b - a, -1) != 0).any(axis=1)
+        if present is not None:
+            ok &= present[a:b]
+        out.append(average_neighbours(block, cols=cols, kernel=preprocess.average_kernel,
+                                      size=preprocess.average_neighbours, sigma=preprocess.average_sigma,
+                                      present=ok, xp=np)[i - a])
+    return np.stack(out)
+
+
+def read_points(source, preprocess, flat) -> np.ndarray:
+    """Patterns at flat scan indices ``flat`` (k, H, W) as a pipeline takes them: as stored,
+    or neighbour-averaged when the preprocessing averages."""
+    if preprocess.average_neighbours:
+        return averaged_points(source, preprocess, flat)
+    return np.stack([native(source.read(int(i), int(i) + 1)[0]) for i in flat])
+
+
+def scan_reference(source, ref_index, preprocess) -> np.ndarray:
+    """The reference pattern taken from the scan, averaged with its neighbours as every point is."""
+    if not preprocess.average_neighbours:
+        return native(scan_io.reference_from_scan(source, ref_index))
+    return averaged_points(source, preprocess, [scan_io.flat_index(source, ref_index)])[0]
+
+
+def reference_set(source, preprocess, *, ref=None, ref_index=None, index=None) -> ReferenceSet:
+    """The references of a run: an image file (``ref``), or scan points (``ref_index``: one
+    point, ``N`` or ``(row, col)``, or a list of them with ``index`` (rows, cols) or flat
+    giving each point's reference).
+
+    Raises InputError naming the file when a reference does not fit the scan.
+    """
+    if (ref is None) == (ref_index is None):
+        raise InputError("give a reference: ref (an image file) or ref_index (a scan point), one of them")
+    if ref is not None:
+        pattern = native(scan_io.read_reference(ref))
+        if pattern.shape != source.pattern_shape:
+            raise InputError(f"reference is {pattern.shape[1]}x{pattern.shape[0]} px but the scan's "
+                             f"patterns are {source.pattern_shape[1]}x{source.pattern_shape[0]} px", ref)
+        if index is not None:
+            raise InputError("a per-point reference index needs several references (ref_index as a list)")
+        return ReferenceSet.single(pattern, {"file": os.path.basename(os.fspath(ref))})
+    check_averaging(preprocess, source)
+    points = list(ref_index) if _is_point_list(ref_index) else [ref_index]
+    if len(points) > 1 and index is None:
+        raise InputError(f"{len(points)} reference points need an index saying which one each scan point uses")
+    patterns = np.stack([scan_reference(source, p, preprocess) for p in points])
+    labels = tuple({"point": _jsonable_point(p)} for p in points)
+    flat = None
+    if index is not None:
+        flat = np.asarray(index).reshape(-1)
+        if flat.size != source.grid.size:
+            raise InputError(f"the reference index covers {flat.size} points; the scan has {source.grid.size}",
+                             source.path)
+    try:
+        return ReferenceSet(patterns, flat, labels)
+    except ValueError as e:
+        raise InputError(str(e), source.path) from None
+
+
+def _is_point_list(ref_index) -> bool:
+    # (row, col) is one point; [p, q, ...] of ints or pairs is several.
+    if isinstance(ref_index, list):
+        return True
+    return isinstance(ref_index, tuple) and len(ref_index) > 0 and not all(np.ndim(v) == 0 for v in ref_index)
+
+
+def _jsonable_point(p):
+    return int(p) if np.ndim(p) == 0 else [int(v) for v in p]
+
+
+def mean_pattern(source, backend, batch=64) -> np.ndarray:
+    """Mean of the scan's patterns; points without a pattern (not present, all zeros) left out."""
+    xp = backend.xp
+    acc = xp.zeros(source.pattern_shape, dtype=xp.float64)
+    count = 0
+    present = None if source.present is None else source.present.reshape(-1)
+    for a in range(0, source.n_patterns, batch):
+        b = min(a + batch, source.n_patterns)
+        x = xp.asarray(native(source.read(a, b)))
+        keep = (x.reshape(b - a, -1) != 0).any(axis=1)
+        if present is not None:
+            keep &= xp.asarray(present[a:b])
+        acc += x[keep].astype(xp.float64).sum(axis=0)
+        count += int(keep.sum())
+    if count == 0:
+        raise InputError("holds no patterns to average for a static background", source.path)
+    return backend.asnumpy(acc / count)
+
+
+def static_background(spec, source, backend=None):
+    """The static background ``spec`` names, (H, W) or None: ``None``; ``"mean"`` (of the scan's
+    patterns; needs ``backend``); ``"file"`` (the one the vendor stored in the scan); an image."""
+    if spec is None:
+        return None
+    if spec == "mean":
+        return mean_pattern(source, backend)
+    if spec == "file":
+        bg = source.static_background()
+        if bg is None:
+            raise InputError(f"preprocess.static_background 'file': this {source.format} scan stores no static "
+                             "background (use 'mean' or an image)", source.path)
+        where = source.path
+    else:
+        bg, where = scan_io.read_reference(spec), spec
+    bg = native(np.asarray(bg))
+    if bg.shape != source.pattern_shape:
+        raise InputError(f"static background is {bg.shape[1]}x{bg.shape[0]} px but the scan's patterns "
+                         f"are {source.pattern_shape[1]}x{source.pattern_shape[0]} px", where)
+    return bg

@@ -1,0 +1,217 @@
+"""The per-batch stage pipeline: preprocess -> cut ROIs -> prepare -> correlate -> peaks.
+
+A :class:`Pipeline` holds what stays on the device for a whole run: the preprocessor, the
+correlation engine and the prepared tiles of every reference of a
+:class:`~ebsdxc.references.ReferenceSet`. It turns a batch of raw patterns (and the
+reference index of each) into a :class:`~ebsdxc.engines.PeakResult`; it knows nothing of
+files, tasks or executors.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import warnings
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+
+from .. import status as st
+from ..backend import Backend
+from ..engines import PeakResult, make_engine
+from ..engines.fft import fft_shape
+from ..errors import InputError
+from ..preprocess import PatternPreprocessor, prepare_tiles, rois_inside_mask, window_1d, window_2d
+from ..references import ReferenceSet
+from ..rois import RoiLayout, extract_tiles
+
+__all__ = ["Pipeline", "CPU_TILES_PER_TASK"]
+
+CPU_TILES_PER_TASK = 256  # tiles per CPU thread task: a few MB, so a task's arrays stay in cache
+
+
+class Pipeline:
+    """Preprocess -> cut ROIs -> prepare -> correlate -> peaks, for batches on one backend.
+
+    Parameters
+    ----------
+    backend : Backend
+    config : ProcessConfig
+        The settings that define the result (``roi``, ``preprocess``, ``correlation``).
+    layout : RoiLayout
+    references : ReferenceSet or (H, W) array
+        The reference patterns (raw, as scan patterns arrive); one array is K = 1.
+    static_background : (H, W) array or None
+    batch : int, optional
+        Patterns per batch, when known: informs the engine's automatic choice.
+    """
+
+    def __init__(self, backend: Backend, config, layout: RoiLayout, references, *, static_background=None,
+                 batch=None):
+        if not isinstance(references, ReferenceSet):
+            references = ReferenceSet.single(np.asarray(references))
+        self.backend = backend
+        self.config = config
+        self.layout = layout
+        self.reference_set = references
+        xp = backend.xp
+        w, h = layout.size
+        self.tile_shape = (h, w)
+        self._pool = None
+        self._streams = None
+        stage_backend = backend
+        if not backend.is_gpu and backend.workers > 1:
+            # Threads over sub-batches parallelise every stage (NumPy and pocketfft release
+            # the GIL) and keep each sub-batch's working set in cache; stages run single-threaded.
+            stage_backend = dataclasses.replace(backend, workers=1)
+            self._pool = ThreadPoolExecutor(backend.workers, thread_name_prefix="ebsdxc-cpu")
+        self._sub_batch = max(1, CPU_TILES_PER_TASK // layout.n)
+        self.preprocessor = PatternPreprocessor(config.preprocess, stage_backend,
+                                                static_background=static_background)
+        self.window = window_2d(self.tile_shape, config.preprocess.window, xp)
+        self._window_1d = (window_1d(h, config.preprocess.window), window_1d(w, config.preprocess.window))
+        corr = config.correlation
+        self.engine = make_engine(getattr(corr, "engine", "auto"), stage_backend, self.tile_shape, corr,
+                                  window_1d=self._window_1d, n_tiles=layout.n, batch=batch)
+        #: (n_roi,) bool ROIs that reach off the detector mask (their results are flagged), or None.
+        self.outside = None
+        screen = self.preprocessor.screen_mask(references.pattern_shape)
+        if screen is not None:
+            inside = rois_inside_mask(screen, layout.origins, layout.size)
+            if not inside.any():
+                raise InputError("every ROI reaches outside the detector mask: move the ROIs (roi.size, "
+                                 "roi.grid) or enlarge the mask (preprocess.mask_radius)")
+            if not inside.all():
+                warnings.warn(f"{int((~inside).sum())} of {layout.n} ROIs reach outside the detector "
+                              "mask; they are flagged OUTSIDE_MASK, not measured", stacklevel=2)
+                self.outside = xp.asarray(~inside) if backend.is_gpu else ~inside
+        #: The preprocessed reference patterns (K, H, W) on the device: what remapping rotates.
+        self.reference_images = self.preprocessor(xp.asarray(references.patterns))
+        t, e, s = prepare_tiles(extract_tiles(self.reference_images, layout, xp), self.window, xp)
+        #: The K references' prepared tiles, resident on the device for the whole run.
+        self.references = self.engine.prepare_references(t, e, s)
+        self.reference_status = backend.asnumpy(s)
+        self._fused = backend.is_gpu
+        if self._fused:
+            from ..engines.gpu_ops import PaddedTileBuffer
+
+            self._frames = PaddedTileBuffer(self.engine.input_shape)
+            self._origins = xp.asarray(layout.origins, dtype=xp.int32)
+
+    @property
+    def reference_image(self):
+        """The first preprocessed reference (H, W): the one reference of a K = 1 run."""
+        return self.reference_images[0]
+
+    def match(self, patterns, *, index=None, crop=None, cols=None, present=None) -> PeakResult:
+        """(B, H, W) raw patterns (host or device) -> :class:`PeakResult` on the device.
+
+        ``index`` (B,) gives each pattern's reference (``None``: reference 0). With neighbour
+        averaging, ``patterns`` is a block of whole scan rows of ``cols`` points with halo
+        rows around the chunk, ``crop = (offset, n)`` the chunk within it, ``present`` (B,)
+        the block's points that hold a pattern, and ``index`` the chunk's; the result is the
+        chunk's.
+
+        A pattern that is all zeros is no measurement (a vendor's placeholder for a point
+        it did not record, or a hole in a damaged file): its ROIs get ``MISSING_PATTERN``,
+        and ROIs reaching outside the detector mask get ``OUTSIDE_MASK``.
+        """
+        xp = self.backend.xp if self._fused else np
+        patterns = xp.asarray(patterns)
+        has_data = (patterns.reshape(patterns.shape[0], -1) != 0).any(axis=1)
+        if crop is None:
+            res = self._match(patterns, index)
+        else:
+            off, n = crop
+            ok = has_data if present is None else has_data & xp.asarray(present, dtype=bool)
+            pp = self.preprocessor
+            x = pp.average_neighbours(pp.convert(patterns), cols=cols, present=ok)
+            res = self._match(x[off:off + n], index, converted=True)
+            has_data = has_data[off:off + n]
+        return self._flag(res, ~has_data, xp)
+
+    def _flag(self, res, empty, xp):
+        status, disp, height = res.status, res.displacement, res.peak_height
+        bad = empty[:, None]
+        status = xp.where(bad, xp.asarray(np.uint8(st.MISSING_PATTERN)), status)
+        if self.outside is not None:
+            outside = xp.asarray(self.outside)[None, :]
+            status = xp.where(outside & ~bad, xp.asarray(np.uint8(st.OUTSIDE_MASK)), status)
+            bad = bad | outside
+        nan = xp.float32(np.nan)
+        return PeakResult(xp.where(bad[..., None], nan, disp), xp.where(bad, nan, height),
+                          status.astype(xp.uint8, copy=False))
+
+    def _match(self, patterns, index, converted=False, references=None) -> PeakResult:
+        xp = self.backend.xp
+        refs = self.references if references is None else references
+        if not self._fused:
+            B = patterns.shape[0]
+            prep = self.preprocessor.correct if converted else self.preprocessor
+            if self._pool is None or B <= self._sub_batch:
+                return self._match_host(prep(patterns), index, refs)
+            parts = list(self._pool.map(
+                lambda i: self._match_host(prep(patterns[i:i + self._sub_batch]),
+                                           None if index is None else index[i:i + self._sub_batch], refs),
+                range(0, B, self._sub_batch)))
+            return PeakResult(*(np.concatenate([getattr(p, f) for p in parts])
+                                for f in ("displacement", "peak_height", "status")))
+        from ..engines.gpu_ops import prepare_tiles_padded
+
+        x = xp.asarray(patterns)
+        if converted:
+            x = self.preprocessor.correct(x)
+        elif not self.preprocessor.is_identity:  # else the tile kernel converts raw values itself
+            x = self.preprocessor(x)
+        B, n = x.shape[0], self.layout.n
+        frames = self._frames.get(B * n)
+        e, s = prepare_tiles_padded(x, self._origins, self.tile_shape, self.window, frames)
+        return self.engine.match(frames.reshape(B, n, *frames.shape[1:]), e.reshape(B, n), s.reshape(B, n),
+                                 references=refs, index=None if index is None else xp.asarray(index))
+
+    def _match_host(self, x, index, refs) -> PeakResult:
+        tiles = extract_tiles(x, self.layout, np, dtype=np.float32)
+        t, e, s = prepare_tiles(tiles, self.window, np, overwrite=True)
+        return self.engine.match(t, e, s, references=refs, index=index)
+
+    def match_pairs(self, references, patterns) -> PeakResult:
+        """Match each pattern with its own reference: (B, H, W) preprocessed references (e.g.
+        remapped ones) and (B, H, W) raw patterns -> :class:`PeakResult` of shape (B, n).
+
+        The B references are prepared as a temporary reference set of this pipeline's own
+        engine and pattern b is matched with reference b, so the shifts are measured exactly
+        as :meth:`match` measures them.
+        """
+        xp = self.backend.xp
+        B = len(patterns)
+        refs = extract_tiles(xp.asarray(references, dtype=xp.float32), self.layout, xp)
+        pairs = self.engine.prepare_references(*prepare_tiles(refs, self.window, xp))
+        index = np.arange(B, dtype=np.int32)
+        res = self._match(xp.asarray(patterns), index, references=pairs)
+        empty = ~(xp.asarray(patterns).reshape(B, -1) != 0).any(axis=1)
+        return self._flag(res, empty, xp)
+
+    def streams(self):
+        """The (compute, copy-back) CUDA streams of this pipeline, made on first use.
+
+        Made once, not per streaming call: CuPy's memory pool keeps freed blocks per stream,
+        so a fresh stream for each call (a Dask worker makes one call per task) strands the
+        blocks cached for the old ones. The device then fills with unusable cache,
+        allocations fall back to freeing it all, and tasks grew from 0.08 s to 2.7 s.
+        """
+        if self._streams is None:
+            cp = self.backend.xp
+            self._streams = (cp.cuda.Stream(non_blocking=True), cp.cuda.Stream(non_blocking=True))
+        return self._streams
+
+    def close(self):
+        if self._pool is not None:
+            self._pool.shutdown(wait=False)
+            self._pool = None
+
+    def bytes_per_pattern(self) -> int:
+        """Rough device working memory per pattern in a batch."""
+        ny, nx = getattr(self.engine, "fft_shape", fft_shape(self.tile_shape, self.engine.max_lag, "full"))
+        per_tile = ny * nx * 4 + ny * (nx // 2 + 1) * 8 * 2 + self.tile_shape[0] * self.tile_shape[1] * 12
+        if self.config.correlation.subpixel == "upsampled":
+            per_tile += ny * (nx // 2 + 1) * 8
+        return self.layout.n * per_tile

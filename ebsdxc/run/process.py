@@ -1,0 +1,201 @@
+"""``process``: a scan and its references in, a results file out.
+
+Composes the run: opens the scan, gathers the references and the static background,
+checks what would be written, builds the pipeline (so bad settings fail before any file
+is touched), plans the tasks and hands them to an executor, writing results as they
+arrive; then the strain pass when a material is given.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+
+import numpy as np
+
+from .. import io as scan_io
+from ..backend import select_backend
+from ..errors import InputError
+from ..hrebsd import binned_geometry, compute_strain, resolve_geometry, scan_metadata
+from ..io.results import ResultsWriter, input_record
+from ..progress import NullProgress, Progress
+from ..rois import layout_for
+from .executors import Executor, InlineExecutor
+from .inputs import check_averaging, read_points, reference_set, static_background
+from .output import check_output, default_output, on_disk
+from .pipeline import Pipeline
+from .planning import plan_tasks, processed_shape
+from .tasks import Job
+
+__all__ = ["process"]
+
+
+def process(scan, *, ref=None, ref_index=None, reference_index=None, output=None, config=None, run=None,
+            executor: Executor | None = None, dataset=None, format=None, grid_shape=None,  # noqa: A002
+            resume=False, overwrite=False, progress: Progress | None = None, command_line: str = "") -> str:
+    """Correlate every pattern of ``scan`` with its reference and write a results file.
+
+    Parameters
+    ----------
+    scan : str or PatternSource
+        Scan file (any format :func:`ebsdxc.io.open_scan` reads: also a folder or glob of
+        images) or an open source.
+    ref : str, optional
+        Reference pattern image (TIFF). Exactly one of ``ref`` and ``ref_index``.
+    ref_index : int or (int, int) or list of them, optional
+        Scan point(s) to use as references. Several points need ``reference_index``.
+    reference_index : (rows, cols) int array, optional
+        With several reference points: which of them (0 .. K-1) each scan point uses.
+    output : str, optional
+        Results file; default ``SCAN_STEM.ebsdxc.h5`` beside the scan.
+    config : ProcessConfig
+        The settings that define the result.
+    run : RunConfig
+        The settings that only define the run (device, batch, threads).
+    executor : Executor, optional
+        What runs the tasks (default: :class:`~ebsdxc.run.executors.InlineExecutor`, or a
+        :class:`~ebsdxc.run.executors.ThreadExecutor` for ``run.executor == "threads"``;
+        a Dask run passes :class:`ebsdxc.cluster.DaskExecutor`). Closed by the caller when
+        passed in.
+    dataset, format, grid_shape
+        Passed to :func:`ebsdxc.io.open_scan`: which patterns of a file holding several, a
+        reader to force, and (rows, cols) for files that do not record their grid.
+    resume, overwrite : bool
+        Continue an interrupted run / replace an existing results file.
+    progress : Progress
+
+    Returns
+    -------
+    str
+        Path of the results file.
+    """
+    from ..config import ProcessConfig, RunConfig
+
+    config = config or ProcessConfig()
+    run = run or RunConfig()
+    progress = progress or NullProgress()
+    if resume and overwrite:
+        raise InputError("resume and overwrite exclude each other")
+    source = (scan if isinstance(scan, scan_io.PatternSource)
+              else scan_io.open_scan(scan, dataset=dataset, format=format, grid_shape=grid_shape))
+    own = executor is None
+    if own:
+        executor = _local_executor(run)
+    try:
+        return _process(source, ref, ref_index, reference_index, output, config, run, executor, resume, overwrite,
+                        progress, command_line)
+    finally:
+        if own:
+            executor.close()
+        if not isinstance(scan, scan_io.PatternSource):
+            source.close()
+
+
+def _local_executor(run) -> Executor:
+    from .executors import ThreadExecutor
+
+    kind = getattr(run, "executor", "inline")
+    if kind == "inline":
+        return InlineExecutor()
+    if kind == "threads":
+        return ThreadExecutor(run.threads or 2)
+    raise InputError(f"run.executor {kind!r} needs an executor object (a Dask run: ebsdxc.cluster.DaskExecutor)")
+
+
+def _reference_params(references, ref) -> dict:
+    # Parameters are compared across resumes: keep what identifies the references.
+    if ref is not None:
+        return {"reference": os.path.basename(os.fspath(ref))}
+    points = [lab["point"] for lab in references.labels]
+    if references.count == 1:
+        return {"reference_index": points[0]}
+    digest = hashlib.sha1(np.ascontiguousarray(references.index).tobytes()).hexdigest()
+    return {"reference_index": points, "reference_map": digest}
+
+
+def _process(source, ref, ref_index, reference_index, output, config, run, executor, resume, overwrite, progress,
+             command_line):
+    pre = config.preprocess
+    check_averaging(pre, source)
+    references = reference_set(source, pre, ref=ref, ref_index=ref_index, index=reference_index)
+    if references.count > 1 and config.strain.enabled:
+        raise InputError("strain against several references is not available yet: process without a material, "
+                         "or with one reference")
+    shape = processed_shape(pre.binning, source.pattern_shape, source.path)
+    layout = layout_for(config.roi, shape, path=source.path)
+    static_bg = None
+    if pre.static_background != "mean":  # checked before anything is written
+        static_bg = static_background(pre.static_background, source)
+    out = check_output(output or default_output(source.path), resume=resume, overwrite=overwrite,
+                       inputs=[source.path, ref] + ([pre.static_background]
+                                                    if pre.static_background not in (None, "mean", "file") else []))
+    geom = None
+    if config.strain.enabled:  # before the long correlation pass: bad geometry fails at once
+        scfg, meta = binned_geometry(pre.binning, config.strain, scan_metadata(source))
+        geom = resolve_geometry(scfg, shape=shape, grid=source.grid, scan_meta=meta, scan_path=source.path,
+                                ref_index=ref_index, ref_path=ref,
+                                ref_meta=scan_io.read_reference_metadata(ref) if ref else None)
+    backend = select_backend(run.device)
+    if run.threads and not backend.is_gpu:
+        import dataclasses
+
+        backend = dataclasses.replace(backend, workers=run.threads)
+    with backend.use():
+        if pre.static_background == "mean":
+            static_bg = static_background("mean", source, backend)
+        pipeline = Pipeline(backend, config, layout, references, static_background=static_bg, batch=run.batch)
+        try:
+            job = Job(scan=source.path, dataset=source.metadata.get("dataset"), format=source.format,
+                      grid=(source.grid.rows, source.grid.cols), config=config, layout=layout,
+                      references=references, static_background=static_bg, device=run.device,
+                      threads=run.threads, batch=run.batch, local={"source": source, "pipeline": pipeline})
+            _run(job, executor, source, ref, _reference_params(references, ref), out, config, resume, overwrite,
+                 progress, command_line, pipeline)
+            if geom is not None:
+                compute_strain(out, config.strain, geom, backend=backend, pipeline=pipeline,
+                               read_points=lambda flat: read_points(source, pre, flat),
+                               overwrite=True, progress=progress)
+            return out
+        finally:
+            pipeline.close()
+
+
+def _run(job, executor, source, ref, ref_param, out, config, resume, overwrite, progress, command_line, pipeline):
+    scan_on_disk = on_disk(source.path)
+    inputs = [input_record(scan_on_disk)] if os.path.exists(scan_on_disk) else []
+    if ref is not None:
+        inputs.append(input_record(ref))
+    params = {**config.parameters(), "scan": os.path.basename(source.path),
+              "dataset": source.metadata.get("dataset"), **ref_param}
+    if resume:
+        writer = ResultsWriter.resume(out, grid=source.grid, parameters=params, inputs=inputs)
+    else:
+        writer = ResultsWriter.create(out, grid=source.grid, centres=job.layout.centres,
+                                      roi_size=job.layout.size, parameters=params, inputs=inputs,
+                                      command_line=command_line, overwrite=overwrite)
+    with writer:
+        writer.set_attr("device", pipeline.backend.name)
+        writer.set_attr("engine", pipeline.engine.name)
+        writer.set_attr("pattern_shape", np.asarray(source.pattern_shape, dtype=np.int64))
+        writer.set_attr("scan_format", source.format)
+        executor.describe(writer.set_attr)
+        if not resume:
+            if source.present is not None:
+                writer.mark_missing(~source.present)
+            if job.references.count > 1:
+                writer.write_references(job.references.index.reshape(source.grid.rows, source.grid.cols),
+                                        job.references.labels)
+        done = writer.done
+        progress.start(source.n_patterns, done=int(done.sum()), desc=os.path.basename(source.path))
+        try:
+            tasks = plan_tasks(done, executor.plan_rows(source.grid.cols))
+
+            def emit(start, disp, height, status):
+                writer.write(start, disp, height, status)
+                progress.update(len(disp))
+
+            executor.run_tasks(job, tasks, emit)
+            writer.finish()
+        finally:
+            progress.close()
+    return out

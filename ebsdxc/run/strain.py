@@ -1,0 +1,138 @@
+"""``strain``: add strain and rotation to an existing results file (``ebsdxc strain``).
+
+Reads what the results file records of its run (:func:`ebsdxc.io.results.read_record`),
+reopens the scan and the reference where remapping needs them, and hands the fit to the
+HR-EBSD strain pass (:func:`ebsdxc.hrebsd.compute_strain`).
+"""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+
+from .. import io as scan_io
+from ..backend import select_backend
+from ..errors import InputError
+from ..hrebsd import StrainConfig, binned_geometry, compute_strain, resolve_geometry, scan_metadata
+from ..io.results import input_record, read_record
+from ..progress import NullProgress, Progress
+from ..rois import layout_for
+from .inputs import read_points, scan_reference, static_background
+from .output import on_disk
+from .pipeline import Pipeline
+from .planning import processed_shape
+
+__all__ = ["strain"]
+
+
+def strain(results, *, config: StrainConfig | None = None, scan=None, ref=None, device="auto", overwrite=False,
+           progress: Progress | None = None) -> dict:
+    """Add strain and rotation to an existing displacement results file.
+
+    Parameters
+    ----------
+    results : str
+        A results file written by :func:`ebsdxc.run.process`.
+    config : hrebsd.StrainConfig
+        Material, pattern centre, orientation and fit options.
+    scan, ref : str, optional
+        The scan and reference image, when they are no longer where the results file
+        recorded them. The scan is needed for remapping (``remap_threshold_deg > 0``) and
+        for pattern centres, tilts or orientation stored in it.
+    device : str
+    overwrite : bool
+        Replace strain results already in the file.
+
+    Returns
+    -------
+    dict
+        Counts of points fitted, remapped and flagged.
+    """
+    from ..config import ProcessConfig
+
+    cfg = config or StrainConfig()
+    progress = progress or NullProgress()
+    rec = read_record(os.fspath(results))
+    results = rec.path
+    if not rec.any_done:
+        raise InputError("holds no processed points", results)
+    params = rec.parameters
+    if isinstance(params.get("reference_index"), list) and "reference_map" in params:
+        raise InputError("was processed against several references; strain for such runs is not available yet",
+                         results)
+    scan_format = rec.scan_format if rec.scan_format in scan_io.SCAN_FORMATS else None
+    remap = cfg.remap_threshold_deg > 0
+    scan_path = scan or rec.input_path("scan")
+    source = None
+    if scan_path and os.path.exists(on_disk(scan_path)):
+        _check_unchanged(on_disk(scan_path), rec.inputs.get(os.path.basename(on_disk(scan_path))), scan is not None,
+                         results)
+        # The results' grid: the scan's own when it records one (a contradiction is an error),
+        # else what the grid option gave when it was processed; and the reader that read it then.
+        source = scan_io.open_scan(scan_path, dataset=params.get("dataset"), grid_shape=(rec.rows, rec.cols),
+                                   format=scan_format)
+    elif remap:
+        raise InputError(f"remapping needs the scan file {scan_path or '(not recorded)'}, which is not there: "
+                         "give the scan, or switch remapping off (strain.remap_threshold_deg = 0)", results)
+    try:
+        ref_index = params.get("reference_index")
+        ref_index = tuple(ref_index) if isinstance(ref_index, list) else ref_index
+        ref_path = None
+        if ref_index is None:
+            ref_path = ref or rec.input_path("reference")
+            if ref_path and not os.path.isfile(ref_path):
+                if remap:
+                    raise InputError("remapping needs the reference pattern, which is not there: give the "
+                                     "reference, or switch remapping off (strain.remap_threshold_deg = 0)",
+                                     ref_path)
+                ref_path = None
+        if source is not None:
+            shape, grid = source.pattern_shape, source.grid
+            meta = scan_metadata(source)
+        else:
+            shape = rec.pattern_shape
+            if len(shape) != 2:
+                raise InputError("the pattern size is not recorded and the scan is not there: give the scan",
+                                 results)
+            grid, meta = scan_io.ScanGrid(rec.rows, rec.cols, step=rec.step, kind=rec.grid_kind), {}
+        if (grid.rows, grid.cols) != (rec.rows, rec.cols):
+            raise InputError(f"scan grid {grid.rows} x {grid.cols} differs from the results' {rec.rows} x {rec.cols}",
+                             source.path)
+        pconf = ProcessConfig.from_parameters(params)
+        pre = pconf.preprocess
+        binned = processed_shape(pre.binning, shape, scan_path or results)
+        gcfg, meta = binned_geometry(pre.binning, cfg, meta)
+        geom = resolve_geometry(gcfg, shape=binned, grid=grid, scan_meta=meta, scan_path=scan_path or results,
+                                ref_index=ref_index, ref_path=ref_path,
+                                ref_meta=scan_io.read_reference_metadata(ref_path) if ref_path else None)
+        backend = select_backend(device)
+        with backend.use():
+            if not remap:
+                return compute_strain(results, cfg, geom, backend=backend, overwrite=overwrite, progress=progress)
+            layout = layout_for(pconf.roi, binned, path=source.path)
+            if not np.allclose(layout.centres, rec.centres):
+                raise InputError("the recorded ROI layout cannot be rebuilt (ROI file changed?): switch remapping "
+                                 "off (strain.remap_threshold_deg = 0)", results)
+            reference = (scan_reference(source, ref_index, pre) if ref_index is not None
+                         else scan_io.read_reference(ref_path))
+            static_bg = static_background(pre.static_background, source, backend)
+            pipeline = Pipeline(backend, pconf, layout, np.asarray(reference), static_background=static_bg)
+            try:
+                return compute_strain(results, cfg, geom, backend=backend, pipeline=pipeline,
+                                      read_points=lambda flat: read_points(source, pre, flat),
+                                      overwrite=overwrite, progress=progress)
+            finally:
+                pipeline.close()
+    finally:
+        if source is not None:
+            source.close()
+
+
+def _check_unchanged(path, record, given, results):
+    if record is None or given and os.path.basename(path) != record["name"]:
+        return
+    now = input_record(path)
+    if (now["size"], now["mtime"]) != (record["size"], record["mtime"]):
+        raise InputError(f"changed since {os.path.basename(results)} was made; remapping would mix "
+                         "two versions of the data (process it again, or switch remapping off)", path)

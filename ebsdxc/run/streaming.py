@@ -1,0 +1,168 @@
+"""Streaming batches through a pipeline: the reader thread, pinned host buffers, CUDA streams.
+
+A reader thread fills the next batch of patterns (into pinned host buffers on the GPU)
+while the device correlates the current one on its own CUDA stream; results of a batch
+are copied back and handed on while the next batch computes. Host memory is bounded by
+``N_BUFFERS`` batches of raw patterns, whatever the scan size.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..engines import PeakResult
+from ..errors import InputError
+
+__all__ = ["N_BUFFERS", "Reader", "host_buffers", "stream_chunks"]
+
+N_BUFFERS = 3  # raw-pattern batches in host memory at once: one being read, one queued, one in transfer
+
+
+@dataclass
+class _Batch:
+    start: int
+    stop: int
+    buffer: np.ndarray
+    view: np.ndarray
+    offset: int = 0  # where the chunk starts in `view` (halo rows before it)
+
+
+class Reader(threading.Thread):
+    """Reads chunks ahead into a small ring of (pinned) host buffers."""
+
+    def __init__(self, source, chunks, buffers):
+        super().__init__(daemon=True, name="ebsdxc-reader")
+        self.source = source
+        self.chunks = chunks
+        self.free = queue.Queue()
+        for b in buffers:
+            self.free.put((b, None))
+        self.ready = queue.Queue()
+        self._halt = threading.Event()
+
+    def run(self):
+        try:
+            for chunk in self.chunks:
+                start, stop = chunk[:2]
+                a, b = chunk[2:] if len(chunk) == 4 else chunk
+                buf, event = self.free.get()
+                if self._halt.is_set():
+                    break
+                if event is not None:
+                    event.synchronize()  # the previous transfer out of this buffer has finished
+                view = buf[: b - a]
+                try:
+                    self.source.read_into(a, b, view)
+                except (OSError, ValueError) as e:  # a damaged or truncated file, read back mid-run
+                    raise InputError(f"cannot read patterns {a} to {b - 1} ({e})", self.source.path) from e
+                self.ready.put(_Batch(start, stop, buf, view, start - a))
+            self.ready.put(None)
+        except BaseException as e:  # handed to the consuming thread, which raises it
+            self.ready.put(e)
+
+    def release(self, buf, event=None):
+        self.free.put((buf, event))
+
+    def stop(self):
+        self._halt.set()
+        self.free.put((None, None))
+
+
+def host_buffers(backend, n, shape, dtype):
+    """``n`` host buffers of ``shape``: pinned on the GPU (fast, asynchronous copies)."""
+    # Native byte order: the reader converts big-endian files while reading, and CuPy
+    # takes native arrays only.
+    dtype = np.dtype(dtype).newbyteorder("=")
+    if backend.is_gpu:
+        import cupyx
+
+        return [cupyx.empty_pinned(shape, dtype=dtype) for _ in range(n)]
+    return [np.empty(shape, dtype=dtype) for _ in range(n)]
+
+
+def _to_host(backend, res: PeakResult, stream=None):
+    if backend.is_gpu:
+        return tuple(a.get(stream=stream) for a in (res.displacement, res.peak_height, res.status))
+    return res.displacement, res.peak_height, res.status
+
+
+def stream_chunks(pipeline, source, chunks, *, emit, references=None, buffers=None):
+    """Correlate ``chunks`` [(start, stop[, read_start, read_stop]), ...] of ``source``.
+
+    ``emit(start, displacement, peak_height, status)`` receives host arrays, in order.
+    ``references`` is the :class:`~ebsdxc.references.ReferenceSet` whose ``index`` says
+    which reference each point uses (``None``: the pipeline's, all points reference 0).
+    ``buffers`` are host buffers from an earlier call to use again when they fit (pinning
+    host memory is slow); the ones used are returned.
+    """
+    be = pipeline.backend
+    if not chunks:
+        return buffers
+    refs = pipeline.reference_set if references is None else references
+    batch = max(c[-1] - c[-2] for c in chunks)  # the read range: halo rows included
+    halo = len(chunks[0]) == 4
+    cols = source.grid.cols
+    present = None if source.present is None else source.present.reshape(-1)
+
+    def match(item, patterns):
+        index = refs.of(item.start, item.stop)
+        if not halo:
+            return pipeline.match(patterns, index=index)
+        a = item.start - item.offset
+        return pipeline.match(patterns, index=index, crop=(item.offset, item.stop - item.start), cols=cols,
+                              present=None if present is None else present[a:a + len(item.view)])
+
+    want = np.dtype(source.dtype).newbyteorder("=")
+    if (buffers is None or buffers[0].shape[0] < batch or buffers[0].shape[1:] != tuple(source.pattern_shape)
+            or buffers[0].dtype != want):
+        buffers = host_buffers(be, N_BUFFERS, (batch, *source.pattern_shape), source.dtype)
+    reader = Reader(source, chunks, buffers)
+    reader.start()
+    pending = None
+    copy_back = None
+    try:
+        if be.is_gpu:
+            cp = be.xp
+            compute, copy_back = pipeline.streams()
+        while True:
+            item = reader.ready.get()
+            if item is None:
+                break
+            if isinstance(item, BaseException):
+                if pending is not None:  # keep what was computed before the failed read
+                    _flush(be, pending, emit, copy_back)
+                    pending = None
+                raise item
+            if be.is_gpu:
+                with compute:
+                    dev = cp.empty(item.view.shape, dtype=item.view.dtype)
+                    dev.set(item.view, stream=compute)
+                    reader.release(item.buffer, compute.record())
+                    res = match(item, dev)
+                    done_event = compute.record()
+            else:
+                res = match(item, item.view)
+                reader.release(item.buffer)
+                done_event = None
+            if pending is not None:
+                _flush(be, pending, emit, copy_back)
+            pending = (item.start, res, done_event)
+        if pending is not None:
+            _flush(be, pending, emit, copy_back)
+            pending = None
+    finally:
+        reader.stop()
+        reader.join(timeout=10)
+    return buffers
+
+
+def _flush(be, pending, emit, stream):
+    start, res, event = pending
+    if event is not None:
+        stream.wait_event(event)
+    disp, height, status = _to_host(be, res, stream)
+    emit(start, disp, height, status)
