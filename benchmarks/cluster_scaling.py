@@ -17,6 +17,7 @@ Usage::
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import platform
 import sys
@@ -77,8 +78,9 @@ def main(argv=None):
 
     print(f"# Dask scaling: {args.patterns} patterns 256x256 ({grid}), paper-86roi-96, "
           f"{per_task} rows ({per_task * args.cols} patterns) per task")
-    print(f"host {platform.node()}, {os.cpu_count()} cores, GPUs: "
-          f"{[cupy.cuda.runtime.getDeviceProperties(i)['name'].decode() for i in range(cupy.cuda.runtime.getDeviceCount())]}")
+    gpus = [cupy.cuda.runtime.getDeviceProperties(i)["name"].decode()
+            for i in range(cupy.cuda.runtime.getDeviceCount())]
+    print(f"host {platform.node()}, {os.cpu_count()} cores, GPUs: {gpus}")
     try:
         import dask_cuda
 
@@ -97,8 +99,8 @@ def main(argv=None):
         try:
             client.wait_for_workers(n, timeout=120)
             out = os.path.join(args.dir, f"dask{n}.h5")
-            t, _ = timed(lambda: process(scan, ref=ref, config=cfg, output=out, overwrite=True, grid_shape=grid,
-                                         client=client, cluster=ccfg), scan)
+            t, _ = timed(functools.partial(process, scan, ref=ref, config=cfg, output=out, overwrite=True,
+                                           grid_shape=grid, client=client, cluster=ccfg), scan)
         finally:
             client.close()
             cluster.close()
@@ -108,7 +110,8 @@ def main(argv=None):
         rows_out.append((f"Dask, {n} GPU worker{'s' if n > 1 else ''}", t, same))
     one = next((t for label, t, _ in rows_out if label.startswith("Dask, 1 ")), None)
     print()
-    print("| configuration | wall time (s) | patterns/s | vs Dask 1 GPU | vs single process | identical to single process |")
+    print("| configuration | wall time (s) | patterns/s | vs Dask 1 GPU | vs single process "
+          "| identical to single process |")
     print("|---|---|---|---|---|---|")
     for label, t, same in rows_out:
         ratio = f"{one / t:.2f}x" if one else "-"

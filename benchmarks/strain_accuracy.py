@@ -116,7 +116,8 @@ def fit_speed(device, n_points=100_000, n_roi=25):
                          materials.stiffness_tensor(materials.cubic_stiffness(246.5, 147.3, 124.7)),
                          sim.bunge_to_matrix(*EULER))
     pc = np.array([0.5, 0.45, 0.6])
-    q = sim.displacement_truth(c, shape=shape, pc_ref=pc, pc=pc, F=F) + rng.normal(scale=0.02, size=(n_points, n_roi, 2))
+    q = (sim.displacement_truth(c, shape=shape, pc_ref=pc, pc=pc, F=F)
+         + rng.normal(scale=0.02, size=(n_points, n_roi, 2)))
     args = dict(centres=c, shape=shape, pc=pc, pc_ref=pc,
                 stiffness=materials.stiffness_tensor(materials.cubic_stiffness(246.5, 147.3, 124.7)),
                 orientation=sim.bunge_to_matrix(*EULER))

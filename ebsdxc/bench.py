@@ -1,8 +1,8 @@
 """Time the correlation engines on the local GPU: the paper's Table 1, and calibration.
 
-Every candidate of a case (the ``fft`` and ``fused`` engines and the definition-based
-kernels with their blocking factors, :func:`candidates`) runs on the same random float32
-inputs already on the GPU; times are medians of device time (the calls replayed from a
+Every candidate of a case (each registered engine with each of its variants, e.g. the
+definition-based kernels with their blocking factors: :func:`candidates`) runs on the
+same random float32 inputs already on the GPU; times are medians of device time (the calls replayed from a
 CUDA graph between CUDA events, so Python's launch overhead is not counted) after a
 warm-up run (which also compiles), excluding FFT plans and reference spectra (made once
 per reference in real use). Candidates that cannot beat the best time so far even at
@@ -20,14 +20,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .dispatch import CalibrationTable, Case, Choice, applies, gpu_model
-from .engines.definition import (
-    KernelChoice,
-    correlate_maps,
-    overlap_fmas,
-    precompile,
-    segment_width,
-)
+from .engines.definition import overlap_fmas
+from .engines.dispatch import CalibrationTable, Case, Choice, gpu_model
+from .engines.registry import ENGINES
 
 __all__ = ["TABLE1_FORMS", "TABLE1_SIZES", "candidates", "measure_case", "table1_cases",
            "calibration_cases", "run_cases", "write_csv", "read_csv", "winners", "plot_table1",
@@ -57,34 +52,25 @@ class Measurement:
         return 2 * overlap_fmas((c.h, c.w), c.max_lag, c.pairing.n_pairs) / (self.ms * 1e-3) / 1e12
 
 
+def _engines():
+    """The registered engine classes in timing order: FFT-based first, whose times bound the
+    definition-based candidates (skipped when even at the peak FMA rate they cannot come near)."""
+    return sorted(ENGINES.values(), key=lambda cls: cls.info.method == "definition")
+
+
+def _info(engine):
+    cls = ENGINES.get(engine)
+    return None if cls is None else cls.info
+
+
+def _family(choice):
+    cls = ENGINES.get(choice.engine)
+    return choice.engine if cls is None else cls.family(choice.kernel)
+
+
 def candidates(case):
-    """The engines and kernels worth timing for ``case``."""
-    out = [Choice("fft")]
-    if applies(Choice("fused"), case) and case.form != "n_to_m":
-        out.append(Choice("fused"))
-    W = segment_width(case.max_lag)
-    per_left = case.n_right
-    ks = [KernelChoice("overlap_wise"), KernelChoice("warp_shuffle", width=W)]
-    if case.mode == "window" and W > 8:  # narrower segments waste fewer lanes on short rows
-        ks += [KernelChoice("grouped_overlap", width=W // 2, g=4, kr=k) for k in (1, 8) if k <= per_left]
-    if case.h * case.w <= 64 * 64:
-        ks.append(KernelChoice("warp_per_overlap"))
-    krs = [k for k in (2, 4, 8) if k <= per_left]
-    ks += [KernelChoice("multi_matrix_right", width=W, kr=k) for k in krs]
-    if case.form == "n_to_m":
-        ks += [KernelChoice("multi_matrix_both", width=W, kl=kl, kr=kr)
-               for kl, kr in ((2, 2), (4, 4), (4, 8), (8, 8)) if kl <= case.n_left and kr <= per_left]
-    rows = 2 * case.max_lag[0] + 1
-    for g in (4, 8):
-        if g <= rows:
-            for kr in [1] + [k for k in (4, 8) if k <= per_left]:
-                ks.append(KernelChoice("grouped_overlap", width=W, g=g, kr=kr))
-            if case.form == "n_to_m" and case.n_left >= 4 and per_left >= 4:
-                ks.append(KernelChoice("grouped_overlap", width=W, g=g, kl=4, kr=4 if g == 4 else 2))
-    if case.pairing.n_pairs <= 8 and case.h >= 64:
-        ks += [KernelChoice("split_row", width=W, splits=s, g=4) for s in (8, 32) if 4 <= rows]
-    out += [Choice("direct", k) for k in ks if k.fits(case.pairing)]
-    return out
+    """The engines and variants worth timing for ``case`` (each engine's ``candidates``)."""
+    return [Choice(cls.info.name, v) for cls in _engines() for v in cls.candidates(case)]
 
 
 def table1_cases(sizes=TABLE1_SIZES):
@@ -118,65 +104,10 @@ class _Inputs:
         p = case.pairing
         self.lefts = rng.standard_normal((p.na, case.h, case.w), dtype=cp.float32)
         self.rights = rng.standard_normal((p.n_rights, case.h, case.w), dtype=cp.float32)
-        self._out = None
 
     def runner(self, choice):
-        import cupy as cp
-
-        c = self.case
-        if choice.engine == "direct":
-            shape = (c.pairing.n_pairs, 2 * c.max_lag[0] + 1, 2 * c.max_lag[1] + 1)
-            if c.peaks:
-                return self._engine_runner(choice)
-            if self._out is None or self._out.shape != shape:
-                self._out = cp.empty(shape, dtype=cp.float32)
-            return lambda: correlate_maps(self.lefts, self.rights, c.pairing, c.max_lag, choice.kernel,
-                                          out=self._out)
-        if c.peaks or choice.engine == "fused":
-            return self._engine_runner(choice)
-        return self._fft_maps_runner()
-
-    def _engine_runner(self, choice):
-        from .backend import select_backend
-        from .engines import EngineConfig, make_engine
-
-        c = self.case
-        if c.form == "n_to_m":
-            raise ValueError("engines run the n-to-mn form")
-        cfg = EngineConfig(mode=c.mode, max_shift=c.max_shift, subpixel="quadratic", compensate=False,
-                           kernel=choice.kernel.label if choice.kernel else "auto")
-        eng = make_engine(choice.engine, select_backend("cuda"), (c.h, c.w), cfg)
-        xp = eng.xp
-        e = (self.lefts.astype(xp.float64) ** 2).sum(axis=(1, 2)).astype(xp.float32)
-        eng.set_reference(self.lefts, e, xp.zeros(c.n_left, dtype=xp.uint8))
-        B, n = c.n_right, c.n_left
-        Ny, Nx = eng.input_shape
-        tiles = xp.zeros((B, n, Ny, Nx), dtype=xp.float32)
-        tiles[..., :c.h, :c.w] = self.rights.reshape(B, n, c.h, c.w)
-        if c.peaks:
-            return lambda: eng._locate(tiles)
-        return lambda: eng.correlation_maps(tiles)
-
-    def _fft_maps_runner(self):
-        import cupy as cp
-
-        from .engines.fft import fft_shape
-
-        c = self.case
-        s = fft_shape((c.h, c.w), c.max_lag, c.mode)
-        lspec = cp.conj(cp.fft.rfft2(self.lefts, s=s))
-        if c.form == "n_to_m":
-            def run():
-                spec = cp.fft.rfft2(self.rights, s=s)
-                return cp.fft.irfft2(lspec[:, None] * spec[None], s=s)
-        else:
-            rights = self.rights.reshape(c.n_right, c.n_left, c.h, c.w)
-
-            def run():
-                spec = cp.fft.rfft2(rights, s=s)
-                spec *= lspec[None]
-                return cp.fft.irfft2(spec, s=s)
-        return run
+        """A callable that runs ``choice`` once on these inputs (the engine's ``benchmark``)."""
+        return ENGINES[choice.engine].benchmark(self.case, self.lefts, self.rights, choice.kernel)
 
 
 def _time(fn, max_reps=20, budget_s=0.3):
@@ -243,11 +174,13 @@ def measure_case(case, *, choices=None, progress=None, skip=True):
 
     inputs = _Inputs(case)
     choices = candidates(case) if choices is None else choices
-    precompile([c.kernel for c in choices if c.engine == "direct"])
+    for cls in _engines():
+        cls.precompile([c.kernel for c in choices if c.engine == cls.info.name])
     fmas = overlap_fmas((case.h, case.w), case.max_lag, case.pairing.n_pairs)
     out, best = [], math.inf
     for choice in choices:
-        if skip and choice.engine == "direct" and fmas / _ASSUMED_PEAK_FMA * 1e3 > 5 * best:
+        definition = _info(choice.engine).method == "definition"
+        if skip and definition and fmas / _ASSUMED_PEAK_FMA * 1e3 > 5 * best:
             out.append(Measurement(case, choice, None, "skipped: slower than the best even at peak FMA rate"))
             continue
         try:
@@ -282,20 +215,18 @@ def write_csv(measurements, path):
         for m in measurements:
             c, k = m.case, m.choice.kernel
             wr.writerow([c.form, c.n_left, c.n_right, c.h, c.w, c.mode, c.max_shift or "", int(c.peaks),
-                         m.choice.engine, k.label if k else "", k.algorithm if k else m.choice.engine,
+                         m.choice.engine, k.label if k is not None else "", _family(m.choice),
                          "" if m.ms is None else f"{m.ms:.6g}",
                          "" if m.tflops is None else f"{m.tflops:.4g}", m.note])
 
 
 def read_csv(path):
-    from .engines.definition import parse_kernel
-
     out = []
     with open(path, newline="") as f:
         for r in csv.DictReader(f):
             case = Case(r["form"], int(r["n_left"]), int(r["n_right"]), int(r["h"]), int(r["w"]), r["mode"],
                         int(r["max_shift"]) if r["max_shift"] else None, bool(int(r["peaks"])))
-            choice = Choice(r["engine"], parse_kernel(r["kernel"]) if r["kernel"] else None)
+            choice = Choice.parse(r["engine"], r["kernel"])
             out.append(Measurement(case, choice, float(r["ms"]) if r["ms"] else None, r["note"]))
     return out
 
@@ -305,8 +236,14 @@ def to_table(measurements, gpu=None, meta=None):
     return CalibrationTable(gpu or gpu_model(), rows, dict(meta or {}, created=time.strftime("%Y-%m-%d")))
 
 
+def _is(engine, what):
+    info = _info(engine)
+    return info is not None and (info.baseline if what == "baseline" else info.method == what)
+
+
 def winners(measurements):
-    """{case: (fastest Measurement, fastest definition-based Measurement or None, fft ms)}."""
+    """{case: (fastest Measurement, fastest definition-based Measurement or None, time of the
+    baseline engine (``fft``) or None)}."""
     by = {}
     for m in measurements:
         if m.ms is not None:
@@ -314,8 +251,8 @@ def winners(measurements):
     out = {}
     for case, ms in by.items():
         best = min(ms, key=lambda m: m.ms)
-        direct = [m for m in ms if m.choice.engine == "direct"]
-        fft = [m.ms for m in ms if m.choice.engine == "fft"]
+        direct = [m for m in ms if _is(m.choice.engine, "definition")]
+        fft = [m.ms for m in ms if _is(m.choice.engine, "baseline")]
         out[case] = (best, min(direct, key=lambda m: m.ms) if direct else None, fft[0] if fft else None)
     return out
 
@@ -323,6 +260,7 @@ def winners(measurements):
 def table1_markdown(measurements):
     """Winner per cell (rows: forms, columns: sizes), the paper's Table 1 layout."""
     win = winners(measurements)
+    base = next((name for name, cls in ENGINES.items() if cls.info.baseline), "baseline")
     sizes = sorted({c.h for c in win if not c.peaks and c.mode == "full"})
     lines = ["| form | " + " | ".join(str(s) for s in sizes) + " |", "|---" * (len(sizes) + 1) + "|"]
     for label, form, nl, nr in TABLE1_FORMS:
@@ -333,15 +271,11 @@ def table1_markdown(measurements):
                 cells.append("-")
                 continue
             best, _, fft = w
-            name = best.choice.kernel.label if best.choice.kernel else best.choice.engine
-            cells.append(f"{name} {best.ms:.3g} ms" + (f" (fft {fft:.3g})" if best.choice.engine != "fft"
-                                                       and fft else ""))
+            name = best.choice.kernel.label if best.choice.kernel is not None else best.choice.engine
+            cells.append(f"{name} {best.ms:.3g} ms" + (f" ({base} {fft:.3g})"
+                                                       if not _is(best.choice.engine, "baseline") and fft else ""))
         lines.append(f"| {label} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
-
-
-_FAMILY_ORDER = ("fft", "fused", "overlap_wise", "warp_per_overlap", "warp_shuffle", "multi_matrix_right",
-                 "multi_matrix_both", "grouped_overlap", "split_row")
 
 
 def plot_table1(measurements, path):
@@ -351,6 +285,7 @@ def plot_table1(measurements, path):
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    order = [f for cls in _engines() for f in cls.families()]
     fig, axes = plt.subplots(2, 4, figsize=(16, 7.5), sharex=True)
     for ax, (label, form, nl, nr) in zip(axes.flat, TABLE1_FORMS):
         fam = {}
@@ -358,13 +293,16 @@ def plot_table1(measurements, path):
             c = m.case
             if m.ms is None or c.peaks or c.mode != "full" or (c.form, c.n_left, c.n_right) != (form, nl, nr):
                 continue
-            key = m.choice.kernel.algorithm if m.choice.kernel else m.choice.engine
+            key = _family(m.choice)
+            if key not in order:  # an engine this installation lacks: plotted last
+                order.append(key)
             fam.setdefault(key, {})
             fam[key][c.h] = min(m.ms, fam[key].get(c.h, math.inf))
-        for key in sorted(fam, key=_FAMILY_ORDER.index):
+        for key in sorted(fam, key=order.index):
             xs = sorted(fam[key])
-            ax.loglog(xs, [fam[key][x] for x in xs], "o-" if key in ("fft", "fused") else ".-", label=key, ms=4,
-                      color=plt.get_cmap("tab10")(_FAMILY_ORDER.index(key)))
+            # whole engines as lines with markers, variants (kernels) as thin dotted lines
+            ax.loglog(xs, [fam[key][x] for x in xs], "o-" if key in ENGINES else ".-", label=key, ms=4,
+                      color=plt.get_cmap("tab10")(order.index(key) % 10))
         sizes = sorted({x for f in fam.values() for x in f})
         ax.set_xticks(sizes, [str(x) for x in sizes])
         ax.minorticks_off()

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import dataclasses
 import json
 import os
+import re
 import shlex
 import sys
 import warnings
@@ -140,25 +140,6 @@ def _strain_options(p, *, in_process):
                    help="re-correlate against a rotated reference above this rotation (default 1 degree)")
     s.add_argument("--no-remap", action="store_true", help="never remap")
     s.add_argument("--min-peak-height", type=float, metavar="H", help="ROIs with a lower correlation peak are not used (default 0.3)")
-
-
-def _strain_config(a, base):
-    from .hrebsd import StrainConfig
-
-    kw = {k: getattr(a, k) for k in ("material", "pc", "pc_ref", "pc_convention", "pc_map", "pixel_size",
-                                     "binning", "orientation", "sample_tilt", "detector_tilt",
-                                     "min_peak_height") if getattr(a, k) is not None}
-    if a.remap_threshold is not None:
-        kw["remap_threshold_deg"] = a.remap_threshold
-    if a.no_remap:
-        kw["remap_threshold_deg"] = 0.0
-    base = base or StrainConfig()
-    if kw and not (kw.get("material") or base.material):
-        raise InputError("strain options need --material (e.g. --material Ni)")
-    try:
-        return dataclasses.replace(base, **kw)
-    except ValueError as e:
-        raise InputError(str(e)) from None
 
 
 class _Parser(argparse.ArgumentParser):
@@ -309,94 +290,119 @@ def _parser():
     return p
 
 
-def _preprocess_config(a, pre):
-    """The recipe's PreprocessConfig with the preprocessing options of ``a`` over it."""
-    kw = {}
-    if a.dynamic_background is not None:
-        kw["dynamic_sigma"] = a.dynamic_background
-    if a.bandpass and a.bandpass_cutoffs:
-        raise InputError("give either --bandpass (Gaussian sigmas in px) or --bandpass-cutoffs "
-                         "(erf cutoffs in cycles/px), not both")
-    if a.bandpass:
-        if a.bandpass_kind == "erf":
-            raise InputError("--bandpass gives Gaussian sigmas; the erf band-pass takes --bandpass-cutoffs")
-        kw.update(bandpass_kind="gaussian", bandpass=tuple(a.bandpass), bandpass_cutoffs=None)
-    if a.bandpass_cutoffs:
-        if a.bandpass_kind == "gaussian":
-            raise InputError("--bandpass-cutoffs are for the erf band-pass (--bandpass-kind erf)")
-        kw.update(bandpass_kind="erf", bandpass_cutoffs=tuple(a.bandpass_cutoffs), bandpass=None)
-    if a.bandpass_kind and "bandpass_kind" not in kw:
-        kw["bandpass_kind"] = a.bandpass_kind
-        if a.bandpass_kind == "gaussian":
-            kw["bandpass_cutoffs"] = None
-    if a.bandpass_width is not None:
-        kw["bandpass_width"] = a.bandpass_width
-    if a.pattern_binning is not None:
-        kw["binning"] = a.pattern_binning
-    if a.mask == "none":
-        if a.mask_radius is not None or a.mask_centre is not None:
-            raise InputError("--mask none takes no --mask-radius or --mask-centre")
-        kw.update(mask=None, mask_radius=None, mask_centre=None)
-    elif a.mask or a.mask_radius is not None or a.mask_centre is not None:
-        kw["mask"] = "circle"  # a radius or centre alone asks for the circle
-        if a.mask_radius is not None:
-            kw["mask_radius"] = a.mask_radius
-        if a.mask_centre is not None:
-            kw["mask_centre"] = a.mask_centre
-    if a.average_neighbours is not None:
-        kw["average_neighbours"] = a.average_neighbours
-    if a.average_kernel:
-        kw["average_kernel"] = a.average_kernel
-    if a.average_sigma is not None:
-        kw["average_sigma"] = a.average_sigma
-    return dataclasses.replace(pre, **kw) if kw else pre
+# Every setting a flag gives, by its path in a recipe: the overrides the flags build and the
+# names in error messages (the library names settings; the user typed flags).
+_FLAGS = {
+    "roi.size": "--roi-size", "roi.grid": "--roi-grid", "roi.n": "--roi-ring", "roi.centres": "--roi-centres",
+    "preprocess.static_background": "--static-background",
+    "preprocess.dynamic_background_sigma": "--dynamic-background",
+    "preprocess.bandpass": "--bandpass", "preprocess.bandpass_kind": "--bandpass-kind",
+    "preprocess.bandpass_cutoffs": "--bandpass-cutoffs", "preprocess.bandpass_width": "--bandpass-width",
+    "preprocess.binning": "--pattern-binning", "preprocess.mask": "--mask", "preprocess.mask_radius": "--mask-radius",
+    "preprocess.mask_centre": "--mask-centre", "preprocess.average_neighbours": "--average-neighbours",
+    "preprocess.average_kernel": "--average-kernel", "preprocess.average_sigma": "--average-sigma",
+    "correlation.engine": "--engine", "correlation.max_shift": "--max-shift", "correlation.subpixel": "--subpixel",
+    "correlation.kernel": "--kernel",
+    "strain.material": "--material", "strain.pc": "--pc", "strain.pc_ref": "--pc-ref",
+    "strain.pc_convention": "--pc-convention", "strain.pc_map": "--pc-map", "strain.pixel_size": "--pixel-size",
+    "strain.binning": "--binning", "strain.orientation": "--orientation", "strain.sample_tilt": "--sample-tilt",
+    "strain.detector_tilt": "--detector-tilt", "strain.remap_threshold_deg": "--remap-threshold",
+    "strain.min_peak_height": "--min-peak-height",
+    "run.device": "--device", "run.batch": "--batch",
+    "cluster.address": "--cluster", "cluster.workers": "--workers", "cluster.retries": "--retries",
+    "cluster.rows_per_task": "--rows-per-task",
+}
+_SETTING = re.compile(r"\b(?:" + "|".join(sorted({k.split(".")[0] for k in _FLAGS})) + r")\.\w+")
+
+
+def _flag_names(text, only=None):
+    """``text`` with the settings it names (``preprocess.binning``) named by their flags
+    (``--pattern-binning``); with ``only``, just those settings."""
+    def flag(m):
+        name = m.group(0)
+        return _FLAGS[name] if name in _FLAGS and (only is None or name in only) else name
+    return _SETTING.sub(flag, text)
+
+
+def _overrides(a) -> dict:
+    """The settings the flags of ``a`` give, in a recipe's shape (for :func:`ebsdxc.config.load_config`)."""
+    from .rois import parse_grid
+
+    out = {}
+
+    def put(key, value):
+        table, name = key.split(".")
+        out.setdefault(table, {})[name] = value
+
+    for key, flag in _FLAGS.items():
+        value = getattr(a, flag[2:].replace("-", "_"), None)
+        if value is not None:
+            put(key, list(value) if isinstance(value, tuple) else value)
+    layouts = [x for x in (getattr(a, "roi_grid", None), getattr(a, "roi_ring", None),
+                           getattr(a, "roi_centres", None)) if x]
+    if len(layouts) > 1:
+        raise InputError("give only one of --roi-grid, --roi-ring, --roi-centres")
+    roi = out.get("roi", {})
+    if "grid" in roi:
+        try:
+            roi["grid"] = list(parse_grid(roi["grid"]))
+        except ValueError as e:
+            raise InputError(f"--roi-grid: {e}") from None
+        roi["layout"] = "grid"
+    elif "n" in roi:
+        roi["layout"] = "ring"
+    elif "centres" in roi:
+        roi["layout"] = "file"
+    if "max_shift" in out.get("correlation", {}):
+        out["correlation"]["mode"] = "window"
+    pre = out.get("preprocess", {})
+    # What a flag alone means: --bandpass is the Gaussian band-pass, --bandpass-cutoffs the erf
+    # one, --mask-radius / --mask-centre the circle (whether they fit is PreprocessConfig's to say).
+    if "bandpass_kind" not in pre and ("bandpass" in pre) != ("bandpass_cutoffs" in pre):
+        pre["bandpass_kind"] = "gaussian" if "bandpass" in pre else "erf"
+    if "mask" not in pre and ("mask_radius" in pre or "mask_centre" in pre):
+        pre["mask"] = "circle"
+    if getattr(a, "no_remap", False):
+        put("strain.remap_threshold_deg", 0.0)
+    if getattr(a, "cluster", None):
+        put("run.executor", "dask")
+    return out
+
+
+def _flag_settings(a) -> list[str]:
+    """The settings (``preprocess.binning``) that flags of ``a`` give."""
+    return [f"{table}.{key}" for table, values in _overrides(a).items() for key in values]
+
+
+def _named_by_flags(error: InputError, given) -> InputError:
+    """``error`` with the settings in ``given`` named by their flags."""
+    problem = _flag_names(error.problem, only=given)
+    return error if problem == error.problem else InputError(problem, error.path)
+
+
+def _load_config(a, overrides):
+    """(ProcessConfig, RunConfig) of ``--pipeline`` and the flags; errors about the flags name them."""
+    from .config import load_config
+
+    try:
+        return load_config(a.pipeline, overrides)
+    except InputError as e:
+        if e.path is None:  # the flags' settings (a recipe's errors name its keys)
+            raise InputError(_flag_names(e.problem)) from None
+        raise
 
 
 def _config_from_args(a):
-    from .recipes import ProcessConfig, load_recipe
-    from .rois import parse_grid
-
-    cfg = load_recipe(a.pipeline) if a.pipeline else ProcessConfig()
-    roi = cfg.roi
-    layouts = [x for x in (a.roi_grid, a.roi_ring, a.roi_centres) if x]
-    if len(layouts) > 1:
-        raise InputError("give only one of --roi-grid, --roi-ring, --roi-centres")
-    if a.roi_grid:
-        try:
-            roi = dataclasses.replace(roi, layout="grid", grid=parse_grid(a.roi_grid))
-        except ValueError as e:
-            raise InputError(str(e)) from None
-    if a.roi_ring:
-        roi = dataclasses.replace(roi, layout="ring", n=a.roi_ring)
-    if a.roi_centres:
-        roi = dataclasses.replace(roi, layout="file", centres=a.roi_centres)
-    if a.roi_size:
-        roi = dataclasses.replace(roi, size=a.roi_size)
-    corr = cfg.correlation
-    if a.max_shift:
-        corr = dataclasses.replace(corr, mode="window", max_shift=a.max_shift)
-    if a.subpixel:
-        corr = dataclasses.replace(corr, subpixel=a.subpixel)
-    try:
-        pre = _preprocess_config(a, cfg.preprocess)
-        cfg = cfg.replace(roi=roi, correlation=corr, preprocess=pre)
-        dataclasses.replace(cfg.preprocess)  # re-validate
-    except ValueError as e:
-        raise InputError(str(e)) from None
-    if a.static_background:
-        cfg = cfg.replace(static_background=a.static_background)
-    if a.device:
-        cfg = cfg.replace(device=a.device)
-    if a.engine:
-        cfg = cfg.replace(engine=a.engine)
-    if a.kernel:
-        try:
-            cfg = cfg.replace(correlation=dataclasses.replace(cfg.correlation, kernel=a.kernel))
-        except ValueError as e:
-            raise InputError(f"--kernel: {e}") from None
-    if a.batch:
-        cfg = cfg.replace(batch=a.batch)
-    return cfg.replace(strain=_strain_config(a, cfg.strain))
+    """(ProcessConfig, RunConfig) of ``ebsdxc process``'s flags."""
+    overrides = _overrides(a)
+    cfg, run = _load_config(a, overrides)
+    if overrides.get("strain") and not cfg.strain.enabled:
+        raise InputError("strain options need --material (e.g. --material Ni)")
+    cluster_flags = [f for f in ("--workers", "--retries", "--rows-per-task")
+                     if getattr(a, f[2:].replace("-", "_"), None) is not None]
+    if cluster_flags and run.executor != "dask":
+        raise InputError("--workers, --retries and --rows-per-task apply to a Dask run: add --cluster")
+    return cfg, run
 
 
 def _campaign(scans) -> list[str]:
@@ -417,33 +423,12 @@ def _campaign(scans) -> list[str]:
     return out
 
 
-def _cluster_config(a):
-    from .cluster import ClusterConfig
-
-    base = None
-    if a.pipeline:
-        from . import recipes
-
-        loader = getattr(recipes, "load_cluster_config", None)
-        base = loader(a.pipeline) if loader else None
-    cfg = base or ClusterConfig()
-    changes = {k: v for k, v in (("address", a.cluster), ("workers", a.workers), ("retries", a.retries),
-                                 ("rows_per_task", a.rows_per_task)) if v is not None}
-    try:
-        cfg = dataclasses.replace(cfg, **changes)
-    except ValueError as e:
-        raise InputError(str(e)) from None
-    if cfg.address in ("slurm", "pbs") and not cfg.job:
-        raise InputError(f"--cluster {cfg.address} needs job settings: a recipe with a [cluster.job] table "
-                         f"(e.g. --pipeline cluster-{cfg.address})")
-    return cfg
-
-
 def _cmd_process(a, argv):
     from .progress import BarProgress, NullProgress
-    from .runner import process
+    from .run import process
 
-    cfg = _config_from_args(a)
+    cfg, run = _config_from_args(a)
+    given = set(_flag_settings(a))
     scans = _campaign(a.scan)
     outputs = [a.output] * len(scans)
     if len(scans) > 1 and a.output:
@@ -453,32 +438,34 @@ def _cmd_process(a, argv):
             raise InputError("several scans of the campaign have the same name; give no -o (results go "
                              "beside each scan)", a.output)
         outputs = [os.path.join(a.output, f"{n}.ebsdxc.h5") for n in names]
-    client = cluster = ccfg = None
-    if a.cluster:
-        from .cluster import connect
-
-        ccfg = _cluster_config(a)
-        client, cluster = connect(ccfg)
-    elif a.workers or a.retries is not None or a.rows_per_task:
-        raise InputError("--workers, --retries and --rows-per-task apply to a Dask run: add --cluster")
+    client = cluster = executor = None
     failed = 0
     try:
+        if run.executor == "dask":
+            from .cluster import DaskExecutor, connect
+
+            client, cluster = connect(run.cluster)
+            executor = DaskExecutor(client, run.cluster)
         for scan, output in zip(scans, outputs):
             try:
-                out = process(scan, ref=a.ref, ref_index=a.ref_index, output=output, config=cfg,
-                              dataset=a.dataset, format=a.format, grid_shape=a.grid,
+                out = process(scan, ref=a.ref, ref_index=a.ref_index, output=output, config=cfg, run=run,
+                              executor=executor, dataset=a.dataset, format=a.format, grid_shape=a.grid,
                               resume=a.resume, overwrite=a.overwrite,
                               progress=NullProgress() if a.quiet else BarProgress(),
-                              command_line=shlex.join(["ebsdxc", *argv]),
-                              client=client, cluster=ccfg)
+                              command_line=shlex.join(["ebsdxc", *argv]))
             except InputError as e:
+                e = _named_by_flags(e, given)
                 if len(scans) == 1:
-                    raise
+                    raise e from None
                 print(f"ebsdxc: error: {e}", file=sys.stderr)  # the campaign goes on with the next scan
                 failed += 1
                 continue
             _print_summary(out, cfg)
+    except InputError as e:
+        raise _named_by_flags(e, given) from None
     finally:
+        if executor is not None:
+            executor.close()
         if client is not None:
             client.close()
         if cluster is not None:
@@ -513,15 +500,16 @@ def _print_strain(path):
 
 def _cmd_strain(a, argv):
     from .progress import BarProgress, NullProgress
-    from .recipes import load_recipe
-    from .runner import strain
+    from .run import strain
 
-    base = load_recipe(a.pipeline).strain if a.pipeline else None
-    cfg = _strain_config(a, base)
-    if not cfg.enabled:
+    cfg, run = _load_config(a, _overrides(a))
+    if not cfg.strain.enabled:
         raise InputError("ebsdxc strain needs --material (e.g. --material Ni)")
-    strain(a.results, config=cfg, scan=a.scan, ref=a.ref, device=a.device, overwrite=a.overwrite,
-           progress=NullProgress() if a.quiet else BarProgress())
+    try:
+        strain(a.results, config=cfg.strain, scan=a.scan, ref=a.ref, device=run.device, overwrite=a.overwrite,
+               progress=NullProgress() if a.quiet else BarProgress())
+    except InputError as e:
+        raise _named_by_flags(e, set(_flag_settings(a))) from None
     _print_strain(a.results)
     return 0
 
@@ -616,7 +604,7 @@ def _cmd_plot(a, argv):
 
 
 def _cmd_recipes(a, argv):
-    from .recipes import shipped_recipes
+    from .config import shipped_recipes
 
     for name, path in sorted(shipped_recipes().items()):
         with open(path) as f:
@@ -653,7 +641,7 @@ def _cmd_bench(a, argv):
         print(f"plot: {png}")
         return 0
     from .backend import select_backend
-    from .dispatch import cache_path, gpu_model, gpu_slug
+    from .engines.dispatch import cache_path, gpu_model, gpu_slug
 
     backend = select_backend(a.device)
     if not backend.is_gpu:

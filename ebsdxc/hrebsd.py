@@ -41,7 +41,7 @@ from .strain import (
     remap_pattern,
 )
 
-__all__ = ["FIT_POINTS", "PC_MAPS", "REMAP_BATCH", "StrainConfig", "StrainGeometry", "compute_strain",
+__all__ = ["FIT_POINTS", "PC_MAPS", "REMAP_BATCH", "StrainConfig", "StrainGeometry", "binned_geometry", "compute_strain",
            "resolve_geometry"]
 
 PC_MAPS = ("auto", "constant", "file", "plane", "extrapolate")
@@ -49,12 +49,17 @@ REMAP_BATCH = 32  # scan points re-correlated together against their remapped re
 FIT_POINTS = 16384  # points per fit call: large enough to fill a GPU, small enough for any memory
 
 
+def _real(v) -> bool:
+    return isinstance(v, (int, float, np.integer, np.floating)) and not isinstance(v, bool) and bool(np.isfinite(v))
+
+
 @dataclass(frozen=True)
 class StrainConfig:
-    """Options of the strain pass (a recipe's ``[strain]`` table, or CLI options).
+    """Options of the strain pass (a recipe's ``[strain]`` table).
 
     Strain is computed when ``material`` is set. Angles in degrees; ``pc`` and ``pc_ref`` in
-    ``pc_convention``; ``pixel_size`` is the unbinned detector pixel in micrometres.
+    ``pc_convention``; ``pixel_size`` is the unbinned detector pixel in micrometres. Errors
+    name the options by their recipe path (``strain.pc_map``).
     """
 
     material: str | None = None
@@ -74,19 +79,45 @@ class StrainConfig:
     min_rois: int = 4
 
     def __post_init__(self):
+        m = self.material
+        if m is not None and not (isinstance(m, (str, os.PathLike)) and os.fspath(m)):
+            raise ValueError(f"strain.material must be a material name (e.g. Ni), cubic:C11,C12,C44 or a file, "
+                             f"got {m!r}")
         for name in ("pc", "pc_ref", "orientation"):
             v = getattr(self, name)
             if v is not None:
-                v = tuple(float(x) for x in v)
+                try:
+                    v = tuple(float(x) for x in v)
+                except (TypeError, ValueError):
+                    v = ()
                 if len(v) != 3 or not all(np.isfinite(v)):
-                    raise ValueError(f"{name} must be three finite numbers, got {getattr(self, name)!r}")
+                    raise ValueError(f"strain.{name} must be three finite numbers, got {getattr(self, name)!r}")
                 object.__setattr__(self, name, v)
         if self.pc_map not in PC_MAPS:
-            raise ValueError(f"pc_map must be one of {', '.join(PC_MAPS)}, got {self.pc_map!r}")
-        geometry.canonical_convention(self.pc_convention)
-        if not self.remap_threshold_deg >= 0:
-            raise ValueError(f"remap_threshold_deg must be >= 0 (0: never remap), got {self.remap_threshold_deg}")
-        self.fit_options()  # validates the rejection options
+            raise ValueError(f"strain.pc_map must be one of {', '.join(PC_MAPS)}, got {self.pc_map!r}")
+        try:
+            geometry.canonical_convention(self.pc_convention)
+        except (TypeError, ValueError) as e:
+            raise ValueError(f"strain.pc_convention: {e}") from None
+        if self.pixel_size is not None and not (_real(self.pixel_size) and self.pixel_size > 0):
+            raise ValueError(f"strain.pixel_size must be a number > 0 (micrometres), got {self.pixel_size!r}")
+        if not (isinstance(self.binning, (int, np.integer)) and not isinstance(self.binning, bool)
+                and self.binning >= 1):
+            raise ValueError(f"strain.binning (of the detector) must be a whole number >= 1, got {self.binning!r}")
+        for name in ("sample_tilt", "detector_tilt"):
+            v = getattr(self, name)
+            if v is not None and not _real(v):
+                raise ValueError(f"strain.{name} must be a number (degrees), got {v!r}")
+        if not (_real(self.remap_threshold_deg) and self.remap_threshold_deg >= 0):
+            raise ValueError(f"strain.remap_threshold_deg must be >= 0 (0: never remap), "
+                             f"got {self.remap_threshold_deg!r}")
+        for name in ("min_peak_height", "outlier_sigma", "residual_floor_px", "min_rois"):
+            if not _real(getattr(self, name)):
+                raise ValueError(f"strain.{name} must be a number, got {getattr(self, name)!r}")
+        try:
+            self.fit_options()  # validates the rejection options; its messages start with the field name
+        except ValueError as e:
+            raise ValueError(f"strain.{e}") from None
 
     @property
     def enabled(self) -> bool:
@@ -272,7 +303,7 @@ def resolve_geometry(cfg: StrainConfig, *, shape, grid, scan_meta: dict, scan_pa
 
 
 def compute_strain(results_path, cfg: StrainConfig, geom: StrainGeometry, *, backend=None, pipeline=None,
-                   source=None, overwrite=False, progress: Progress | None = None) -> dict:
+                   read_points=None, overwrite=False, progress: Progress | None = None) -> dict:
     """Fit every processed point of a results file and write the strain datasets into it.
 
     Parameters
@@ -282,9 +313,12 @@ def compute_strain(results_path, cfg: StrainConfig, geom: StrainGeometry, *, bac
     geom : StrainGeometry
     backend : Backend, optional
         Where the fit runs (default: CPU).
-    pipeline : runner.Pipeline, optional
-        With ``source``: remap and re-correlate points whose first-pass rotation exceeds
-        ``cfg.remap_threshold_deg``. Without them remapping is off.
+    pipeline : ebsdxc.run.Pipeline, optional
+        With ``read_points``: remap and re-correlate points whose first-pass rotation exceeds
+        ``cfg.remap_threshold_deg`` (through ``pipeline.match_pairs``). Without them remapping
+        is off.
+    read_points : callable, optional
+        ``read_points(flat)`` -> (k, H, W) patterns of flat scan points, as the pipeline takes them.
     overwrite : bool
         Replace strain datasets already in the file.
 
@@ -300,7 +334,7 @@ def compute_strain(results_path, cfg: StrainConfig, geom: StrainGeometry, *, bac
     progress = progress or NullProgress()
     xp = backend.xp if backend is not None else np
     asnumpy = backend.asnumpy if backend is not None else np.asarray
-    remap = pipeline is not None and source is not None and cfg.remap_threshold_deg > 0
+    remap = pipeline is not None and read_points is not None and cfg.remap_threshold_deg > 0
     with h5py.File(results_path, "r") as f:
         g = f[GROUP]
         centres = g["roi/centers"][...]
@@ -340,7 +374,7 @@ def compute_strain(results_path, cfg: StrainConfig, geom: StrainGeometry, *, bac
                     todo = np.flatnonzero((out["status"] == FIT_OK) & (angle > thr))
                     for k0 in range(0, len(todo), remap_batch):
                         idx = todo[k0:k0 + remap_batch]
-                        second = _remap_pass(pipeline, source, r0 * cols + idx, out["F"][idx], pcs[idx],
+                        second = _remap_pass(pipeline, read_points, r0 * cols + idx, out["F"][idx], pcs[idx],
                                              geom, xp, common, tilts)
                         ok = asnumpy(second.status) == FIT_OK
                         for k in out:
@@ -363,13 +397,23 @@ def compute_strain(results_path, cfg: StrainConfig, geom: StrainGeometry, *, bac
     return counts
 
 
-def _remap_pass(pipeline, source, flat, F1, pc, geom, xp, common, tilts):
+def _remap_pass(pipeline, read_points, flat, F1, pc, geom, xp, common, tilts):
     """Second pass for points ``flat``: reference rotated by each point's first-pass rotation."""
     R1 = polar_decomposition(np.asarray(F1, dtype=np.float64), np)[1]
     refs = remap_pattern(pipeline.reference_image, xp.asarray(R1), pc=geom.pc_ref, **tilts)
-    res = pipeline.match_pairs(refs, pipeline.read_points(source, flat))
+    res = pipeline.match_pairs(refs, read_points(flat))
     return fit_strain(res.displacement, res.peak_height, res.status, pc=xp.asarray(pc),
                       reference_F=xp.asarray(R1), **common)
+
+
+def binned_geometry(binning: int, cfg: StrainConfig, meta: dict):
+    """The strain options and scan metadata as patterns binned ``binning`` x ``binning`` see
+    them: each pattern pixel is ``binning`` detector pixels more (EMsoft PCs and pixel sizes
+    depend on it)."""
+    if binning == 1:
+        return cfg, meta
+    meta = {**meta, "binning": (meta.get("binning") or 1) * binning}
+    return dataclasses.replace(cfg, binning=cfg.binning * binning), meta
 
 
 def scan_metadata(source) -> dict:

@@ -15,7 +15,7 @@ from ._resources import data_dir
 __all__ = ["kernel_source", "get_function"]
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def kernel_source(name: str) -> str:
     """Text of ``kernels/<name>`` with local ``#include "x.cuh"`` lines inlined."""
     root = data_dir("kernels")
@@ -31,7 +31,7 @@ def kernel_source(name: str) -> str:
     return "\n".join(lines)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _module(device_id: int, source_name: str, name_expressions: tuple, defines: tuple):
     import cupy as cp
 

@@ -28,6 +28,7 @@ Conventions: pixel (row i, column j) has its centre at x = j, y = i (x = column)
 from __future__ import annotations
 
 import math
+import os
 from dataclasses import dataclass
 
 import numpy as np
@@ -70,13 +71,19 @@ def _pair(name, v, *, allow_inf=False):
 
 @dataclass(frozen=True)
 class PreprocessConfig:
-    """Pattern-level preprocessing options.
+    """Pattern-level preprocessing options (a recipe's ``[preprocess]`` table).
+
+    Errors name the parameters by their recipe path (``preprocess.bandpass_cutoffs``).
 
     Attributes
     ----------
+    static_background : str or None
+        Static background to remove: ``"mean"`` (the mean pattern of the scan), ``"file"``
+        (the background the vendor stored in the scan file) or the path of an image.
+        ``None``: none.
     static_operation : {"subtract", "divide"}
         How a static background (when one is given) is removed.
-    dynamic_sigma : float or None
+    dynamic_background_sigma : float or None
         Standard deviation (px) of the Gaussian blur the pattern is divided by;
         ``None`` switches dynamic background correction off.
     bandpass : (float, float) or None
@@ -118,8 +125,9 @@ class PreprocessConfig:
         Standard deviation in scan points of the ``"gaussian"`` neighbour kernel.
     """
 
+    static_background: str | None = None
     static_operation: str = "subtract"
-    dynamic_sigma: float | None = None
+    dynamic_background_sigma: float | None = None
     bandpass: tuple[float, float] | None = None
     window: str = "hann"
     bandpass_kind: str = "gaussian"
@@ -133,60 +141,103 @@ class PreprocessConfig:
     average_kernel: str = "gaussian"
     average_sigma: float = 1.0
 
+    @classmethod
+    def from_tables(cls, *tables: dict) -> "PreprocessConfig":
+        """The configuration of ``[preprocess]`` tables applied in order over the defaults.
+
+        Each table is a dict of field names, as in a TOML recipe: ``mask = "none"`` stands
+        for ``None`` (TOML has no null). A later table replaces the keys it gives, and its
+        choices replace what they exclude: a band-pass kind drops the other kind's settings
+        of the earlier tables (``bandpass`` or ``bandpass_cutoffs``), ``mask = "none"`` drops
+        their ``mask_centre`` and ``mask_radius``. Keys of one table must agree.
+        """
+        merged: dict = {}
+        for table in tables:
+            table = dict(table)
+            if isinstance(table.get("mask"), str) and table["mask"].lower() == "none":
+                table["mask"] = None
+            kind = table.get("bandpass_kind")
+            if kind == "erf":
+                merged.pop("bandpass", None)
+            elif kind == "gaussian":
+                merged.pop("bandpass_cutoffs", None)
+            if "mask" in table and table["mask"] is None:
+                merged.pop("mask_centre", None)
+                merged.pop("mask_radius", None)
+            merged.update(table)
+        return cls(**merged)
+
     def __post_init__(self):
+        sb = self.static_background
+        if sb is not None:
+            if not isinstance(sb, (str, os.PathLike)) or not os.fspath(sb):
+                raise ValueError(f"preprocess.static_background must be mean, file or an image path, got {sb!r}")
+            object.__setattr__(self, "static_background", os.fspath(sb))
         if self.static_operation not in ("subtract", "divide"):
-            raise ValueError(f"static background operation must be subtract or divide, "
+            raise ValueError(f"preprocess.static_operation must be subtract or divide, "
                              f"got {self.static_operation!r}")
         if self.window not in ("hann", "none"):
-            raise ValueError(f"window must be hann or none, got {self.window!r}")
-        if self.dynamic_sigma is not None and not self.dynamic_sigma > 0:
-            raise ValueError(f"dynamic background sigma must be > 0 px, got {self.dynamic_sigma}")
+            raise ValueError(f"preprocess.window must be hann or none, got {self.window!r}")
+        sigma = self.dynamic_background_sigma
+        if sigma is not None and not (_finite_number(sigma) and sigma > 0):
+            raise ValueError(f"preprocess.dynamic_background_sigma must be a number > 0 px, got {sigma!r}")
+        # --- band-pass: one kind, with its own settings
         if self.bandpass is not None:
-            lo, hi = self.bandpass
+            lo, hi = _pair("preprocess.bandpass", self.bandpass)
             if lo < 0 or hi < 0 or (hi and lo >= hi):
-                raise ValueError(f"band-pass needs 0 <= low_sigma < high_sigma, got {self.bandpass}")
-        # --- band-pass kind
+                raise ValueError(f"preprocess.bandpass needs 0 <= low_sigma < high_sigma, got {self.bandpass}")
+            object.__setattr__(self, "bandpass", (lo, hi))
+        if self.bandpass_cutoffs is not None:
+            object.__setattr__(self, "bandpass_cutoffs",
+                               _pair("preprocess.bandpass_cutoffs", self.bandpass_cutoffs, allow_inf=True))
         if self.bandpass_kind not in BANDPASS_KINDS:
-            raise ValueError(f"band-pass kind must be gaussian or erf, got {self.bandpass_kind!r}")
+            raise ValueError(f"preprocess.bandpass_kind must be gaussian or erf, got {self.bandpass_kind!r}")
         if not (_finite_number(self.bandpass_width) and self.bandpass_width > 0):
-            raise ValueError(f"band-pass edge width must be a number > 0 (cycles/px), got {self.bandpass_width!r}")
+            raise ValueError(f"preprocess.bandpass_width (the erf edge width) must be a number > 0 cycles/px, "
+                             f"got {self.bandpass_width!r}")
+        if self.bandpass is not None and self.bandpass_cutoffs is not None:
+            raise ValueError("give either preprocess.bandpass (Gaussian sigmas in px) or "
+                             "preprocess.bandpass_cutoffs (erf cutoffs in cycles/px), not both")
         if self.bandpass_kind == "erf":
             if self.bandpass is not None:
-                raise ValueError("the erf band-pass takes bandpass_cutoffs (cycles/px), not bandpass "
-                                 "(Gaussian sigmas in px): give one kind of band-pass")
+                raise ValueError("the erf band-pass takes preprocess.bandpass_cutoffs (cycles/px), not "
+                                 "preprocess.bandpass (Gaussian sigmas in px): give one kind of band-pass")
             if self.bandpass_cutoffs is None:
-                raise ValueError("the erf band-pass needs bandpass_cutoffs = (low, high) in cycles/px")
-            lo, hi = _pair("band-pass cutoffs", self.bandpass_cutoffs, allow_inf=True)
-            object.__setattr__(self, "bandpass_cutoffs", (lo, hi))
+                raise ValueError("the erf band-pass needs preprocess.bandpass_cutoffs = (low, high) in cycles/px")
+            lo, hi = self.bandpass_cutoffs
             if not (0 <= lo < math.inf) or hi < 0 or (hi and lo >= hi):
-                raise ValueError(f"erf band-pass needs 0 <= low < high cycles/px (high 0 = no low-pass), "
-                                 f"got {self.bandpass_cutoffs}")
+                raise ValueError(f"the erf band-pass needs 0 <= low < high cycles/px (high 0 = no low-pass) in "
+                                 f"preprocess.bandpass_cutoffs, got {self.bandpass_cutoffs}")
         elif self.bandpass_cutoffs is not None:
-            raise ValueError("bandpass_cutoffs are for the erf band-pass: set bandpass_kind to erf")
+            raise ValueError("preprocess.bandpass_cutoffs are for the erf band-pass: "
+                             "set preprocess.bandpass_kind to erf")
         # --- binning
         if not (_is_whole(self.binning) and self.binning >= 1):
-            raise ValueError(f"binning must be a whole number >= 1, got {self.binning!r}")
+            raise ValueError(f"preprocess.binning must be a whole number >= 1, got {self.binning!r}")
         object.__setattr__(self, "binning", int(self.binning))
         # --- mask
         if self.mask not in MASKS:
-            raise ValueError(f"mask must be circle or none, got {self.mask!r}")
-        if self.mask is None and (self.mask_centre is not None or self.mask_radius is not None):
-            raise ValueError("mask centre and radius need mask = circle")
+            raise ValueError(f"preprocess.mask must be circle or None (\"none\" in a recipe), got {self.mask!r}")
+        if self.mask is None:
+            given = [n for n in ("mask_centre", "mask_radius") if getattr(self, n) is not None]
+            if given:
+                raise ValueError(f"{' and '.join('preprocess.' + n for n in given)} need preprocess.mask "
+                                 f"to be circle")
         if self.mask_centre is not None:
-            object.__setattr__(self, "mask_centre", _pair("mask centre", self.mask_centre))
+            object.__setattr__(self, "mask_centre", _pair("preprocess.mask_centre", self.mask_centre))
         if self.mask_radius is not None and not (_finite_number(self.mask_radius) and self.mask_radius > 0):
-            raise ValueError(f"mask radius must be a number > 0 px, got {self.mask_radius!r}")
+            raise ValueError(f"preprocess.mask_radius must be a number > 0 px, got {self.mask_radius!r}")
         # --- neighbour averaging
         n = self.average_neighbours
         if not (_is_whole(n) and (n == 0 or (n >= 3 and n % 2 == 1))):
-            raise ValueError(f"neighbour averaging takes 0 (off) or an odd kernel size >= 3 "
+            raise ValueError(f"preprocess.average_neighbours takes 0 (off) or an odd kernel size >= 3 "
                              f"(scan points), got {n!r}")
         object.__setattr__(self, "average_neighbours", int(n))
         if self.average_kernel not in AVERAGE_KERNELS:
-            raise ValueError(f"neighbour averaging kernel must be gaussian, box or circular, "
+            raise ValueError(f"preprocess.average_kernel (neighbour weights) must be gaussian, box or circular, "
                              f"got {self.average_kernel!r}")
         if not (_finite_number(self.average_sigma) and self.average_sigma > 0):
-            raise ValueError(f"neighbour averaging sigma must be a number > 0 (scan points), "
+            raise ValueError(f"preprocess.average_sigma (neighbour kernel) must be a number > 0 scan points, "
                              f"got {self.average_sigma!r}")
 
 
@@ -524,7 +575,7 @@ class PatternPreprocessor:
     def is_identity(self) -> bool:
         """True when ``pp(x)`` is only a float32 conversion (neighbour averaging aside)."""
         c = self.config
-        return (self._bg is None and c.dynamic_sigma is None and c.bandpass is None
+        return (self._bg is None and c.dynamic_background_sigma is None and c.bandpass is None
                 and c.bandpass_kind == "gaussian" and c.binning == 1 and c.mask is None)
 
     @property
@@ -576,7 +627,7 @@ class PatternPreprocessor:
             xp = self.backend.xp
             c = self.config
             if key == "dynamic":
-                f = _gaussian_transfer(padded_shape, c.dynamic_sigma, xp)
+                f = _gaussian_transfer(padded_shape, c.dynamic_background_sigma, xp)
             elif key == "erf":
                 lo, hi = c.bandpass_cutoffs
                 f = erf_bandpass_transfer(padded_shape, lo, hi, c.bandpass_width, xp=xp)
@@ -655,7 +706,7 @@ class PatternPreprocessor:
         if self._bg is not None:
             x = x - self._bg if c.static_operation == "subtract" else x / self._bg
         erf = c.bandpass_kind == "erf"
-        filters = c.dynamic_sigma is not None or c.bandpass is not None or erf
+        filters = c.dynamic_background_sigma is not None or c.bandpass is not None or erf
         bad = m = None
         if c.mask is not None:
             m = self._device_mask(tuple(x.shape[-2:]))
@@ -669,8 +720,8 @@ class PatternPreprocessor:
             n_ok = xp.maximum((~bad).sum(axis=(-2, -1), keepdims=True), 1)
             fill = xp.where(bad, 0, x).sum(axis=(-2, -1), keepdims=True) / n_ok
             x = xp.where(bad, fill, x).astype(xp.float32, copy=False)
-        if c.dynamic_sigma is not None:
-            blur = self._fourier_filter(x, "dynamic", c.dynamic_sigma)
+        if c.dynamic_background_sigma is not None:
+            blur = self._fourier_filter(x, "dynamic", c.dynamic_background_sigma)
             # Guard against division by ~0 where the blurred pattern vanishes.
             floor = xp.float32(1e-6) * xp.abs(blur).max(axis=(-2, -1), keepdims=True)
             x = x / xp.maximum(blur, floor)

@@ -17,7 +17,7 @@ import numpy as np
 
 from .errors import InputError
 
-__all__ = ["RoiLayout", "grid_layout", "ring_layout", "layout_from_centres", "read_centres",
+__all__ = ["RoiLayout", "grid_layout", "ring_layout", "layout_for", "layout_from_centres", "read_centres",
            "extract_tiles"]
 
 
@@ -211,6 +211,36 @@ def extract_tiles(patterns, layout: RoiLayout, xp=np, *, dtype=None):
     out = patterns[:, ys[:, :, None], xs[:, None, :]]
     return out if dtype is None else out.astype(dtype, copy=False)
 
+
+
+def layout_for(roi, pattern_shape, *, path=None) -> RoiLayout:
+    """The ROI layout that ``roi`` (a :class:`~ebsdxc.config.RoiConfig`: ``layout`` = grid, ring or
+    file, and its options) describes, checked to fit patterns of ``pattern_shape``.
+
+    Problems are InputErrors against ``path`` (the scan whose patterns the ROIs must fit).
+    """
+    try:
+        if roi.layout == "grid":
+            layout = grid_layout(pattern_shape, grid=roi.grid, size=roi.size, margin=roi.margin,
+                                 drop_corners=roi.drop_corners)
+        elif roi.layout == "ring":
+            layout = ring_layout(pattern_shape, n=roi.n, radius=roi.radius, size=roi.size,
+                                 include_centre=roi.include_centre)
+        elif roi.layout == "file":
+            if not roi.centres:
+                raise InputError("roi.layout 'file' needs a centres file (roi.centres)")
+            size = roi.size or grid_layout(pattern_shape, grid=(1, 1)).size
+            layout = layout_from_centres(read_centres(roi.centres), size=size)
+        else:
+            raise InputError(f"unknown roi.layout {roi.layout!r} (grid, ring or file)")
+        layout.check_inside(pattern_shape, path=path)
+    except InputError as e:
+        if e.path is None and path is not None:
+            raise InputError(e.problem, path) from None
+        raise
+    except ValueError as e:
+        raise InputError(str(e), path) from None
+    return layout
 
 def roi_summary(layout: RoiLayout) -> str:
     w, h = layout.size

@@ -51,8 +51,8 @@ import numpy as np
 
 from . import geometry
 
-__all__ = ["FitOptions", "StrainFit", "fit_strain", "rotation_log", "remap_pattern", "polar_decomposition", "traction_free",
-           "FIT_OK", "FIT_TOO_FEW_ROIS", "FIT_NOT_PROCESSED", "FIT_FAILED", "FIT_DESCRIPTIONS"]
+__all__ = ["FitOptions", "StrainFit", "fit_strain", "rotation_log", "remap_pattern", "polar_decomposition",
+           "traction_free", "FIT_OK", "FIT_TOO_FEW_ROIS", "FIT_NOT_PROCESSED", "FIT_FAILED", "FIT_DESCRIPTIONS"]
 
 FIT_OK = 0
 FIT_TOO_FEW_ROIS = 1

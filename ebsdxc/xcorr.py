@@ -23,7 +23,8 @@ from __future__ import annotations
 import numpy as np
 
 from .backend import select_backend
-from .engines import EngineConfig, make_engine
+from .engines import ENGINES, EngineConfig, make_engine
+from .engines.definition import Pairing
 from .peaks import SUBPIXEL_METHODS
 
 __all__ = ["one_to_one", "one_to_many", "n_to_mn", "n_to_m", "Peaks"]
@@ -50,16 +51,21 @@ def _backend(device, gpu_in):
     return select_backend(device if device != "auto" else ("cuda" if gpu_in else "cpu"))
 
 
-def _direct_maps(lefts, rights, pairing, mode, max_shift, kernel):
-    """Definition-based maps in any pairing on the GPU: (n_pairs, 2ry+1, 2rx+1), centred."""
-    from .dispatch import direct_kernel
-    from .engines.definition import correlate_maps, parse_kernel
+def _pairing_engine(engine, peaks, backend):
+    """The engine class named ``engine`` where it builds maps of any pairing natively on this
+    device (``info.pairings``), else None (the engine interface's n-to-mn form serves)."""
+    cls = ENGINES.get(engine)
+    if cls is None or peaks or not cls.info.pairings:
+        return None
+    return cls if ("gpu" if backend.is_gpu else "cpu") in cls.info.devices else None
 
-    shape = lefts.shape[1:]
-    max_lag = EngineConfig(mode=mode, max_shift=max_shift, subpixel="none").max_lag(shape)
-    choice = (direct_kernel(pairing, shape, mode, max_shift) if kernel == "auto" else parse_kernel(kernel))
-    maps = correlate_maps(lefts, rights, pairing, max_lag, choice)
-    return __import__("cupy").fft.fftshift(maps, axes=(-2, -1))
+
+def _pairing_maps(cls, backend, lefts, rights, pairing, mode, max_shift, kernel):
+    """Maps in any pairing: (n_pairs, 2ry+1, 2rx+1), centred."""
+    config = EngineConfig(mode=mode, max_shift=max_shift, subpixel="none", compensate=False, kernel=kernel,
+                          engine=cls.info.name)
+    maps = cls.pairing_maps(lefts, rights, pairing, config)
+    return backend.xp.fft.fftshift(maps, axes=(-2, -1))
 
 
 def _n_to_mn(lefts, rights, *, mode, max_shift, subpixel, peaks, engine, device, kernel="auto"):
@@ -76,11 +82,11 @@ def _n_to_mn(lefts, rights, *, mode, max_shift, subpixel, peaks, engine, device,
         raise ValueError(f"subpixel method must be one of {SUBPIXEL_METHODS}, got {subpixel!r}")
     config = EngineConfig(mode=mode, max_shift=max_shift, subpixel=subpixel if peaks else "none",
                           compensate=False, kernel=kernel)
-    if engine == "direct" and not peaks and backend.is_gpu:
-        from .engines.definition import Pairing
-
+    native = _pairing_engine(engine, peaks, backend)
+    if native is not None:
         m = rights.shape[0]
-        maps = _direct_maps(lefts, rights.reshape(m * n, h, w), Pairing.n_to_mn(n, m), mode, max_shift, kernel)
+        maps = _pairing_maps(native, backend, lefts, rights.reshape(m * n, h, w), Pairing.n_to_mn(n, m), mode,
+                             max_shift, kernel)
         return maps.reshape(m, n, *maps.shape[1:]), backend
     eng = make_engine(engine, backend, (h, w), config, n_tiles=n, batch=rights.shape[0])
 
@@ -136,9 +142,10 @@ def n_to_mn(lefts, rights, *, mode="full", max_shift=None, peaks=False, subpixel
         Return :class:`Peaks` (subpixel peak, normalised height, status) instead of maps.
     subpixel : str
         Subpixel method for ``peaks=True`` (:data:`ebsdxc.peaks.SUBPIXEL_METHODS`).
-    engine : {"auto", "fft", "direct", "fused"}
-        ``auto``: the dispatcher's measured choice on the GPU (:mod:`ebsdxc.dispatch`), FFT on
-        the CPU.
+    engine : str
+        ``"auto"`` or a registered engine (:data:`ebsdxc.engines.ENGINES`: ``fft``, ``direct``,
+        ``fused``, ...). ``auto``: the dispatcher's measured choice on the GPU
+        (:mod:`ebsdxc.engines.dispatch`), FFT on the CPU.
     kernel : str
         Definition-based kernel of the ``direct`` engine (``"auto"`` or a label such as
         ``"grouped_overlap:g=4,kr=8"``, :mod:`ebsdxc.engines.definition`).
@@ -189,12 +196,12 @@ def n_to_m(lefts, rights, **options):
     _check(rights, 3, "right matrices")
     n = lefts.shape[0]
     gpu_in = _is_cupy(lefts) or _is_cupy(rights)
-    if options.get("engine") == "direct" and not options.get("peaks"):
+    cls = ENGINES.get(options.get("engine"))
+    if cls is not None and cls.info.pairings and not options.get("peaks"):
         # Every left against every right without copying the rights n times.
-        from .engines.definition import Pairing
-
         backend = _backend(options.get("device", "auto"), gpu_in)
-        if backend.is_gpu:
+        native = _pairing_engine(options.get("engine"), options.get("peaks"), backend)
+        if native is not None:
             xp = backend.xp
             lefts = xp.asarray(lefts, dtype=xp.float32)
             rights = xp.asarray(rights, dtype=xp.float32)
@@ -203,7 +210,8 @@ def n_to_m(lefts, rights, **options):
                                  f"got shape {tuple(rights.shape)}")
             m = rights.shape[0]
             mode, max_shift = options.get("mode", "full"), options.get("max_shift")
-            maps = _direct_maps(lefts, rights, Pairing.n_to_m(n, m), mode, max_shift, options.get("kernel", "auto"))
+            maps = _pairing_maps(native, backend, lefts, rights, Pairing.n_to_m(n, m), mode, max_shift,
+                                 options.get("kernel", "auto"))
             return _out(maps.reshape(n, m, *maps.shape[1:]), backend, gpu_in)
     xp = np if not gpu_in else __import__("cupy")
     tiled = xp.broadcast_to(rights[:, None], (rights.shape[0], n, *rights.shape[1:]))

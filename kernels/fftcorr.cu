@@ -10,7 +10,7 @@
 // registers and twiddles by W_N^(n2 k1); the values go through shared memory in the skewed
 // slots of skew(); stage B, thread k1 < N1 takes them back, does an N2-point DFT and holds
 // X[k1 + N1 k2]. Team barriers are __syncwarp(): every lane of a warp runs every barrier.
-// tests/test_fused.py holds a NumPy model of this scheme, index for index.
+// tests/engines/test_fused.py holds a NumPy model of this scheme, index for index.
 #include "peaks.cu"
 
 #ifndef FC_H  // a default plan (96x96 tiles, full mode) so that the file compiles on its own
@@ -397,17 +397,27 @@ __device__ __forceinline__ float2* setup(const float2* __restrict__ tw, const do
     return fc_smem;
 }
 
+// Conjugate reference spectrum of block t: ref holds K sets of n_ref spectra (NXH x NY each);
+// pattern t / n_ref uses set ref_of[t / n_ref] where indexed, else set 0.
+__device__ __forceinline__ const float2* reference(const float2* __restrict__ ref, int n_ref,
+                                                   const int* __restrict__ ref_of, int indexed, long long t) {
+    const long long set = indexed ? (long long)ref_of[t / n_ref] * n_ref : 0LL;
+    return ref + (set + t % n_ref) * NXH * NY;
+}
+
 }  // namespace fc
 
-// Correlation maps (T, NY, NX) in the circular lag layout of the FFT engine.
+// Correlation maps (T, NY, NX) in the circular lag layout of the FFT engine. ref_of, indexed:
+// the reference set of each pattern (fc::reference).
 __global__ void __launch_bounds__(FC_NT, 1)
 fused_maps(const float* __restrict__ tiles, long long frame, int row, const float2* __restrict__ ref,
-           int n_ref, const float2* __restrict__ tw, float* __restrict__ out) {
+           int n_ref, const int* __restrict__ ref_of, int indexed, const float2* __restrict__ tw,
+           float* __restrict__ out) {
     using namespace fc;
     float2* S = setup(tw);
     const long long t = blockIdx.x;
-    correlate(S, S + ROWS * LD, S + ROWS * LD + NX, tiles + t * frame, row,
-              ref + (long long)(t % n_ref) * NXH * NY, true);
+    correlate(S, S + ROWS * LD, S + ROWS * LD + NX, tiles + t * frame, row, reference(ref, n_ref, ref_of, indexed, t),
+              true);
     const float* Mf = reinterpret_cast<const float*>(S);
     float* o = out + t * (long long)NY * NX;
     for (int i = threadIdx.x; i < NY * NX; i += blockDim.x) {
@@ -421,7 +431,8 @@ fused_maps(const float* __restrict__ tiles, long long frame, int row, const floa
 // used where comp != 0 (the launch gives NX + NY more doubles of shared memory then). method: 0 none, 1 parabolic, 2 gaussian, 3 quadratic (M_* of peaks.cu).
 __global__ void __launch_bounds__(FC_NT, 1)
 fused_peaks(const float* __restrict__ tiles, long long frame, int row, const float2* __restrict__ ref,
-            int n_ref, const float2* __restrict__ tw, const double* __restrict__ wy,
+            int n_ref, const int* __restrict__ ref_of, int indexed, const float2* __restrict__ tw,
+            const double* __restrict__ wy,
             const double* __restrict__ wx, int comp, int method, double* __restrict__ out_y, double* __restrict__ out_x,
             float* __restrict__ out_value, unsigned char* __restrict__ out_border) {
     using namespace fc;
@@ -431,8 +442,8 @@ fused_peaks(const float* __restrict__ tiles, long long frame, int row, const flo
     const double* lag_y = reinterpret_cast<const double*>(S + ROWS * LD + NX + NY);
     const double* lag_x = lag_y + NY;
     const long long t = blockIdx.x;
-    correlate(S, S + ROWS * LD, S + ROWS * LD + NX, tiles + t * frame, row,
-              ref + (long long)(t % n_ref) * NXH * NY, false);
+    correlate(S, S + ROWS * LD, S + ROWS * LD + NX, tiles + t * frame, row, reference(ref, n_ref, ref_of, indexed, t),
+              false);
     const float* Mf = reinterpret_cast<const float*>(S);
     constexpr int rw = 2 * RX + 1;
     float best;

@@ -157,6 +157,8 @@ __device__ bool stencil_step(const double v[3][3], double& dy, double& dx) {
 __global__ void __launch_bounds__(256, 4) dft_refine(const float2* __restrict__ cps,  // (T, Ny, Nxh) half spectra
                            const float2* __restrict__ ref,  // (n_ref, Ny, Nxh) conj. reference spectra, or unused
                            int n_ref,  // 0: cps are cross-power spectra; else cps[t] * ref[t % n_ref]
+                           const int* __restrict__ ref_of,  // indexed: (T / n_ref,) set of each pattern
+                           int indexed,  // 1: ref is (K, n_ref, Ny, Nxh), map t uses set ref_of[t / n_ref]
                            int Ny, int Nx,
                            const double* __restrict__ Sy,  // (Ny,) window power spectrum, or all zero
                            const double* __restrict__ Sx,  // (Nx,)
@@ -171,7 +173,8 @@ __global__ void __launch_bounds__(256, 4) dft_refine(const float2* __restrict__ 
     float2* px = ph + 3 * Ny;      // [3][Nxh], Hermitian weights folded in
     const long long t = blockIdx.x;
     const float2* S = cps + t * (long long)Ny * Nxh;
-    const float2* R = n_ref ? ref + (t % n_ref) * (long long)Ny * Nxh : nullptr;
+    const long long set = (n_ref && indexed) ? (long long)ref_of[t / n_ref] * n_ref : 0LL;
+    const float2* R = n_ref ? ref + (set + t % n_ref) * (long long)Ny * Nxh : nullptr;
     if (threadIdx.x == 0) { pos[0] = y[t]; pos[1] = x[t]; }
     __syncthreads();
     double sy_sum = 0.0, sx_sum = 0.0;

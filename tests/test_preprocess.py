@@ -214,7 +214,7 @@ def test_dynamic_background_removes_broad_variation(be, shape):
     tex = kikuchi_like(shape, 1)
     bg = np.exp(-((x - 0.6 * W) ** 2 + (y - 0.4 * H) ** 2) / (2 * (0.35 * W) ** 2))
     pat = 200 * tex * bg
-    out = PatternPreprocessor(PreprocessConfig(dynamic_sigma=8), be)(pat[None])[0]
+    out = PatternPreprocessor(PreprocessConfig(dynamic_background_sigma=8), be)(pat[None])[0]
     assert out.dtype == np.float32 and np.all(np.isfinite(out))
     m = 15
     inner = (slice(m, H - m), slice(m, W - m))
@@ -238,12 +238,12 @@ def test_dynamic_background_exponential_ramp(be, sigma):
     y, x = np.mgrid[0:H, 0:W].astype(float)
     a = np.array([0.031, -0.017])
     pat = 50 * np.exp(a[0] * x + a[1] * y)
-    out = PatternPreprocessor(PreprocessConfig(dynamic_sigma=sigma), be)(np.stack([pat, 3 * pat]))
+    out = PatternPreprocessor(PreprocessConfig(dynamic_background_sigma=sigma), be)(np.stack([pat, 3 * pat]))
     expected = np.exp(-(a @ a) * sigma**2 / 2)
     m = int(4 * sigma) + 2
     np.testing.assert_allclose(out[:, m:H - m, m:W - m], expected, rtol=2e-4)
     # a flat pattern divided by its own blur is 1 everywhere, edges included
-    flat = PatternPreprocessor(PreprocessConfig(dynamic_sigma=sigma), be)(np.full((1, H, W), 123.0))
+    flat = PatternPreprocessor(PreprocessConfig(dynamic_background_sigma=sigma), be)(np.full((1, H, W), 123.0))
     np.testing.assert_allclose(flat, 1.0, rtol=1e-4)
 
 
@@ -286,9 +286,9 @@ def test_bandpass_sinusoids(be, shape, bandpass):
         assert np.abs(res)[inner].max() < 0.1
 
 
-@pytest.mark.parametrize("config", [PreprocessConfig(dynamic_sigma=5),
+@pytest.mark.parametrize("config", [PreprocessConfig(dynamic_background_sigma=5),
                                     PreprocessConfig(bandpass=(1.0, 6.0)),
-                                    PreprocessConfig(dynamic_sigma=4, bandpass=(0.0, 8.0))])
+                                    PreprocessConfig(dynamic_background_sigma=4, bandpass=(0.0, 8.0))])
 def test_input_dtypes_give_same_result(be, config):
     rng = np.random.default_rng(4)
     H, W = 41, 58
@@ -304,7 +304,7 @@ def test_input_dtypes_give_same_result(be, config):
 def test_batch_items_processed_independently(be):
     rng = np.random.default_rng(6)
     pats = rng.uniform(1, 100, size=(3, 30, 37)) * np.array([1, 50, 0.01])[:, None, None]
-    pp = PatternPreprocessor(PreprocessConfig(dynamic_sigma=4, bandpass=(1.0, 5.0)), be)
+    pp = PatternPreprocessor(PreprocessConfig(dynamic_background_sigma=4, bandpass=(1.0, 5.0)), be)
     batch = pp(pats)
     for b in range(3):
         np.testing.assert_allclose(batch[b], pp(pats[b:b + 1])[0], rtol=1e-5, atol=1e-6)
@@ -315,9 +315,9 @@ def test_batch_items_processed_independently(be):
 @pytest.mark.parametrize("kwargs", [
     dict(static_operation="multiply"),
     dict(window="hamming"),
-    dict(dynamic_sigma=0),
-    dict(dynamic_sigma=-2.0),
-    dict(dynamic_sigma=float("nan")),
+    dict(dynamic_background_sigma=0),
+    dict(dynamic_background_sigma=-2.0),
+    dict(dynamic_background_sigma=float("nan")),
     dict(bandpass=(-1.0, 2.0)),
     dict(bandpass=(3.0, 2.0)),
     dict(bandpass=(2.0, 2.0)),
@@ -329,7 +329,7 @@ def test_config_validation(kwargs):
 
 
 @pytest.mark.parametrize("kwargs", [dict(), dict(static_operation="divide"), dict(window="none"),
-                                    dict(dynamic_sigma=0.5), dict(bandpass=(0.0, 2.0)),
+                                    dict(dynamic_background_sigma=0.5), dict(bandpass=(0.0, 2.0)),
                                     dict(bandpass=(2.0, 0.0)), dict(bandpass=(1.0, 10.0))])
 def test_config_valid(kwargs):
     PreprocessConfig(**kwargs)

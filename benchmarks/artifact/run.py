@@ -89,7 +89,8 @@ def run_driver(exe, cases, args, deadline, out):
     base = [exe]
     for c in cases:
         base += ["--case", f"{c[2]},{c[3]},{c[4]},{c[5]},{c[6]}"]
-    base += ["--deadline", f"{deadline:.3f}", "--max-run-ms", str(args.max_run_ms), "--alg-budget-s", str(args.alg_budget_s)]
+    base += ["--deadline", f"{deadline:.3f}", "--max-run-ms", str(args.max_run_ms),
+             "--alg-budget-s", str(args.alg_budget_s)]
     if args.quick:
         base.append("--quick")
     if args.dry_run:

@@ -3,46 +3,59 @@
 ``fft``: FFT correlation (CPU and GPU); ``direct``: the paper's definition-based
 kernels (GPU); ``fused``: FFT correlation and peak search in shared memory, one CUDA
 block per tile pair (GPU, tiles whose spectrum fits in shared memory).
+
+Each engine module registers its class (:mod:`ebsdxc.engines.registry`); the class
+describes what it serves (:class:`EngineInfo`), so a new engine is one more module
+imported below.
 """
 
 from ..errors import InputError
-from .base import CorrelationEngine, EngineConfig, PeakResult
-from .direct import DirectEngine
-from .fft import FFTEngine
-from .fused import FusedFFTEngine
+# isort: off
+from . import fft, direct, fused  # noqa: F401  (each registers its engine, in this order)
+# isort: on
+from .base import CorrelationEngine, EngineConfig, EngineInfo, PeakResult, PreparedReferences
+from .registry import ENGINES, engine_class, names
 
-ENGINES = {"fft": FFTEngine, "direct": DirectEngine, "fused": FusedFFTEngine}
+__all__ = ["CorrelationEngine", "EngineConfig", "EngineInfo", "PeakResult", "PreparedReferences", "ENGINES",
+           "make_engine", "choose_engine"]
 
-__all__ = ["CorrelationEngine", "EngineConfig", "PeakResult", "ENGINES", "make_engine"]
 
-
-def _auto(backend, tile_shape, config, n_tiles, batch):
-    # The spectrum-based subpixel methods and circular correlation exist only in the FFT
-    # engine; elsewhere the dispatcher's measurements decide.
-    if not backend.is_gpu or config.circular or config.subpixel in ("dft", "upsampled"):
-        return "fft"
-    from ..dispatch import Case, choose
+def choose_engine(backend, tile_shape, config, *, n_tiles=None, batch=None):
+    """The registered engine ``"auto"`` stands for: among the engines that serve ``config`` on
+    this device and tile size, the dispatcher's measured choice (:mod:`ebsdxc.engines.dispatch`) for
+    ``n_tiles`` reference subregions and ``batch`` patterns per call."""
+    gpu = backend.is_gpu
+    serving = tuple(name for name, cls in ENGINES.items() if cls.supports(tile_shape, config, gpu=gpu))
+    if not serving:
+        why = "; ".join(cls.refusal(tile_shape, config, gpu=gpu) for cls in ENGINES.values())
+        raise InputError(f"no correlation engine serves these options: {why}")
+    if len(serving) == 1:
+        return serving[0]
+    from .dispatch import Case, choose
 
     h, w = tile_shape
     case = Case("n_to_mn", n_tiles or 86, batch or 256, h, w, config.mode,
                 config.max_shift if config.mode == "window" else None, peaks=True)
-    return choose(case, engines=tuple(ENGINES)).engine
+    return choose(case, engines=serving).engine
 
 
 def make_engine(name, backend, tile_shape, config: EngineConfig, *, window_1d=None, n_tiles=None,
                 batch=None) -> CorrelationEngine:
-    """Build the engine registered as ``name``; ``"auto"`` asks :mod:`ebsdxc.dispatch`.
+    """Build the engine registered as ``name`` (None: ``config.engine``); ``"auto"`` asks
+    :func:`choose_engine`.
 
     ``window_1d`` = (wy, wx) are the 1-D factors of the subregion window, used for
     window compensation. ``n_tiles`` (reference subregions) and ``batch`` (patterns per
     call) inform the automatic choice.
     """
+    if name is None:
+        name = config.engine
     if name == "auto":
-        name = _auto(backend, tile_shape, config, n_tiles, batch)
+        name = choose_engine(backend, tile_shape, config, n_tiles=n_tiles, batch=batch)
     try:
-        cls = ENGINES[name]
-    except KeyError:
-        raise InputError(f"unknown engine {name!r} (auto, {', '.join(ENGINES)})") from None
+        cls = engine_class(name)
+    except ValueError as e:
+        raise InputError(str(e)) from None
     try:
         return cls(backend, tile_shape, config, window_1d=window_1d)
     except ValueError as e:  # options that do not fit these tiles: the user's to change

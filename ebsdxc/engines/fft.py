@@ -25,7 +25,8 @@ from ..peaks import (
     upsampled_dft_peak,
     window_power_spectrum,
 )
-from .base import CorrelationEngine
+from .base import CorrelationEngine, EngineInfo
+from .registry import register
 
 __all__ = ["FFTEngine", "fft_shape"]
 
@@ -46,7 +47,8 @@ def fft_shape(tile_shape, max_lag, mode, *, circular=False):
 class FFTEngine(CorrelationEngine):
     """Cross-correlation through real FFTs, same code on NumPy and CuPy."""
 
-    name = "fft"
+    info = EngineInfo("fft", devices=("cpu", "gpu"), circular=True, method="fft", baseline=True,
+                      summary="FFT correlation (scipy.fft on the CPU, cuFFT on the GPU); every option")
 
     def __init__(self, backend, tile_shape, config, *, window_1d=None):
         super().__init__(backend, tile_shape, config)
@@ -58,7 +60,6 @@ class FFTEngine(CorrelationEngine):
                 raise ValueError(f"circular correlation needs max_shift <= tile size / 4 "
                                  f"({min(h, w) // 4} px for {w}x{h} tiles)")
         self.fft_shape = fft_shape(self.tile_shape, self.max_lag, config.mode, circular=config.circular)
-        self._ref_conj = None
         self._window_spectra = None
         if config.compensate and window_1d is not None:
             wy, wx = window_1d
@@ -66,9 +67,38 @@ class FFTEngine(CorrelationEngine):
                                     window_power_spectrum(wx, self.fft_shape[1], self.xp))
         self._lags = self._window_lags()
 
+    @classmethod
+    def fallback_rank(cls, case):
+        return 2 if case.small else 1
+
+    @classmethod
+    def benchmark(cls, case, lefts, rights, variant=None):
+        if case.peaks:
+            return super().benchmark(case, lefts, rights, variant)
+        # Maps: the bare cuFFT calls, in every form (n-to-m as one broadcast product).
+        import cupy as cp
+
+        s = fft_shape((case.h, case.w), case.max_lag, case.mode)
+        lspec = cp.conj(cp.fft.rfft2(lefts, s=s))
+        if case.form == "n_to_m":
+            def run():
+                spec = cp.fft.rfft2(rights, s=s)
+                return cp.fft.irfft2(lspec[:, None] * spec[None], s=s)
+        else:
+            tiles = rights.reshape(case.n_right, case.n_left, case.h, case.w)
+
+            def run():
+                spec = cp.fft.rfft2(tiles, s=s)
+                spec *= lspec[None]
+                return cp.fft.irfft2(spec, s=s)
+        return run
+
     @property
     def input_shape(self):
         return self.fft_shape
+
+    def _key(self):
+        return super()._key() + (self.fft_shape,)
 
     def _window_lags(self):
         # Compensation weights at integer lags, indexed by lag mod N (fused peak kernel).
@@ -76,41 +106,47 @@ class FFTEngine(CorrelationEngine):
             return None
         return tuple(integer_lag_table(S, self.xp) for S in self._window_spectra)
 
-    def _set_reference(self, tiles):
-        self._ref_conj = self.xp.conj(self.backend.rfft2(tiles, s=self.fft_shape)).astype(self.xp.complex64)
+    def _prepare(self, tiles):
+        return self.xp.conj(self.backend.rfft2(tiles, s=self.fft_shape)).astype(self.xp.complex64)
 
-    def cross_power(self, tiles):
-        """(B, n, Ny, Nx//2+1) spectrum of the correlation maps."""
+    def cross_power(self, tiles, *, references=None, index=None):
+        """(B, n, Ny, Nx//2+1) spectrum of the correlation maps (``references``, ``index`` as
+        :meth:`match`)."""
+        refs, idx = self._resolve(tiles, references, index)
+        return self._cross_power(tiles, refs, idx)
+
+    def _cross_power(self, tiles, refs, index):
         spec = self.backend.rfft2(tiles, s=self.fft_shape)
-        spec *= self._ref_conj
+        spec *= self._set_payload(refs, index)
         return spec
 
-    def correlation_maps(self, tiles):
-        return self.backend.irfft2(self.cross_power(tiles), s=self.fft_shape, overwrite=True)
+    def _maps(self, tiles, refs, index):
+        return self.backend.irfft2(self._cross_power(tiles, refs, index), s=self.fft_shape, overwrite=True)
 
-    def _locate(self, tiles):
+    def _locate(self, tiles, refs, index):
         T = tiles.shape[0] * tiles.shape[1]
         shape = self.fft_shape
         if self.backend.is_gpu:
-            return self._locate_fused(tiles, T)
+            return self._locate_fused(tiles, T, refs, index)
         keep = self.config.subpixel in SPECTRUM_METHODS
-        cps = self.cross_power(tiles)
+        cps = self._cross_power(tiles, refs, index)
         corr = self.backend.irfft2(cps, s=shape, overwrite=not keep)
         return locate_peaks(corr.reshape(T, *shape), max_lag=self.max_lag, method=self.config.subpixel,
                             cross_power=cps.reshape(T, *cps.shape[2:]) if keep else None,
                             upsample=self.config.upsample, window_spectra=self._window_spectra, xp=self.xp)
 
-    def _locate_fused(self, tiles, T):
+    def _locate_fused(self, tiles, T, refs, index):
         from .gpu_ops import dft_refine, find_peaks
 
         method, shape = self.config.subpixel, self.fft_shape
+        ref = self._set_payload(refs, index)
         spec = self.backend.rfft2(tiles, s=shape)
         if method == "dft":
             # Product out of place: the inverse FFT may destroy it, while the refinement
             # kernel multiplies the kept scan spectrum by the resident reference on the fly.
-            corr = self.backend.irfft2(spec * self._ref_conj, s=shape, overwrite=True)
+            corr = self.backend.irfft2(spec * ref, s=shape, overwrite=True)
         else:
-            spec *= self._ref_conj
+            spec *= ref
             corr = self.backend.irfft2(spec, s=shape, overwrite=method != "upsampled")
         corr = corr.reshape(T, *shape)
         spec = spec.reshape(T, *spec.shape[2:])
@@ -120,6 +156,15 @@ class FFTEngine(CorrelationEngine):
             y, x = upsampled_dft_peak(spec, ly, lx, shape, upsample=self.config.upsample,
                                       window_spectra=self._window_spectra, xp=self.xp)
         elif method == "dft":
-            y, x = dft_refine(spec, y, x, shape, steps=DFT_STEPS, max_moves=DFT_MAX_MOVES,
-                              window_spectra=self._window_spectra, reference=self._ref_conj)
+            if index is None:
+                y, x = dft_refine(spec, y, x, shape, steps=DFT_STEPS, max_moves=DFT_MAX_MOVES,
+                                  window_spectra=self._window_spectra, reference=ref)
+            else:  # the kernel reads each pattern's own set from all K
+                p = refs.payload
+                y, x = dft_refine(spec, y, x, shape, steps=DFT_STEPS, max_moves=DFT_MAX_MOVES,
+                                  window_spectra=self._window_spectra,
+                                  reference=p.reshape(refs.count, refs.n, *p.shape[1:]), reference_index=index)
         return y, x, value, border
+
+
+register(FFTEngine)

@@ -31,10 +31,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..errors import InputError
 from ..kernel_loader import get_function
 from ..peaks import integer_lag_table, window_power_spectrum
-from .base import CorrelationEngine
+from .base import CorrelationEngine, EngineInfo
+from .registry import register
 
 __all__ = ["FusedFFTEngine", "axis_factors", "fft_length", "fused_plan", "skew", "supports"]
 
@@ -169,16 +169,12 @@ def supports(tile_shape, mode, max_shift=None, *, smem_limit=SMEM_OPTIN) -> bool
 class FusedFFTEngine(CorrelationEngine):
     """n-to-mn FFT correlation fused in shared memory, CUDA only (full and window mode)."""
 
-    name = "fused"
+    info = EngineInfo("fused", devices=("gpu",), subpixel=tuple(_METHODS)[::-1], circular=False,
+                      forms=("one_to_one", "one_to_many", "n_to_mn"), method="fft",
+                      summary="FFT correlation and peak search in shared memory, one CUDA block per tile "
+                              "pair (tiles whose spectrum fits in shared memory)")
 
     def __init__(self, backend, tile_shape, config, *, window_1d=None):
-        if not backend.is_gpu:
-            raise InputError("the fused engine runs on a CUDA GPU only; use engine 'fft' on the CPU")
-        if config.subpixel not in _METHODS:
-            raise InputError(f"subpixel method {config.subpixel!r} needs the FFT engine; the fused "
-                             "engine offers quadratic, gaussian, parabolic and none")
-        if config.circular:
-            raise InputError("the fused engine does not do circular correlation; use engine 'fft'")
         super().__init__(backend, tile_shape, config)
         limit = int(self.xp.cuda.Device().attributes.get("MaxSharedMemoryPerBlockOptin", SMEM_OPTIN))
         self.plan = fused_plan(self.tile_shape, config.mode, config.max_shift, smem_limit=limit)
@@ -193,16 +189,32 @@ class FusedFFTEngine(CorrelationEngine):
                                                     dtype=cp.float64)
                                for f, n in zip(window_1d, self.fft_shape))
         self._no_lags = (cp.ones(ny), cp.ones(nx))  # kernel arguments when not compensating
-        self._ref = None
+        self._no_index = cp.zeros(1, dtype=cp.int32)  # kernel argument for one reference set
         self._fns = {}
 
-    def _set_reference(self, tiles):
+    @classmethod
+    def size_refusal(cls, tile_shape, config):
+        # The plan for the opt-in shared memory of sm_90; the engine itself plans for its device.
+        try:
+            fused_plan(tile_shape, config.mode, config.max_shift)
+        except ValueError as e:
+            return str(e)
+        return None
+
+    @classmethod
+    def fallback_rank(cls, case):
+        return 1 if case.small else 0
+
+    def _key(self):
+        return super()._key() + (self.fft_shape,)
+
+    def _prepare(self, tiles):
         cp = self.xp
         ny, nx = self.fft_shape
         spec = cp.fft.rfft2(tiles.astype(cp.float64), s=(ny, nx), axes=(-2, -1))
         spec = cp.conj(spec) / (ny * nx)           # the inverse FFT's scale folded in
-        # (n, Nx//2+1, Ny): a column of the spectrum is contiguous (read along ky by a team).
-        self._ref = cp.ascontiguousarray(spec.transpose(0, 2, 1), dtype=cp.complex64)
+        # (K n, Nx//2+1, Ny): a column of the spectrum is contiguous (read along ky by a team).
+        return cp.ascontiguousarray(spec.transpose(0, 2, 1), dtype=cp.complex64)
 
     def _kernel(self, name):
         key = (self.xp.cuda.Device().id, name)
@@ -219,26 +231,29 @@ class FusedFFTEngine(CorrelationEngine):
         h, w = self.tile_shape
         if tiles.ndim != 4 or tiles.shape[2] < h or tiles.shape[3] < w:
             raise ValueError(f"tiles must be (B, n, >={h}, >={w}), got {tiles.shape}")
-        if tiles.shape[1] != self._ref.shape[0]:
-            raise ValueError(f"{tiles.shape[1]} tiles per pattern for {self._ref.shape[0]} references")
         if not tiles.flags.c_contiguous:
             tiles = cp.ascontiguousarray(tiles)
         # tile t, row y, column x at t * frame + y * row + x (a padded frame is read in place)
         return tiles, tiles.shape[2] * tiles.shape[3], tiles.shape[3]
 
-    def correlation_maps(self, tiles):
+    def _sets(self, index):
+        # (ref_of, indexed): block t reads reference set ref_of[t / n] where indexed, else set 0.
+        return (self._no_index, 0) if index is None else (index, 1)
+
+    def _maps(self, tiles, refs, index):
         cp = self.xp
         tiles, frame, row = self._tiles(tiles)
         B, n = tiles.shape[:2]
         ny, nx = self.fft_shape
         out = cp.empty((B, n, ny, nx), dtype=cp.float32)
         if B * n:
+            ref_of, indexed = self._sets(index)
             self._kernel("fused_maps")((B * n,), (self.plan.threads,),
-                                       (tiles, np.int64(frame), np.int32(row), self._ref, np.int32(n),
-                                        self._twiddles, out), shared_mem=self.plan.smem)
+                                       (tiles, np.int64(frame), np.int32(row), refs.payload, np.int32(n),
+                                        ref_of, np.int32(indexed), self._twiddles, out), shared_mem=self.plan.smem)
         return out
 
-    def _locate(self, tiles):
+    def _locate(self, tiles, refs, index):
         cp = self.xp
         tiles, frame, row = self._tiles(tiles)
         B, n = tiles.shape[:2]
@@ -249,8 +264,13 @@ class FusedFFTEngine(CorrelationEngine):
         border = cp.empty(T, dtype=cp.uint8)
         if T:
             wy, wx = self._lags if self._lags is not None else self._no_lags
+            ref_of, indexed = self._sets(index)
             fn = self._kernel("fused_peaks")
             fn((T,), (self.plan.threads,),
-               (tiles, np.int64(frame), np.int32(row), self._ref, np.int32(n), self._twiddles,
-                wy, wx, np.int32(self._lags is not None), np.int32(_METHODS[self.config.subpixel]), y, x, value, border), shared_mem=self.plan.smem)
+               (tiles, np.int64(frame), np.int32(row), refs.payload, np.int32(n), ref_of, np.int32(indexed),
+                self._twiddles, wy, wx, np.int32(self._lags is not None), np.int32(_METHODS[self.config.subpixel]),
+                y, x, value, border), shared_mem=self.plan.smem)
         return y, x, value, border.view(cp.bool_)
+
+
+register(FusedFFTEngine)

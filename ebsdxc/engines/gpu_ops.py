@@ -94,12 +94,15 @@ def find_peaks(corr, max_lag, method, window_lags=None):
     return y, x, value, border.astype(bool), ly, lx
 
 
-def dft_refine(cross_power, y, x, shape, *, steps, max_moves, window_spectra=None, reference=None):
+def dft_refine(cross_power, y, x, shape, *, steps, max_moves, window_spectra=None, reference=None,
+               reference_index=None):
     """Fused :func:`ebsdxc.peaks.dft_refine_peak` for (T,) float64 estimates (y, x).
 
     ``cross_power`` is (T, Ny, Nx//2+1) complex64. With ``reference`` ((n, Ny, Nx//2+1)
     complex64), ``cross_power`` holds scan spectra and map ``t`` uses
-    ``cross_power[t] * reference[t % n]``, formed on the fly. Returns new (y, x) arrays.
+    ``cross_power[t] * reference[t % n]``, formed on the fly. With ``reference_index``
+    ((B,) integers on the device, T = B n), ``reference`` is (K, n, Ny, Nx//2+1) and map ``t``
+    uses ``reference[reference_index[t // n], t % n]``. Returns new (y, x) arrays.
     """
     import cupy as cp
 
@@ -116,14 +119,24 @@ def dft_refine(cross_power, y, x, shape, *, steps, max_moves, window_spectra=Non
         Sy, Sx = (cp.ascontiguousarray(a, dtype=cp.float64) for a in window_spectra)
         comp = 1
     st = cp.asarray(np.asarray(steps, dtype=np.float64))
+    ref_of, indexed = cp.zeros(1, dtype=cp.int32), 0
     if reference is None:
         ref, n_ref = cp.zeros(1, dtype=cp.complex64), 0
     else:
         ref = cp.ascontiguousarray(reference, dtype=cp.complex64)
-        n_ref = ref.shape[0]
+        if reference_index is None:
+            n_ref = ref.shape[0]
+        else:
+            if ref.ndim != 4:
+                raise ValueError(f"with reference_index, reference must be (K, n, Ny, Nx//2+1), got {ref.shape}")
+            n_ref = ref.shape[1]
+            if T % n_ref or tuple(reference_index.shape) != (T // n_ref,):
+                raise ValueError(f"reference_index must hold one set per {n_ref} maps: {T // n_ref} entries, "
+                                 f"got shape {tuple(reference_index.shape)}")
+            ref_of, indexed = cp.ascontiguousarray(reference_index, dtype=cp.int32), 1
     fn = get_function("peaks.cu", "dft_refine", name_expressions=_PEAK_NAMES + ("dft_refine",))
     smem = 3 * (Ny + Nx // 2 + 1) * 8
-    fn((T,), (256,), (cps, ref, np.int32(n_ref), np.int32(Ny), np.int32(Nx), Sy, Sx, np.int32(comp), st, np.int32(len(steps)),
-                          np.int32(max_moves), y, x),
+    fn((T,), (256,), (cps, ref, np.int32(n_ref), ref_of, np.int32(indexed), np.int32(Ny), np.int32(Nx), Sy, Sx,
+                      np.int32(comp), st, np.int32(len(steps)), np.int32(max_moves), y, x),
        shared_mem=smem)
     return y, x

@@ -1,6 +1,7 @@
 """Reading scans and reference patterns.
 
-One module per file format, registered by name. Each reader module provides
+One module per file format, registered by name in :mod:`ebsdxc.io.registry` (a new format is
+a reader module plus one ``registry.register`` call). Each reader module provides
 
 ``NAME``, ``DESCRIPTION``
     Its registered name and one line for ``ebsdxc info`` / help texts.
@@ -10,9 +11,9 @@ One module per file format, registered by name. Each reader module provides
 ``open(path, *, dataset=None) -> PatternSource``
     A lazy source of the scan's patterns.
 
-:func:`open_scan` asks the readers in the order of :data:`SCAN_FORMATS` (most specific
-first: the generic ``hdf5`` reader would accept any HDF5 file, so it comes last) and uses
-the first that recognises the file. Reader modules are imported only when needed, so
+:func:`open_scan` asks the readers in the order of :data:`SCAN_FORMATS` (the registry's order,
+most specific first: the generic ``hdf5`` reader would accept any HDF5 file, so it comes last)
+and uses the first that recognises the file. Reader modules are imported only when needed, so
 importing :mod:`ebsdxc.io` stays cheap.
 
 Every problem with a user's file is raised as :class:`ebsdxc.errors.InputError`, whose
@@ -21,13 +22,13 @@ message starts with the file's path.
 
 from __future__ import annotations
 
-import importlib
 import os
 import re
 
 import numpy as np
 
 from ..errors import InputError
+from . import registry
 from .source import ArraySource, PatternSource, ScanGrid
 
 __all__ = [
@@ -35,6 +36,8 @@ __all__ = [
     "ArraySource",
     "PatternSource",
     "ScanGrid",
+    "describe_formats",
+    "formats_help",
     "get_reader",
     "open_scan",
     "read_reference",
@@ -42,29 +45,37 @@ __all__ = [
     "reference_from_scan",
 ]
 
-# name -> module, in detection order (specific before generic).
-_SCAN_READERS = {
-    "h5ebsd": "ebsdxc.io.h5ebsd",
-    "edax_h5": "ebsdxc.io.edax_h5",
-    "bruker_h5": "ebsdxc.io.bruker_h5",
-    "oxford_h5oina": "ebsdxc.io.oxford_h5oina",
-    "emsoft_h5": "ebsdxc.io.emsoft_h5",
-    "edax_binary": "ebsdxc.io.edax_binary",
-    "oxford_binary": "ebsdxc.io.oxford_binary",
-    "image_stack": "ebsdxc.io.image_stack",
-    "hdf5": "ebsdxc.io.hdf5",
-}
+#: Names of the scan formats, in the order :func:`open_scan` tries them (a tuple, read from
+#: :mod:`ebsdxc.io.registry` on every access, so it lists readers registered later too).
+SCAN_FORMATS: tuple[str, ...]
 
-#: Names of the scan formats, in the order :func:`open_scan` tries them.
-SCAN_FORMATS: tuple[str, ...] = tuple(_SCAN_READERS)
+
+def __getattr__(name):
+    if name == "SCAN_FORMATS":
+        return registry.names()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def get_reader(name: str):
     """The reader module registered as ``name`` (one of :data:`SCAN_FORMATS`)."""
-    key = str(name).strip().lower()
-    if key not in _SCAN_READERS:
-        raise InputError(f"unknown scan format {name!r}; choose one of {', '.join(SCAN_FORMATS)}")
-    return importlib.import_module(_SCAN_READERS[key])
+    entry = registry.find(name)
+    if entry is None:
+        raise InputError(f"unknown scan format {name!r}; choose one of {', '.join(registry.names())}")
+    return entry.load()
+
+
+def describe_formats() -> dict[str, str]:
+    """``{name: one-line description}`` of every scan format, in detection order.
+
+    Imports every reader module; for help texts that must stay cheap use :func:`formats_help`.
+    """
+    return registry.describe_formats()
+
+
+def formats_help() -> str:
+    """What ebsdxc reads, as one phrase for help texts (``"kikuchipy h5ebsd, ..., or any
+    HDF5 file with one pattern dataset"``); imports no reader module."""
+    return registry.reads_list("or")
 
 
 def _check_file(path) -> str:
@@ -78,10 +89,6 @@ def _check_file(path) -> str:
     if os.path.getsize(path) == 0:
         raise InputError("is empty", path)
     return path
-
-
-_READS = ("kikuchipy h5ebsd, EDAX/TSL h5 and .up1/.up2, Bruker h5, Oxford h5oina and .ebsp, "
-          "EMsoft h5, any HDF5 file with one pattern dataset, and folders of TIFF/PNG images")
 
 
 def _what_is_it(path) -> str:
@@ -136,17 +143,17 @@ def open_scan(path, *, dataset: str | int | None = None, format: str | None = No
         return get_reader("image_stack").open(path, dataset=dataset, grid_shape=grid_shape)
     path = _check_file(path)
     if format is not None:
-        if str(format).strip().lower() not in _SCAN_READERS:
+        if registry.find(format) is None:
             raise InputError(f"unknown scan format {format!r}; choose one of "
-                             f"{', '.join(SCAN_FORMATS)}", path)
+                             f"{', '.join(registry.names())}", path)
         return get_reader(format).open(path, dataset=dataset, grid_shape=grid_shape)
-    for name in SCAN_FORMATS:
-        reader = get_reader(name)
+    for entry in registry.entries():
+        reader = entry.load()
         if reader.detect(path):
             return reader.open(path, dataset=dataset, grid_shape=grid_shape)
     raise InputError(
-        f"not a scan format ebsdxc can read ({_what_is_it(path)}); it reads {_READS}; "
-        "force a reader with --format", path)
+        f"not a scan format ebsdxc can read ({_what_is_it(path)}); it reads "
+        f"{registry.reads_list('and')}; force a reader with --format", path)
 
 
 def read_reference(path) -> np.ndarray:

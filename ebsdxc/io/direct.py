@@ -103,7 +103,7 @@ class DirectReader:
         return state
 
     def __del__(self):
-        try:
+        try:  # noqa: SIM105 - no contextlib at interpreter shutdown, when module globals may be gone
             self.close()
         except Exception:  # interpreter shutdown: nothing left to release
             pass

@@ -134,7 +134,7 @@ class RawFile:
         return {"path": self.path, "_fd": None}
 
     def __del__(self):
-        try:
+        try:  # noqa: SIM105 - no contextlib at interpreter shutdown, when module globals may be gone
             self.close()
         except (OSError, AttributeError, TypeError):  # at interpreter shutdown: nothing to do
             pass

@@ -54,11 +54,11 @@ from ..errors import InputError
 from .hdf5 import (
     HDF5Source,
     check_filters,
-    file_matches,
-    top_groups_holding,
     dataset_metadata,
+    file_matches,
     open_file,
     to_jsonable,
+    top_groups_holding,
 )
 from .source import grid_kind, header_grid
 

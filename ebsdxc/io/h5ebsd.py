@@ -90,7 +90,7 @@ def manufacturer(f) -> str | None:
 def scan_names(f) -> list[str]:
     """Top groups ``Scan N`` holding patterns and a header, by increasing ``N``."""
     found = []
-    for key in f.keys():
+    for key in f:
         m = _SCAN_RE.match(key)
         if not m:
             continue

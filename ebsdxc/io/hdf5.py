@@ -23,6 +23,7 @@ buffer.
 from __future__ import annotations
 
 import builtins
+import contextlib
 import os
 import warnings
 
@@ -303,10 +304,8 @@ def check_filters(ds, path) -> None:
     codes = [plist.get_filter(i)[0] for i in range(plist.get_nfilters())]
     missing = [c for c in codes if not h5py.h5z.filter_avail(c)]
     if missing:
-        try:
+        with contextlib.suppress(ImportError):
             import hdf5plugin  # noqa: F401  (registers its filters on import)
-        except ImportError:
-            pass
         missing = [c for c in missing if not h5py.h5z.filter_avail(c)]
     if missing:
         names = ", ".join(f"{c} ({_FILTER_NAMES.get(c, 'unknown filter')})" for c in missing)

@@ -14,6 +14,7 @@ from __future__ import annotations
 import datetime
 import json
 import os
+from dataclasses import dataclass
 
 import h5py
 import numpy as np
@@ -25,7 +26,7 @@ from ..errors import InputError
 SCHEMA = 1
 GROUP = "ebsdxc"
 
-__all__ = ["ResultsWriter", "read_results", "is_results_file", "input_record", "SCHEMA"]
+__all__ = ["ResultsHandle", "ResultsWriter", "RunRecord", "require_results", "read_record", "read_results", "is_results_file", "input_record", "SCHEMA"]
 
 
 def input_record(path) -> dict:
@@ -43,7 +44,7 @@ def is_results_file(path) -> bool:
         return False
 
 
-class _OpenFile:
+class ResultsHandle:
     """Holds an open h5py file ``self._f``; closes it on ``close`` or leaving a ``with`` block."""
 
     def close(self) -> None:
@@ -57,7 +58,7 @@ class _OpenFile:
         self.close()
 
 
-class ResultsWriter(_OpenFile):
+class ResultsWriter(ResultsHandle):
     """Creates (or reopens for ``--resume``) a results file and writes batches into it."""
 
     def __init__(self, f: h5py.File, path: str):
@@ -187,6 +188,16 @@ class ResultsWriter(_OpenFile):
             g["done"][r] = done
         self._f.flush()
 
+    def write_references(self, index, labels) -> None:
+        """Record which reference each point used: ``point_reference`` (rows, cols) int32 and
+        the references' labels (JSON) in its ``references`` attribute. Only for runs of
+        several references; a one-reference run records its reference in the parameters."""
+        d = self._g.create_dataset("point_reference", data=np.asarray(index, dtype=np.int32),
+                                   chunks=(1, self.cols))
+        d.attrs["references"] = json.dumps(list(labels))
+        d.attrs["meaning"] = "index of the reference (in the 'references' attribute) each point is correlated with"
+        self._f.flush()
+
     def set_attr(self, name, value):
         self._g.attrs[name] = value
 
@@ -197,7 +208,62 @@ class ResultsWriter(_OpenFile):
 
 
 
-def _require_results(path) -> str:
+@dataclass(frozen=True)
+class RunRecord:
+    """What a results file records of the run that made it (for re-fitting, re-correlating).
+
+    ``parameters`` and ``inputs`` are the decoded JSON attributes (``inputs`` keyed by file
+    name); ``pattern_shape`` is ``()`` when not recorded; ``scan_format`` is ``None`` when
+    not recorded.
+    """
+
+    path: str
+    parameters: dict
+    inputs: dict
+    rows: int
+    cols: int
+    centres: np.ndarray
+    roi_size: tuple
+    step: tuple | None
+    grid_kind: str
+    scan_format: str | None
+    pattern_shape: tuple
+    any_done: bool
+
+    def input_path(self, key: str) -> str | None:
+        """Recorded path of the input the parameter ``key`` names (``"scan"``, ``"reference"``)."""
+        return (self.inputs.get(self.parameters.get(key)) or {}).get("path")
+
+
+def read_record(path) -> RunRecord:
+    """The :class:`RunRecord` of a results file; InputError naming it when it lacks one."""
+    path = os.fspath(path)
+    if not os.path.isfile(path):
+        raise InputError("no such file", path)
+    if not is_results_file(path):
+        raise InputError("not an ebsdxc results file (run 'ebsdxc process' first)", path)
+    with h5py.File(path, "r") as f:
+        g = f[GROUP]
+        a = g.attrs
+        try:
+            params = json.loads(a["parameters"])
+            inputs = {i["name"]: i for i in json.loads(a["inputs"])}
+            rows, cols = g["done"].shape
+            centres = g["roi/centers"][...]
+            roi_size = tuple(int(v) for v in g["roi/size"][...])
+        except (KeyError, ValueError, TypeError) as e:
+            raise InputError(f"lacks the metadata the strain fit needs ({e})", path) from None
+        fmt = str(a.get("scan_format", "")) or None
+        return RunRecord(path=path, parameters=params, inputs=inputs, rows=int(rows), cols=int(cols),
+                         centres=centres, roi_size=roi_size,
+                         step=tuple(float(v) for v in a["step"]) if "step" in a else None,
+                         grid_kind=str(a.get("grid_kind", "square")), scan_format=fmt,
+                         pattern_shape=tuple(int(v) for v in a.get("pattern_shape", ())),
+                         any_done=bool(g["done"][...].any()))
+
+
+def require_results(path) -> str:
+    """``path`` as a string; InputError naming it unless it is an ebsdxc results file."""
     path = os.fspath(path)
     if not is_results_file(path):
         raise InputError("not an ebsdxc results file", path)
@@ -206,7 +272,7 @@ def _require_results(path) -> str:
 
 def read_results(path) -> dict:
     """Everything in a results file as NumPy arrays plus an ``attrs`` dict (small scans)."""
-    path = _require_results(path)
+    path = require_results(path)
     with h5py.File(path, "r") as f:
         g = f[GROUP]
         out = {k: g[k][...] for k in ("displacement", "peak_height", "status", "done")}
@@ -224,7 +290,7 @@ def read_results(path) -> dict:
 
 def read_summary(path) -> dict:
     """Counts and medians for a one-line report and ``ebsdxc info`` (reads row by row)."""
-    path = _require_results(path)
+    path = require_results(path)
     with h5py.File(path, "r") as f:
         g = f[GROUP]
         rows, cols, n = g["status"].shape
@@ -298,7 +364,7 @@ STRAIN_DATASETS = {
 }
 
 
-class StrainWriter(_OpenFile):
+class StrainWriter(ResultsHandle):
     """Adds the strain datasets to a finished results file, row chunk by row chunk.
 
     ``strain_complete`` stays false until :meth:`finish`, so a crash mid-pass never leaves
@@ -307,7 +373,7 @@ class StrainWriter(_OpenFile):
     """
 
     def __init__(self, path, *, parameters: dict, n_roi: int, fit_codes: dict, overwrite=False):
-        self.path = _require_results(path)
+        self.path = require_results(path)
         try:
             self._f = h5py.File(self.path, "r+")
         except OSError as e:
@@ -348,7 +414,7 @@ class StrainWriter(_OpenFile):
 
 def read_strain(path) -> dict:
     """The strain datasets of a results file (NumPy arrays) plus ``strain_parameters``."""
-    path = _require_results(path)
+    path = require_results(path)
     with h5py.File(path, "r") as f:
         g = f[GROUP]
         if "strain" not in g:

@@ -9,7 +9,6 @@ import numpy as np
 
 from ..errors import InputError
 
-
 #: Scan grid kinds. ``hexagonal`` is EDAX/TSL's: even rows (0, 2, ...) hold ``cols``
 #: points, odd rows hold ``cols - 1`` points shifted right by half a step.
 GRID_KINDS = ("square", "hexagonal")

@@ -145,23 +145,24 @@ def _cached_pipeline(path, mtime, scan, reference):
 def _cpu_pipeline(path, scan, reference):
     """A CPU pipeline rebuilt from a results file's parameters, and the scan's source."""
     from ..backend import select_backend
-    from ..recipes import ProcessConfig
+    from ..config import ProcessConfig
     from ..rois import layout_from_centres
-    from ..runner import Pipeline, _native, _static_background
+    from ..run.inputs import native, static_background
+    from ..run.pipeline import Pipeline
 
     with ResultsView(path) as v:
         source, ref = _scan_and_reference(v, scan, reference)
-        config = ProcessConfig.from_parameters(v.parameters).replace(device="cpu")
+        config = ProcessConfig.from_parameters(v.parameters)
         layout = layout_from_centres(v.centres, size=v.roi_size)
     backend = select_backend("cpu")
-    static_bg = _static_background(config.static_background, source, backend)
-    return source, Pipeline(backend, config, layout, _native(np.asarray(ref)), static_background=static_bg)
+    static_bg = static_background(config.preprocess.static_background, source, backend)
+    return source, Pipeline(backend, config, layout, native(np.asarray(ref)), static_background=static_bg)
 
 
 def _scan_and_reference(view, scan, reference):
     from ..errors import InputError
     from ..io import SCAN_FORMATS, open_scan, read_reference
-    from ..runner import _scan_reference
+    from ..run.inputs import scan_reference
 
     scan_path = scan or view.input_path("scan")
     if scan_path is None:
@@ -174,10 +175,10 @@ def _scan_and_reference(view, scan, reference):
     else:
         index = view.parameters.get("reference_index")
         if index is not None:
-            from ..recipes import ProcessConfig
+            from ..config import ProcessConfig
 
-            ref = _scan_reference(source, tuple(index) if isinstance(index, list) else index,
-                                  ProcessConfig.from_parameters(view.parameters))
+            ref = scan_reference(source, tuple(index) if isinstance(index, list) else index,
+                                 ProcessConfig.from_parameters(view.parameters).preprocess)
         else:
             path = view.input_path("reference")
             if path is None:

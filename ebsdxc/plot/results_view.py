@@ -14,12 +14,12 @@ import h5py
 import numpy as np
 
 from ..errors import InputError
-from ..io.results import GROUP, _OpenFile, _require_results
+from ..io.results import GROUP, ResultsHandle, require_results
 
 ROW_BLOCK = 64  # scan rows read at once (results are chunked by scan row)
 
 
-class ResultsView(_OpenFile):
+class ResultsView(ResultsHandle):
     """An open results file (read only) and what maps need to know about its grid.
 
     Parameters
@@ -29,7 +29,7 @@ class ResultsView(_OpenFile):
     """
 
     def __init__(self, path):
-        self.path = _require_results(os.fspath(path))
+        self.path = require_results(os.fspath(path))
         self._f = h5py.File(self.path, "r")
         g = self.g = self._f[GROUP]
         a = g.attrs

@@ -99,7 +99,7 @@ class TaskContexts:
                 if job.local is not None and key not in self._local_used:
                     self._local_used.add(key)
                     entry = {"source": job.local["source"], "pipeline": job.local["pipeline"], "buffers": None,
-                             "owned": False}
+                             "owned": False, "owns_source": False}
         return entry or _build(job)
 
     def checkin(self, job: Job, entry: dict) -> None:
@@ -116,22 +116,26 @@ class TaskContexts:
 
 
 def _close(entry):
-    if entry.get("owned", True):
+    if entry.get("owns_source", True):
         entry["source"].close()
+    if entry.get("owned", True):
         entry["pipeline"].close()
 
 
 def _build(job: Job) -> dict:
     from .. import io as scan_io
 
-    source = scan_io.open_scan(job.scan, dataset=job.dataset, format=job.format, grid_shape=job.grid)
+    if job.local is not None:  # this process planned the run: its source serves every thread
+        source, owns = job.local["source"], False
+    else:
+        source, owns = scan_io.open_scan(job.scan, dataset=job.dataset, format=job.format, grid_shape=job.grid), True
     backend = select_backend(job.device)
     if job.threads and not backend.is_gpu:
         backend = dataclasses.replace(backend, workers=job.threads)
     with backend.use():
         pipeline = Pipeline(backend, job.config, job.layout, job.references,
                             static_background=job.static_background, batch=job.batch)
-    return {"source": source, "pipeline": pipeline, "buffers": None, "owned": True}
+    return {"source": source, "pipeline": pipeline, "buffers": None, "owned": True, "owns_source": owns}
 
 
 #: The contexts of a worker process (Dask): kept across the tasks the process runs.

@@ -352,17 +352,17 @@ def _strict_json(text):
 def test_info_json_of_run_interrupted_before_first_batch_is_strict_json(tmp_path, scan, ref):
     """A run stopped before any batch was written: ``info --json`` must still be valid JSON
     (RFC 8259 has no NaN), and say incomplete."""
-    from ebsdxc.recipes import ProcessConfig, RoiConfig
-    from ebsdxc.runner import process
+    from ebsdxc.config import ProcessConfig, RoiConfig, RunConfig
+    from ebsdxc.run import process
 
     class StopAtStart(Progress):
         def start(self, total, *, done=0, desc=""):
             raise KeyboardInterrupt
 
     out = tmp_path / "stopped.h5"
-    cfg = ProcessConfig(roi=RoiConfig(grid=(3, 3), size=32), device="cpu")
+    cfg = ProcessConfig(roi=RoiConfig(grid=(3, 3), size=32))
     with pytest.raises(KeyboardInterrupt):
-        process(str(scan), ref=ref, output=str(out), config=cfg, progress=StopAtStart())
+        process(str(scan), ref=ref, output=str(out), config=cfg, run=RunConfig(device="cpu"), progress=StopAtStart())
     res = run_cli("info", "--json", out)
     assert res.returncode == 0, res.stderr
     d = _strict_json(res.stdout)
@@ -478,9 +478,9 @@ def test_process_kikuchipy_h5ebsd_end_to_end(tmp_path):
 
 
 @pytest.mark.parametrize("opts,check", [
-    (["--dynamic-background", "10"], ("preprocess", "dynamic_sigma", 10.0)),
+    (["--dynamic-background", "10"], ("preprocess", "dynamic_background_sigma", 10.0)),
     (["--bandpass", "1", "25"], ("preprocess", "bandpass", [1.0, 25.0])),
-    (["--static-background", "mean"], ("static_background", None, "mean")),
+    (["--static-background", "mean"], ("preprocess", "static_background", "mean")),
     (["--roi-ring", "6", "--roi-size", "32"], ("roi", "layout", "ring")),
     (["--pipeline", "hrebsd", "--roi-size", "40"], ("correlation", "max_shift", 24)),
     (["--pipeline", "fast-cpu", "--roi-grid", "3x3", "--roi-size", "64", "--max-shift", "12"],
@@ -533,7 +533,7 @@ def test_static_background_from_a_file(tmp_path, scan, ref, sample_truth):
                   "--static-background", bg_path)
     assert res.returncode == 0, res.stderr
     data, attrs = read_group(out)
-    assert json.loads(attrs["parameters"])["static_background"] == str(bg_path)
+    assert json.loads(attrs["parameters"])["preprocess"]["static_background"] == str(bg_path)
     truth = sim.displacement_truth(data["roi/centers"], shape=(H, W), pc_ref=sample_truth["pc_ref"],
                                    pc=sample_truth["pc"], F=sample_truth["F"])
     assert np.sqrt(np.nanmean((data["displacement"] - truth) ** 2)) < 0.03

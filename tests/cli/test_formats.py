@@ -332,7 +332,7 @@ def test_static_background_file_from_the_vendor(samples, tmp_path):
                   "--device", "cpu", "-q")
     assert res.returncode == 0, res.stderr
     data, attrs = read_results(out)
-    assert json.loads(attrs["parameters"])["static_background"] == "file"
+    assert json.loads(attrs["parameters"])["preprocess"]["static_background"] == "file"
     assert data["done"].all() and bool(attrs["complete"])
     np.testing.assert_array_less(np.abs(data["displacement"][0, 0]), 0.05)
     assert (data["peak_height"][0, 0] > 0.99).all()

@@ -13,13 +13,15 @@ import pytest
 distributed = pytest.importorskip("distributed")
 
 from ebsdxc import process, read_results  # noqa: E402
-from ebsdxc.cluster import ClusterConfig, row_tasks  # noqa: E402
+from ebsdxc.cluster import DaskExecutor  # noqa: E402
+from ebsdxc.config import ClusterConfig, ProcessConfig, RoiConfig, RunConfig  # noqa: E402
 from ebsdxc.errors import InputError  # noqa: E402
 from ebsdxc.io.results import ResultsWriter  # noqa: E402
 from ebsdxc.progress import NullProgress  # noqa: E402
-from ebsdxc.recipes import ProcessConfig, RoiConfig  # noqa: E402
+from ebsdxc.run.planning import plan_tasks  # noqa: E402
 
-CFG = ProcessConfig(roi=RoiConfig(grid=(4, 4), size=40), device="cpu")
+CFG = ProcessConfig(roi=RoiConfig(grid=(4, 4), size=40))
+CPU = RunConfig(device="cpu")
 
 
 @pytest.fixture(scope="module")
@@ -36,7 +38,7 @@ def big_scan(tmp_path_factory, sample_dir):
 @pytest.fixture(scope="module")
 def single(big_scan, tmp_path_factory, sample_dir):
     out = tmp_path_factory.mktemp("single") / "one.h5"
-    return read_results(process(big_scan, ref=f"{sample_dir}/ref.tif", config=CFG, output=out))
+    return read_results(process(big_scan, ref=f"{sample_dir}/ref.tif", config=CFG, run=CPU, output=out))
 
 
 @pytest.fixture
@@ -70,15 +72,15 @@ class CountingWrites:
 def test_row_tasks_cover_undone_rows():
     done = np.zeros((7, 3), bool)
     done[2] = True
-    done[4, 1] = True  # a partly done row is redone whole
-    assert row_tasks(done, 2) == [(0, 2), (3, 5), (5, 7)]
-    assert row_tasks(np.ones((3, 3), bool), 2) == []
+    done[4, 1] = True  # a partly done row is in a task
+    assert [(t.row0, t.row1) for t in plan_tasks(done, 2)] == [(0, 2), (3, 5), (5, 7)]
+    assert plan_tasks(np.ones((3, 3), bool), 2) == []
 
 
 def test_cluster_gives_the_single_process_results(big_scan, single, cluster, tmp_path, monkeypatch, sample_dir):
     counter = CountingWrites(monkeypatch, (40, 10))
-    out = process(big_scan, ref=f"{sample_dir}/ref.tif", config=CFG, output=tmp_path / "c.h5",
-                  client=cluster, cluster=ClusterConfig(rows_per_task=3))
+    out = process(big_scan, ref=f"{sample_dir}/ref.tif", config=CFG, run=CPU, output=tmp_path / "c.h5",
+                  executor=DaskExecutor(cluster, ClusterConfig(rows_per_task=3)))
     got = read_results(out)
     assert_identical(got, single)
     assert got["attrs"]["complete"] and (counter.count == 1).all()
@@ -112,8 +114,8 @@ def test_a_worker_killed_mid_run_loses_and_duplicates_nothing(big_scan, single, 
                                                               monkeypatch, sample_dir):
     counter = CountingWrites(monkeypatch, (40, 10))
     killer = KillOneWorker(cluster)
-    out = process(big_scan, ref=f"{sample_dir}/ref.tif", config=CFG, output=tmp_path / "k.h5",
-                  client=cluster, cluster=ClusterConfig(rows_per_task=1), progress=killer)
+    out = process(big_scan, ref=f"{sample_dir}/ref.tif", config=CFG, run=CPU, output=tmp_path / "k.h5",
+                  executor=DaskExecutor(cluster, ClusterConfig(rows_per_task=1)), progress=killer)
     assert killer.killed is not None
     got = read_results(out)
     assert_identical(got, single)
@@ -123,33 +125,72 @@ def test_a_worker_killed_mid_run_loses_and_duplicates_nothing(big_scan, single, 
     assert killer.killed not in cluster.run(os.getpid).values()
 
 
-def test_a_transient_error_is_retried(big_scan, single, tmp_path, monkeypatch, sample_dir):
+class FailOnce:
+    """A task function that fails the first time any worker runs it (the marker file is there),
+    then runs the real one: a transient fault inside a task, on a real worker."""
+
+    def __init__(self, marker):
+        self.marker = str(marker)
+
+    def __call__(self, job, task):
+        from ebsdxc.cluster import run_on_worker
+
+        try:
+            os.remove(self.marker)
+        except FileNotFoundError:
+            return run_on_worker(job, task)
+        raise OSError("injected transient failure")
+
+
+class FlakyDask(DaskExecutor):
+    """The real Dask executor, whose tasks run :class:`FailOnce` around the real task function."""
+
+    def __init__(self, client, config, marker):
+        super().__init__(client, config)
+        self.fail_once = FailOnce(marker)
+
+    def submit(self, job_future, task, *, key):
+        return self.client.submit(self.fail_once, job_future, task, key=key, retries=self.config.retries,
+                                  pure=False)
+
+
+@pytest.fixture(autouse=True)
+def _ship_this_module_by_value():
+    """Workers cannot import this test module: cloudpickle sends its classes by value."""
+    import cloudpickle
+
+    module = sys.modules[FailOnce.__module__]
+    cloudpickle.register_pickle_by_value(module)
+    yield
+    cloudpickle.unregister_pickle_by_value(module)
+
+
+def test_a_transient_error_is_retried(big_scan, single, tmp_path, sample_dir):
     marker = tmp_path / "fail-once"
     marker.write_text("the first task to see this file fails, then removes it")
-    monkeypatch.setenv("EBSDXC_TEST_FAIL_ONCE", str(marker))  # inherited by the worker processes
     with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
                                   dashboard_address=None) as c, distributed.Client(c) as client:
-        out = process(big_scan, ref=f"{sample_dir}/ref.tif", config=CFG, output=tmp_path / "r.h5",
-                      client=client, cluster=ClusterConfig(rows_per_task=4, retries=1))
+        out = process(big_scan, ref=f"{sample_dir}/ref.tif", config=CFG, run=CPU, output=tmp_path / "r.h5",
+                      executor=FlakyDask(client, ClusterConfig(rows_per_task=4, retries=1), marker))
     assert not marker.exists()  # the failure did happen
     assert_identical(read_results(out), single)
 
 
-def test_retries_used_up_stop_the_run_and_resume_finishes_it(big_scan, single, tmp_path, monkeypatch, sample_dir):
+def test_retries_used_up_stop_the_run_and_resume_finishes_it(big_scan, single, tmp_path, sample_dir):
     marker = tmp_path / "fail-once"
     marker.write_text("x")
-    monkeypatch.setenv("EBSDXC_TEST_FAIL_ONCE", str(marker))
     out = tmp_path / "r.h5"
     with distributed.LocalCluster(n_workers=1, threads_per_worker=1, processes=True,
                                   dashboard_address=None) as c, distributed.Client(c) as client:
         with pytest.raises(InputError, match="failed on the cluster after 0 retries .*--resume") as e:
-            process(big_scan, ref=f"{sample_dir}/ref.tif", config=CFG, output=out, client=client,
-                    cluster=ClusterConfig(rows_per_task=4, retries=0))
+            process(big_scan, ref=f"{sample_dir}/ref.tif", config=CFG, run=CPU, output=out,
+                    executor=FlakyDask(client, ClusterConfig(rows_per_task=4, retries=0), marker))
         assert big_scan in str(e.value)
+        assert not marker.exists()
         with h5py.File(out, "r") as f:
             assert not f["ebsdxc"].attrs["complete"]
-        got = read_results(process(big_scan, ref=f"{sample_dir}/ref.tif", config=CFG, output=out,
-                                   client=client, cluster=ClusterConfig(rows_per_task=4), resume=True))
+        got = read_results(process(big_scan, ref=f"{sample_dir}/ref.tif", config=CFG, run=CPU, output=out,
+                                   executor=DaskExecutor(client, ClusterConfig(rows_per_task=4)), resume=True))
     assert_identical(got, single)
 
 
@@ -167,7 +208,7 @@ def test_cli_cluster_local_and_campaign(tmp_path, sample_dir, big_scan):
                         "--roi-grid", "4x4", "--roi-size", "40", "--device", "cpu", "-o", str(tmp_path / "out")],
                        capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr
-    one = read_results(process(str(a), ref=f"{sample_dir}/ref.tif", config=CFG, output=tmp_path / "one.h5"))
+    one = read_results(process(str(a), ref=f"{sample_dir}/ref.tif", config=CFG, run=CPU, output=tmp_path / "one.h5"))
     for name in ("a", "b"):
         assert_identical(read_results(tmp_path / "out" / f"{name}.ebsdxc.h5"), one)
     assert r.stdout.count("100/100 points") == 2
@@ -204,13 +245,16 @@ def test_gpu_cluster_gives_the_single_gpu_results(big_scan, tmp_path, sample_dir
     """`--cluster local` on a GPU machine: one worker per GPU (dask-cuda when installed)."""
     from ebsdxc.cluster import connect
 
-    cfg = ProcessConfig(roi=RoiConfig(grid=(4, 4), size=40), device="cuda", batch=16)
-    one = read_results(process(big_scan, ref=f"{sample_dir}/ref.tif", config=cfg, output=tmp_path / "one.h5"))
+    cfg = ProcessConfig(roi=RoiConfig(grid=(4, 4), size=40))
+    run = RunConfig(device="cuda", batch=16)
+    one = read_results(process(big_scan, ref=f"{sample_dir}/ref.tif", config=cfg, run=run,
+                               output=tmp_path / "one.h5"))
     client, cluster = connect(ClusterConfig(address="local"))
     try:
         client.wait_for_workers(1, timeout=120)
-        got = read_results(process(big_scan, ref=f"{sample_dir}/ref.tif", config=cfg, output=tmp_path / "c.h5",
-                                   client=client, cluster=ClusterConfig(rows_per_task=2)))
+        got = read_results(process(big_scan, ref=f"{sample_dir}/ref.tif", config=cfg, run=run,
+                                   output=tmp_path / "c.h5",
+                                   executor=DaskExecutor(client, ClusterConfig(rows_per_task=2))))
         devices = client.run(_visible_devices)
     finally:
         client.close()

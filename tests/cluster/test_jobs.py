@@ -19,9 +19,8 @@ import h5py
 import pytest
 
 import ebsdxc
-from ebsdxc.cluster import ClusterConfig
+from ebsdxc.config import ClusterConfig, load_config, shipped_recipes
 from ebsdxc.errors import InputError
-from ebsdxc.recipes import load_cluster_config, load_recipe, shipped_recipes
 
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), os.pardir, os.pardir))
 PIPELINES = os.path.join(REPO, "pipelines")
@@ -39,6 +38,16 @@ def write(path, text, mode=None):
 def read(path):
     with open(path) as f:
         return f.read()
+
+
+def cluster_of(recipe):
+    """The recipe's [cluster] table as the one loader reads it (``RunConfig.cluster``)."""
+    return load_config(recipe)[1].cluster
+
+
+def process_of(recipe):
+    """The settings of the recipe that define the result."""
+    return load_config(recipe)[0]
 
 
 def has(module):
@@ -77,27 +86,29 @@ def test_every_cluster_key(tmp_path):
         job_extra_directives = ["--gres=gpu:1"]
         worker_extra_args = ["--resources", "GPU=1"]
     """)
-    cfg = load_cluster_config(path)
+    cfg = cluster_of(path)
     assert cfg == ClusterConfig(address="slurm", workers=4, retries=5, rows_per_task=3, job={
         "queue": "gpu", "account": "abc123", "walltime": "01:00:00", "cores": 1, "memory": "16GB",
         "processes": 1, "job_extra_directives": ["--gres=gpu:1"], "worker_extra_args": ["--resources", "GPU=1"]})
 
 
 def test_cluster_defaults_and_addresses(tmp_path):
-    assert load_cluster_config(write(tmp_path / "empty.toml", "[cluster]\n")) == ClusterConfig()
-    cfg = load_cluster_config(write(tmp_path / "tcp.toml", '[cluster]\naddress = "tcp://node12:8786"\n'))
+    assert cluster_of(write(tmp_path / "empty.toml", "[cluster]\n")) == ClusterConfig()
+    cfg = cluster_of(write(tmp_path / "tcp.toml", '[cluster]\naddress = "tcp://node12:8786"\n'))
     assert cfg == ClusterConfig(address="tcp://node12:8786")
     assert (cfg.workers, cfg.retries, cfg.rows_per_task, cfg.job) == (None, 2, None, {})
-    cfg = load_cluster_config(write(tmp_path / "pbs.toml", '[cluster]\naddress = "pbs"\nworkers = 1\n'))
+    cfg = cluster_of(write(tmp_path / "pbs.toml", '[cluster]\naddress = "pbs"\nworkers = 1\n'))
     assert (cfg.address, cfg.workers, cfg.job) == ("pbs", 1, {})
 
 
-def test_no_cluster_table_is_none(tmp_path):
-    assert load_cluster_config(write(tmp_path / "r.toml", "[roi]\ngrid = [3, 3]\n")) is None
-    assert load_cluster_config("hrebsd") is None  # a shipped recipe, by name
+def test_no_cluster_table_is_the_default(tmp_path):
+    assert cluster_of(write(tmp_path / "r.toml", "[roi]\ngrid = [3, 3]\n")) == ClusterConfig()
+    assert cluster_of("hrebsd") == ClusterConfig()  # a shipped recipe, by name
+    assert load_config("hrebsd")[1].executor == "inline"  # a [cluster] table alone sends nothing to it
+    assert load_config("cluster-slurm")[1].executor == "inline"
 
 
-def test_load_recipe_ignores_the_cluster_table(tmp_path):
+def test_the_cluster_table_is_no_parameter(tmp_path):
     plain = write(tmp_path / "plain.toml", """
         [roi]
         grid = [3, 3]
@@ -117,7 +128,7 @@ def test_load_recipe_ignores_the_cluster_table(tmp_path):
         cores = 1
         memory = "8GB"
     """)
-    a, b = load_recipe(plain), load_recipe(clustered)
+    a, b = process_of(plain), process_of(clustered)
     assert a == b
     params = b.parameters()
     assert params == a.parameters()
@@ -127,22 +138,22 @@ def test_load_recipe_ignores_the_cluster_table(tmp_path):
 def test_shipped_cluster_recipes_compute_like_hrebsd():
     names = shipped_recipes()
     assert {"cluster-slurm", "cluster-pbs"} <= set(names)
-    hr = load_recipe("hrebsd")
+    hr = process_of("hrebsd")
     for name in ("cluster-slurm", "cluster-pbs"):
-        assert load_recipe(name) == hr, name  # same [roi], [preprocess], [correlation]
-        assert load_recipe(name).parameters() == hr.parameters()
+        assert process_of(name) == hr, name  # same [roi], [preprocess], [correlation]
+        assert process_of(name).parameters() == hr.parameters()
         # by name, by name.toml and by path
-        assert load_cluster_config(name) == load_cluster_config(name + ".toml") == load_cluster_config(names[name])
+        assert cluster_of(name) == cluster_of(name + ".toml") == cluster_of(names[name])
 
 
 def test_shipped_cluster_recipes_settings():
-    s = load_cluster_config("cluster-slurm")
+    s = cluster_of("cluster-slurm")
     assert (s.address, s.workers, s.retries, s.rows_per_task) == ("slurm", 2, 2, None)
     assert s.job["walltime"] == "02:00:00" and s.job["memory"] == "64GB" and s.job["processes"] == 1
     assert s.job["job_extra_directives"] == ["--gres=gpu:1"]
     assert s.job["cores"] == 1 and s.job["job_cpu"] == 8  # one thread per GPU worker, 8 CPUs booked
     assert {"queue", "account", "worker_extra_args"} <= set(s.job)
-    p = load_cluster_config("cluster-pbs")
+    p = cluster_of("cluster-pbs")
     assert (p.address, p.workers, p.retries) == ("pbs", 2, 2)
     assert "ngpus=1" in p.job["resource_spec"] and "ncpus=8" in p.job["resource_spec"]
     assert p.job["walltime"] == "02:00:00" and p.job["cores"] == 1 and p.job["processes"] == 1
@@ -172,22 +183,24 @@ BAD = [
 def test_bad_cluster_values_name_the_recipe(tmp_path, body, words):
     path = write(tmp_path / "bad.toml", "[roi]\ngrid = [3, 3]\n\n[cluster]\n" + body + "\n")
     with pytest.raises(InputError) as e:
-        load_cluster_config(path)
+        cluster_of(path)
     assert e.value.path == path and str(e.value).startswith(path)
     assert words in str(e.value)
-    load_recipe(path)  # the computing part of the recipe is still fine
+    with pytest.raises(InputError) as again:  # one loader: a recipe is valid or refused as a whole
+        process_of(path)
+    assert str(again.value) == str(e.value)
 
 
 def test_cluster_table_that_is_no_table(tmp_path):
     path = write(tmp_path / "bad.toml", "cluster = 5\n")
     with pytest.raises(InputError, match=r"\[cluster\] must be a table") as e:
-        load_cluster_config(path)
+        cluster_of(path)
     assert e.value.path == path
 
 
 def test_missing_recipe_names_the_file(tmp_path):
     with pytest.raises(InputError, match="no such recipe file") as e:
-        load_cluster_config(str(tmp_path / "nope.toml"))
+        cluster_of(str(tmp_path / "nope.toml"))
     assert e.value.path == str(tmp_path / "nope.toml")
 
 
@@ -205,7 +218,7 @@ def test_unknown_job_keys(tmp_path, address, key, words):
     path = write(tmp_path / "job.toml", f'[cluster]\naddress = "{address}"\n[cluster.job]\n{key} = "x"\n'
                                         'cores = 1\nmemory = "1GB"\n')
     with pytest.raises(InputError) as e:
-        load_cluster_config(path)
+        cluster_of(path)
     msg = str(e.value)
     assert msg.startswith(path) and f"unknown key in [cluster.job]: {key}" in msg and words in msg
     assert ("SLURMCluster" if address == "slurm" else "PBSCluster") in msg
@@ -213,21 +226,21 @@ def test_unknown_job_keys(tmp_path, address, key, words):
 
 @needs_jobqueue
 def test_job_keys_checked_against_the_right_class(tmp_path):
-    slurm = load_cluster_config(write(tmp_path / "s.toml", '[cluster]\naddress = "slurm"\n[cluster.job]\n'
+    slurm = cluster_of(write(tmp_path / "s.toml", '[cluster]\naddress = "slurm"\n[cluster.job]\n'
                                                            'job_cpu = 8\njob_mem = "10G"\ncores = 1\n'))
     assert slurm.job == {"job_cpu": 8, "job_mem": "10G", "cores": 1}
-    pbs = load_cluster_config(write(tmp_path / "p.toml", '[cluster]\naddress = "pbs"\n[cluster.job]\n'
+    pbs = cluster_of(write(tmp_path / "p.toml", '[cluster]\naddress = "pbs"\n[cluster.job]\n'
                                                          'resource_spec = "select=1:ngpus=1"\n'))
     assert pbs.job == {"resource_spec": "select=1:ngpus=1"}
     # No address: --cluster slurm|pbs chooses later, so keys of either class are taken.
-    either = load_cluster_config(write(tmp_path / "e.toml", '[cluster.job]\njob_cpu = 8\n'
+    either = cluster_of(write(tmp_path / "e.toml", '[cluster.job]\njob_cpu = 8\n'
                                                             'resource_spec = "select=1"\n'))
     assert either.address == "local" and set(either.job) == {"job_cpu", "resource_spec"}
 
 
 def test_job_keys_unchecked_without_dask_jobqueue(tmp_path, monkeypatch):
     monkeypatch.setitem(sys.modules, "dask_jobqueue", None)  # import fails as if not installed
-    cfg = load_cluster_config(write(tmp_path / "r.toml", '[cluster]\naddress = "slurm"\n[cluster.job]\n'
+    cfg = cluster_of(write(tmp_path / "r.toml", '[cluster]\naddress = "slurm"\n[cluster.job]\n'
                                                          'anything_goes = 1\n'))
     assert cfg.job == {"anything_goes": 1}
 
@@ -272,7 +285,7 @@ def test_shipped_recipe_job_script(tmp_path, monkeypatch, name, cls, lines):
     import dask_jobqueue
 
     monkeypatch.chdir(tmp_path)  # log_directory is created where the client runs
-    cfg = load_cluster_config(name)
+    cfg = cluster_of(name)
     # (no dashboard: port 8787 may be taken by another test run here)
     with getattr(dask_jobqueue, cls)(**cfg.job, dashboard_address=None) as cluster:  # submits nothing yet
         script = cluster.job_script()
@@ -297,7 +310,7 @@ def test_connect_submits_the_recipe_jobs(tmp_path, monkeypatch, name, submit, re
 
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("PATH", fake_submitter(tmp_path, submit, reply) + os.pathsep + os.environ["PATH"])
-    cfg = load_cluster_config(name)
+    cfg = cluster_of(name)
     client, cluster = connect(dataclasses.replace(cfg, job={**cfg.job, "dashboard_address": None}))
     try:
         deadline = time.monotonic() + 60

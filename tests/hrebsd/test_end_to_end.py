@@ -21,8 +21,8 @@ from ebsdxc import simulate as sim
 from ebsdxc import strain as sn
 from ebsdxc.hrebsd import StrainConfig
 from ebsdxc.io.results import read_results, read_strain
-from ebsdxc.recipes import load_recipe
-from ebsdxc.runner import process, strain
+from ebsdxc.config import RunConfig, load_config
+from ebsdxc.run import process, strain
 
 pytest.importorskip("kikuchipy")  # the master pattern ships with kikuchipy
 
@@ -60,8 +60,11 @@ def simulated(tmp_path, rows, cols, size, *, noise, rotation_deg=0.0, seed=4):
     return sc, scan, ref
 
 
+CPU = RunConfig(device="cpu")
+
+
 def hrebsd_config(**strain_kw):
-    return load_recipe("hrebsd").replace(device="cpu", strain=StrainConfig(material="Ni", **strain_kw))
+    return load_config("hrebsd")[0].replace(strain=StrainConfig(material="Ni", **strain_kw))
 
 
 # ------------------------------------------------------------------------------ accuracy
@@ -70,7 +73,7 @@ def hrebsd_config(**strain_kw):
 @pytest.mark.parametrize("noise,size,bound", [(True, 256, 1e-4), (False, 512, 2e-5)])
 def test_strain_accuracy_on_simulated_patterns(tmp_path, noise, size, bound):
     sc, scan, ref = simulated(tmp_path, 4, 4, size, noise=noise)
-    out = process(scan, ref=ref, config=hrebsd_config(), output=tmp_path / "r.h5")
+    out = process(scan, ref=ref, config=hrebsd_config(), run=CPU, output=tmp_path / "r.h5")
     dev, rot, full, s = errors(out, sc.F)
     assert (s["fit_status"] == 0).all() and (s["rois_used"] == 25).all()
     assert dev.max() <= bound, dev
@@ -81,7 +84,7 @@ def test_strain_accuracy_on_simulated_patterns(tmp_path, noise, size, bound):
 
 def test_remapping_recovers_a_3_degree_rotation(tmp_path):
     sc, scan, ref = simulated(tmp_path, 3, 3, 256, noise=True, rotation_deg=3.0)
-    out = process(scan, ref=ref, config=hrebsd_config(), output=tmp_path / "r.h5")
+    out = process(scan, ref=ref, config=hrebsd_config(), run=CPU, output=tmp_path / "r.h5")
     dev, rot, full, s = errors(out, sc.F)
     assert s["remapped"].all()
     assert dev.max() <= 2e-4 and full.max() <= 2e-4, (dev, full)
@@ -239,8 +242,8 @@ def test_points_with_too_few_rois_are_flagged(tmp_path):
         blank = np.array(p[1, 2])
         blank[:, :100] = blank.mean()  # most of the pattern flat: only the right column of ROIs left
         p[1, 2] = blank
-    cfg = load_recipe("hrebsd").replace(device="cpu", strain=StrainConfig(material="Ni", min_rois=6, min_peak_height=0.5))
-    out = process(scan, ref=ref, config=cfg, output=tmp_path / "r.h5")
+    cfg = load_config("hrebsd")[0].replace(strain=StrainConfig(material="Ni", min_rois=6, min_peak_height=0.5))
+    out = process(scan, ref=ref, config=cfg, run=CPU, output=tmp_path / "r.h5")
     s = read_strain(out)
     assert s["fit_status"][0, 1] == sn.FIT_NOT_PROCESSED and s["fit_status"][1, 2] == sn.FIT_TOO_FEW_ROIS
     assert np.isnan(s["strain"][0, 1]).all() and s["rois_used"][0, 1] == 0
@@ -255,11 +258,11 @@ def test_points_with_too_few_rois_are_flagged(tmp_path):
 def test_recipe_strain_table(tmp_path, sample_dir):
     recipe = tmp_path / "r.toml"
     recipe.write_text('[roi]\ngrid = [4, 4]\n[strain]\nmaterial = "Ni"\nremap_threshold_deg = 0.5\nmin_rois = 6\n')
-    cfg = load_recipe(recipe)
+    cfg = load_config(recipe)[0]
     assert cfg.strain == StrainConfig(material="Ni", remap_threshold_deg=0.5, min_rois=6)
     recipe.write_text('[strain]\nmaterial = "Ni"\npc_map = "sideways"\n')
     with pytest.raises(Exception, match="pc_map"):
-        load_recipe(recipe)
+        load_config(recipe)
     out = tmp_path / "o.h5"
     recipe.write_text('[strain]\nmaterial = "Cu"\n')
     assert cli.main(["process", os.path.join(sample_dir, "scan.h5"), "--ref", os.path.join(sample_dir, "ref.tif"),
@@ -286,7 +289,7 @@ def test_gpu_pipeline_strain_equals_cpu(tmp_path, sample_dir):
 @pytest.mark.gpu
 def test_gpu_remapping(tmp_path):
     sc, scan, ref = simulated(tmp_path, 3, 3, 256, noise=True, rotation_deg=3.0)
-    out = process(scan, ref=ref, config=hrebsd_config().replace(device="cuda"), output=tmp_path / "r.h5")
+    out = process(scan, ref=ref, config=hrebsd_config(), run=RunConfig(device="cuda"), output=tmp_path / "r.h5")
     dev, _, full, s = errors(out, sc.F)
     assert s["remapped"].all() and dev.max() <= 2e-4 and full.max() <= 2e-4
 

@@ -113,12 +113,12 @@ def test_truncated_file_is_an_error_naming_it(tmp_path, data, layout):
     src = open_scan(path)
     with open(path, "r+b") as fh:  # the file loses its tail after it was opened
         fh.truncate(size - size // 3)
-    from ebsdxc.recipes import ProcessConfig, RoiConfig
-    from ebsdxc.runner import process
+    from ebsdxc.config import ProcessConfig, RoiConfig, RunConfig
+    from ebsdxc.run import process
 
-    cfg = ProcessConfig(roi=RoiConfig(grid=(1, 1), size=16), device="cpu", batch=50)
+    cfg = ProcessConfig(roi=RoiConfig(grid=(1, 1), size=16))
     with pytest.raises(InputError) as e:
-        process(src, ref_index=0, config=cfg, output=tmp_path / "r.h5")
+        process(src, ref_index=0, config=cfg, run=RunConfig(device="cpu", batch=50), output=tmp_path / "r.h5")
     assert str(path) in str(e.value) and "cannot read patterns" in str(e.value)
     src.close()
 

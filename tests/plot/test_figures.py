@@ -19,15 +19,16 @@ import ebsdxc  # noqa: E402
 from ebsdxc import plot  # noqa: E402
 from ebsdxc.io import ScanGrid  # noqa: E402
 from ebsdxc.io.results import ResultsWriter  # noqa: E402
-from ebsdxc.recipes import ProcessConfig, RoiConfig  # noqa: E402
+from ebsdxc.config import ProcessConfig, RoiConfig, RunConfig  # noqa: E402
 
 
 @pytest.fixture(scope="module")
 def results(tmp_path_factory, sample_dir):
     """The sample scan processed with strain (Ni), as the quick start does."""
     out = tmp_path_factory.mktemp("plot") / "sample.ebsdxc.h5"
-    cfg = ebsdxc.load_recipe("hrebsd").replace(device="cpu", strain=ebsdxc.StrainConfig(material="Ni"))
-    return ebsdxc.process(f"{sample_dir}/scan.h5", ref=f"{sample_dir}/ref.tif", config=cfg, output=out)
+    cfg = ebsdxc.load_config("hrebsd")[0].replace(strain=ebsdxc.StrainConfig(material="Ni"))
+    return ebsdxc.process(f"{sample_dir}/scan.h5", ref=f"{sample_dir}/ref.tif", config=cfg,
+                          run=RunConfig(device="cpu"), output=out)
 
 
 def pixels(fig):
@@ -134,7 +135,7 @@ def test_point_detail_recorrelates_as_the_run_did(tmp_path, sample_dir):
     with h5py.File(tmp_path / "shift.h5", "w") as f:
         f["patterns"] = np.stack([ref, np.roll(ref, (-3, 5), axis=(0, 1))])
     out = ebsdxc.process(str(tmp_path / "shift.h5"), ref=f"{sample_dir}/ref.tif", output=tmp_path / "r.h5",
-                         config=ProcessConfig(roi=RoiConfig(grid=(3, 3), size=48), device="cpu"))
+                         config=ProcessConfig(roi=RoiConfig(grid=(3, 3), size=48)), run=RunConfig(device="cpu"))
     c = plot.correlation_map(out, 1, 4)
     peak = np.unravel_index(int(np.argmax(c["map"])), c["map"].shape)
     assert (peak[0] - c["centre"][0], peak[1] - c["centre"][1]) == (-3, 5)

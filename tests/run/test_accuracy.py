@@ -14,8 +14,8 @@ from ebsdxc import simulate as sim
 from ebsdxc import status as st
 from ebsdxc.io import ArraySource
 from ebsdxc.io.results import read_results
-from ebsdxc.recipes import load_recipe
-from ebsdxc.runner import process
+from ebsdxc.config import RunConfig, load_config
+from ebsdxc.run import process
 
 
 def errors_against_truth(res, truth):
@@ -91,9 +91,10 @@ def test_simulated_strained_scan_paper_layout(tmp_path):
     scan = tmp_path / "sim.h5"
     with h5py.File(scan, "w") as f:
         f["patterns"] = sc.patterns
-    cfg = load_recipe("paper-86roi-96").replace(device="cpu")
+    cfg = load_config("paper-86roi-96")[0]
+    cpu = RunConfig(device="cpu")
     assert cfg.correlation.subpixel == "dft"
-    out = process(str(scan), ref=str(tmp_path / "ref.tif"), output=str(tmp_path / "res.h5"), config=cfg)
+    out = process(str(scan), ref=str(tmp_path / "ref.tif"), output=str(tmp_path / "res.h5"), config=cfg, run=cpu)
     res = read_results(out)
     assert res["roi_centers"].shape == (86, 2) and res["roi_size"].tolist() == [96, 96]
     assert (res["status"] == st.OK).all()
@@ -105,5 +106,5 @@ def test_simulated_strained_scan_paper_layout(tmp_path):
 
     # the same patterns in memory (ArraySource) give the same answer
     out2 = process(ArraySource(sc.patterns), ref=str(tmp_path / "ref.tif"), output=str(tmp_path / "res2.h5"),
-                   config=cfg)
+                   config=cfg, run=cpu)
     np.testing.assert_allclose(read_results(out2)["displacement"], res["displacement"], atol=1e-5)

@@ -1,6 +1,7 @@
 """Scan grids (square, hexagonal), missing points and the scan's own static background,
 from the reader through the runner into the results file."""
 
+import dataclasses
 import json
 
 import h5py
@@ -13,7 +14,7 @@ from ebsdxc.errors import InputError
 from ebsdxc.io import open_scan
 from ebsdxc.io.results import read_summary
 from ebsdxc.io.source import ScanGrid, choose_grid, grid_kind, parse_grid_shape
-from ebsdxc.recipes import ProcessConfig, RoiConfig
+from ebsdxc.config import ProcessConfig, RoiConfig, RunConfig
 
 
 def sample_patterns(sample_dir, n):
@@ -37,7 +38,8 @@ def write_h5ebsd(path, patterns, *, n_rows, n_columns, grid_type="square", backg
     return path
 
 
-CFG = ProcessConfig(roi=RoiConfig(grid=(3, 3), size=48), device="cpu")
+CFG = ProcessConfig(roi=RoiConfig(grid=(3, 3), size=48))
+CPU = RunConfig(device="cpu")
 
 
 # --------------------------------------------------------------------------- the grid itself
@@ -121,7 +123,7 @@ def test_hexagonal_scan_read_and_processed(tmp_path, sample_dir):
             assert not got[slot].any()
         else:
             np.testing.assert_array_equal(got[slot], data[rec[slot]])
-    out = process(path, ref_index=0, config=CFG, output=tmp_path / "r.h5")
+    out = process(path, ref_index=0, config=CFG, run=CPU, output=tmp_path / "r.h5")
     r = read_results(out)
     assert r["done"].all() and r["attrs"]["complete"]
     assert r["attrs"]["grid_kind"] == "hexagonal"
@@ -137,7 +139,7 @@ def test_interrupted_scan_missing_points_are_flagged_not_processed(tmp_path, sam
     data = sample_patterns(sample_dir, 4)
     path = write_h5ebsd(tmp_path / "cut.h5", data, n_rows=2, n_columns=3)
     with pytest.warns(UserWarning, match="4 of 6"):
-        out = process(path, ref_index=0, config=CFG, output=tmp_path / "r.h5")
+        out = process(path, ref_index=0, config=CFG, run=CPU, output=tmp_path / "r.h5")
     r = read_results(out)
     assert r["done"].all()
     assert (r["status"][1, 1:] == st.MISSING_PATTERN).all()
@@ -149,7 +151,7 @@ def test_all_zero_pattern_is_missing_not_measured(tmp_path, sample_dir):
     data = sample_patterns(sample_dir, 6).copy()
     data[4] = 0
     path = write_h5ebsd(tmp_path / "z.h5", data, n_rows=2, n_columns=3)
-    out = process(path, ref_index=0, config=CFG, output=tmp_path / "r.h5")
+    out = process(path, ref_index=0, config=CFG, run=CPU, output=tmp_path / "r.h5")
     r = read_results(out)
     assert (r["status"][1, 1] == st.MISSING_PATTERN).all()
     assert (r["status"].reshape(6, -1)[[0, 1, 2, 3, 5]] == st.OK).all()
@@ -163,29 +165,29 @@ def test_static_background_from_the_file(tmp_path, sample_dir):
     bg = (np.random.default_rng(1).normal(0, 1, (160, 160)) * data.std() + 2 * data.mean()).astype(np.float32)
     path = write_h5ebsd(tmp_path / "bg.h5", data + bg, n_rows=2, n_columns=3, background=bg)
     plain = write_h5ebsd(tmp_path / "plain.h5", data, n_rows=2, n_columns=3)
-    cfg = CFG.replace(static_background="file")
+    cfg = CFG.replace(preprocess=dataclasses.replace(CFG.preprocess, static_background="file"))
     with open_scan(path) as src:
         assert src.describe()["static_background"] is True
-    a = read_results(process(path, ref_index=0, config=cfg, output=tmp_path / "a.h5"))
-    b = read_results(process(plain, ref_index=0, config=CFG, output=tmp_path / "b.h5"))
-    c = read_results(process(path, ref_index=0, config=CFG, output=tmp_path / "c.h5"))
+    a = read_results(process(path, ref_index=0, config=cfg, run=CPU, output=tmp_path / "a.h5"))
+    b = read_results(process(plain, ref_index=0, config=CFG, run=CPU, output=tmp_path / "b.h5"))
+    c = read_results(process(path, ref_index=0, config=CFG, run=CPU, output=tmp_path / "c.h5"))
     # subtracting the stored background gives the clean patterns' shifts (to float32 rounding)
     np.testing.assert_allclose(a["displacement"], b["displacement"], atol=1e-3)
     assert np.nanmax(np.abs(c["displacement"] - b["displacement"])) > 1e-2  # and it mattered
     with pytest.raises(InputError, match="stores no static background") as e:
-        process(plain, ref_index=0, config=cfg, output=tmp_path / "d.h5")
+        process(plain, ref_index=0, config=cfg, run=CPU, output=tmp_path / "d.h5")
     assert str(plain) in str(e.value)
     assert not (tmp_path / "d.h5").exists()
 
 
 def test_mean_background_leaves_out_missing_points(tmp_path, sample_dir):
     from ebsdxc.backend import select_backend
-    from ebsdxc.runner import _mean_pattern
+    from ebsdxc.run.inputs import mean_pattern
 
     data = sample_patterns(sample_dir, 4)
     path = write_h5ebsd(tmp_path / "cut.h5", data, n_rows=2, n_columns=3)
     with pytest.warns(UserWarning), open_scan(path) as src:
-        mean = _mean_pattern(src, select_backend("cpu"), 4)
+        mean = mean_pattern(src, select_backend("cpu"), 4)
     np.testing.assert_allclose(mean, data.astype(np.float64).mean(axis=0))
 
 
@@ -194,7 +196,7 @@ def test_grid_option_for_a_file_without_one(tmp_path, sample_dir):
     path = tmp_path / "flat.h5"
     with h5py.File(path, "w") as f:
         f["patterns"] = data
-    out = process(path, ref_index=0, config=CFG, output=tmp_path / "r.h5", grid_shape="2x3")
+    out = process(path, ref_index=0, config=CFG, run=CPU, output=tmp_path / "r.h5", grid_shape="2x3")
     assert read_results(out)["done"].shape == (2, 3)
     with pytest.raises(InputError, match="has 4 points but the file holds 6"):
-        process(path, ref_index=0, config=CFG, output=tmp_path / "s.h5", grid_shape="2x2")
+        process(path, ref_index=0, config=CFG, run=CPU, output=tmp_path / "s.h5", grid_shape="2x2")

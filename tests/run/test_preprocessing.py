@@ -1,4 +1,4 @@
-"""Binning, the detector mask and neighbour averaging through the runner, each against an
+"""Binning, the detector mask and neighbour averaging through ``process``, each against an
 oracle: the same scan preprocessed by hand in NumPy and processed without the option."""
 
 import h5py
@@ -10,7 +10,7 @@ from ebsdxc import status as st
 from ebsdxc.errors import InputError
 from ebsdxc.hrebsd import StrainConfig
 from ebsdxc.preprocess import PreprocessConfig, average_neighbours, bin_patterns, circular_mask
-from ebsdxc.recipes import ProcessConfig, RoiConfig, load_recipe
+from ebsdxc.config import ProcessConfig, RoiConfig, RunConfig, load_config
 
 ROWS, COLS = 4, 5
 
@@ -40,9 +40,13 @@ def noisy(sample_dir):
 DEVICES = pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
 
 
-def cfg(device="cpu", **pre):
-    return ProcessConfig(roi=RoiConfig(grid=(3, 3), size=48), device=device,
-                         preprocess=PreprocessConfig(dynamic_sigma=8.0, **pre))
+def cfg(**pre):
+    return ProcessConfig(roi=RoiConfig(grid=(3, 3), size=48),
+                         preprocess=PreprocessConfig(dynamic_background_sigma=8.0, **pre))
+
+
+def on(device="cpu", batch=None):
+    return RunConfig(device=device, batch=batch)
 
 
 def assert_same_results(a, b, atol=1e-4):
@@ -60,23 +64,24 @@ def test_averaging_equals_processing_pre_averaged_patterns(tmp_path, noisy, kern
     path = scan_file(tmp_path / "s.h5", noisy)
     avg = average_neighbours(noisy.astype(np.float32), cols=COLS, kernel=kernel, size=size, xp=np)
     oracle = scan_file(tmp_path / "avg.h5", avg.astype(np.float32))
-    plain = read_results(process(oracle, ref_index=7, config=cfg(device), output=tmp_path / "o.h5"))
+    plain = read_results(process(oracle, ref_index=7, config=cfg(), run=on(device), output=tmp_path / "o.h5"))
     # one row per chunk (batch 5): every chunk needs halo rows read around it
-    config = cfg(device, average_neighbours=size, average_kernel=kernel).replace(batch=COLS)
-    got = read_results(process(path, ref_index=7, config=config, output=tmp_path / "g.h5"))
+    config = cfg(average_neighbours=size, average_kernel=kernel)
+    got = read_results(process(path, ref_index=7, config=config, run=on(device, batch=COLS), output=tmp_path / "g.h5"))
     assert_same_results(got, plain)
     # and it changed something: without averaging the noisy patterns match differently
-    raw = read_results(process(path, ref_index=7, config=cfg(device), output=tmp_path / "r.h5"))
+    raw = read_results(process(path, ref_index=7, config=cfg(), run=on(device), output=tmp_path / "r.h5"))
     assert np.nanmax(np.abs(raw["displacement"] - plain["displacement"])) > 1e-3
 
 
 @DEVICES
 def test_averaging_resume_redoes_whole_rows(tmp_path, noisy, device):
     path = scan_file(tmp_path / "s.h5", noisy)
-    config = cfg(device, average_neighbours=3).replace(batch=COLS * 2)
-    full = read_results(process(path, ref_index=0, config=config, output=tmp_path / "full.h5"))
+    config = cfg(average_neighbours=3)
+    run = on(device, batch=COLS * 2)
+    full = read_results(process(path, ref_index=0, config=config, run=run, output=tmp_path / "full.h5"))
     out = tmp_path / "part.h5"
-    process(path, ref_index=0, config=config, output=out)
+    process(path, ref_index=0, config=config, run=run, output=out)
     with h5py.File(out, "r+") as f:  # as if a crash lost row 2 (and one point of row 1)
         g = f["ebsdxc"]
         g["done"][2] = False
@@ -84,7 +89,7 @@ def test_averaging_resume_redoes_whole_rows(tmp_path, noisy, device):
         g["displacement"][2] = np.nan
         g["displacement"][1, 3] = np.nan
         g.attrs["complete"] = False
-    resumed = read_results(process(path, ref_index=0, config=config, output=out, resume=True))
+    resumed = read_results(process(path, ref_index=0, config=config, run=run, output=out, resume=True))
     assert resumed["attrs"]["complete"]
     assert_same_results(resumed, full, atol=0)
 
@@ -99,9 +104,10 @@ def test_averaging_leaves_missing_points_out(tmp_path, noisy, device):
     avg = average_neighbours(full.astype(np.float32), cols=COLS, size=3, present=present, xp=np)
     oracle = scan_file(tmp_path / "avg.h5", avg[:17].astype(np.float32))
     with pytest.warns(UserWarning, match="17 of 20"):
-        plain = read_results(process(oracle, ref_index=0, config=cfg(device), output=tmp_path / "o.h5"))
+        plain = read_results(process(oracle, ref_index=0, config=cfg(), run=on(device), output=tmp_path / "o.h5"))
     with pytest.warns(UserWarning, match="17 of 20"):
-        got = read_results(process(path, ref_index=0, config=cfg(device, average_neighbours=3), output=tmp_path / "g.h5"))
+        got = read_results(process(path, ref_index=0, config=cfg(average_neighbours=3), run=on(device),
+                                   output=tmp_path / "g.h5"))
     assert_same_results(got, plain)
     assert (got["status"][3, 2:] == st.MISSING_PATTERN).all()
 
@@ -109,14 +115,14 @@ def test_averaging_leaves_missing_points_out(tmp_path, noisy, device):
 def test_averaging_refuses_hexagonal_grids(tmp_path, noisy):
     path = scan_file(tmp_path / "hex.h5", noisy[:18], kind="hexagonal")
     with pytest.raises(InputError, match="square scan grid") as e:
-        process(path, ref_index=0, config=cfg(average_neighbours=3), output=tmp_path / "r.h5")
+        process(path, ref_index=0, config=cfg(average_neighbours=3), run=on(), output=tmp_path / "r.h5")
     assert str(path) in str(e.value) and not (tmp_path / "r.h5").exists()
 
 
 def test_reference_index_without_a_pattern_is_refused(tmp_path, noisy):
     path = scan_file(tmp_path / "hex.h5", noisy[:18], kind="hexagonal")
     with pytest.raises(InputError, match="without a pattern") as e:
-        process(path, ref_index=(1, 4), config=cfg(), output=tmp_path / "r.h5")
+        process(path, ref_index=(1, 4), config=cfg(), run=on(), output=tmp_path / "r.h5")
     assert str(path) in str(e.value)
 
 
@@ -128,11 +134,11 @@ def test_binning_equals_processing_binned_patterns(tmp_path, noisy, device):
     path = scan_file(tmp_path / "s.h5", noisy)
     binned = bin_patterns(noisy.astype(np.float32), 2, xp=np)
     oracle = scan_file(tmp_path / "b.h5", binned)
-    small = ProcessConfig(roi=RoiConfig(grid=(3, 3), size=24), device=device,
-                          preprocess=PreprocessConfig(dynamic_sigma=4.0))
-    plain = read_results(process(oracle, ref_index=3, config=small, output=tmp_path / "o.h5"))
-    config = small.replace(preprocess=PreprocessConfig(dynamic_sigma=4.0, binning=2))
-    got = read_results(process(path, ref_index=3, config=config, output=tmp_path / "g.h5"))
+    small = ProcessConfig(roi=RoiConfig(grid=(3, 3), size=24),
+                          preprocess=PreprocessConfig(dynamic_background_sigma=4.0))
+    plain = read_results(process(oracle, ref_index=3, config=small, run=on(device), output=tmp_path / "o.h5"))
+    config = small.replace(preprocess=PreprocessConfig(dynamic_background_sigma=4.0, binning=2))
+    got = read_results(process(path, ref_index=3, config=config, run=on(device), output=tmp_path / "g.h5"))
     assert_same_results(got, plain)
     np.testing.assert_array_equal(got["roi_centers"], plain["roi_centers"])  # binned pixels
     assert got["roi_centers"].max() < 80
@@ -140,19 +146,19 @@ def test_binning_equals_processing_binned_patterns(tmp_path, noisy, device):
 
 def test_binning_that_does_not_divide_is_one_error(tmp_path, noisy):
     path = scan_file(tmp_path / "s.h5", noisy)
-    with pytest.raises(InputError, match="--pattern-binning 3 does not divide the 160x160") as e:
-        process(path, ref_index=0, config=cfg(binning=3), output=tmp_path / "r.h5")
+    with pytest.raises(InputError, match="preprocess.binning 3 does not divide the 160x160") as e:
+        process(path, ref_index=0, config=cfg(binning=3), run=on(), output=tmp_path / "r.h5")
     assert str(path) in str(e.value) and not (tmp_path / "r.h5").exists()
 
 
 def test_strain_with_binning_against_ground_truth(tmp_path, sample_dir, sample_truth):
     """The strain fit on 2x binned patterns sees pixels twice as large: shifts halve, the PC
     in fractions stays, and the strain still matches the sample's known deformation."""
-    config = load_recipe("hrebsd").replace(
-        device="cpu", roi=RoiConfig(grid=(5, 5), size=32),
+    config = load_config("hrebsd")[0].replace(
+        roi=RoiConfig(grid=(5, 5), size=32),
         strain=StrainConfig(material="Ni"))
-    config = config.replace(preprocess=PreprocessConfig(dynamic_sigma=4.0, binning=2))
-    out = process(f"{sample_dir}/scan.h5", ref=f"{sample_dir}/ref.tif", config=config,
+    config = config.replace(preprocess=PreprocessConfig(dynamic_background_sigma=4.0, binning=2))
+    out = process(f"{sample_dir}/scan.h5", ref=f"{sample_dir}/ref.tif", config=config, run=on(),
                   output=tmp_path / "r.h5")
     s = read_strain(out)
     F = sample_truth["F"]
@@ -170,9 +176,9 @@ def test_strain_with_binning_against_ground_truth(tmp_path, sample_dir, sample_t
 @DEVICES
 def test_rois_off_the_screen_are_flagged(tmp_path, noisy, device):
     path = scan_file(tmp_path / "s.h5", noisy)
-    config = cfg(device, mask="circle", mask_radius=95.0)
+    config = cfg(mask="circle", mask_radius=95.0)
     with pytest.warns(UserWarning, match="4 of 9 ROIs reach outside the detector mask"):
-        got = read_results(process(path, ref_index=0, config=config, output=tmp_path / "g.h5"))
+        got = read_results(process(path, ref_index=0, config=config, run=on(device), output=tmp_path / "g.h5"))
     corners = [0, 2, 6, 8]  # the 3x3 grid's corner ROIs leave a circle of radius 95 px
     assert (got["status"][..., corners] == st.OUTSIDE_MASK).all()
     assert np.isnan(got["displacement"][..., corners, :]).all()
@@ -181,7 +187,7 @@ def test_rois_off_the_screen_are_flagged(tmp_path, noisy, device):
     # what lies off the screen does not change what is measured on it
     wild = noisy.copy()
     wild[:, ~circular_mask((160, 160), radius=95.0)] = 60000
-    other = read_results(process(scan_file(tmp_path / "w.h5", wild), ref_index=0, config=config,
+    other = read_results(process(scan_file(tmp_path / "w.h5", wild), ref_index=0, config=config, run=on(device),
                                  output=tmp_path / "w_r.h5"))
     assert_same_results(other, got)
 
@@ -189,4 +195,4 @@ def test_rois_off_the_screen_are_flagged(tmp_path, noisy, device):
 def test_mask_with_no_roi_inside_is_one_error(tmp_path, noisy):
     path = scan_file(tmp_path / "s.h5", noisy)
     with pytest.raises(InputError, match="every ROI reaches outside the detector mask"):
-        process(path, ref_index=0, config=cfg(mask="circle", mask_radius=10.0), output=tmp_path / "r.h5")
+        process(path, ref_index=0, config=cfg(mask="circle", mask_radius=10.0), run=on(), output=tmp_path / "r.h5")

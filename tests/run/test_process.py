@@ -18,14 +18,20 @@ import ebsdxc
 from ebsdxc import status as st
 from ebsdxc.io import ArraySource
 from ebsdxc.progress import Progress
-from ebsdxc.recipes import ProcessConfig, RoiConfig
-from ebsdxc.runner import N_BUFFERS, _todo_chunks, build_layout, default_output, process
+from ebsdxc.config import ProcessConfig, RoiConfig, RunConfig
+from ebsdxc.rois import layout_for
+from ebsdxc.run import default_output, process
+from ebsdxc.run.planning import plan_chunks
+from ebsdxc.run.streaming import N_BUFFERS
 
 DATASETS = ("displacement", "peak_height", "status", "done", "roi/centers", "roi/size")
 
 
+CPU = RunConfig(device="cpu")
+
+
 def small_config(**kw):
-    return ProcessConfig(roi=RoiConfig(layout="grid", grid=(3, 3), size=32), device="cpu", **kw)
+    return ProcessConfig(roi=RoiConfig(layout="grid", grid=(3, 3), size=32), **kw)
 
 
 @pytest.fixture(scope="module")
@@ -54,7 +60,7 @@ def test_results_file_schema_v1(tmp_path, sample_dir):
     ref = os.path.join(sample_dir, "ref.tif")
     out = tmp_path / "res.h5"
     t0 = datetime.datetime.now(datetime.timezone.utc)
-    got = process(scan, ref=ref, output=str(out), config=small_config(), command_line="ebsdxc process X")
+    got = process(scan, ref=ref, output=str(out), config=small_config(), run=CPU, command_line="ebsdxc process X")
     assert os.path.abspath(got) == str(out)
     rows, cols, n = 10, 10, 9
     with h5py.File(out, "r") as f:
@@ -79,7 +85,7 @@ def test_results_file_schema_v1(tmp_path, sample_dir):
         s = g["roi/size"]
         assert s.shape == (2,) and s.dtype.kind in "iu"
         assert s[...].tolist() == [32, 32]
-        layout = build_layout(small_config().roi, (160, 160))
+        layout = layout_for(small_config().roi, (160, 160))
         np.testing.assert_array_equal(c[...], layout.centres)
 
         a = g.attrs
@@ -114,7 +120,7 @@ def test_results_file_schema_v1(tmp_path, sample_dir):
 def test_results_file_readable_with_plain_h5py(tmp_path, sample_dir):
     out = tmp_path / "res.h5"
     process(os.path.join(sample_dir, "scan.h5"), ref=os.path.join(sample_dir, "ref.tif"),
-            output=str(out), config=small_config())
+            output=str(out), config=small_config(), run=CPU)
     code = (
         "import sys, json, h5py\n"
         f"f = h5py.File({str(out)!r}, 'r')\n"
@@ -138,7 +144,7 @@ def test_results_file_readable_with_plain_h5py(tmp_path, sample_dir):
 def test_nan_block_constant_pattern_and_peak_heights(tmp_path, sample_patterns, sample_ref):
     pats = sample_patterns[:2, :3].astype(np.float32).copy()  # (2, 3, 160, 160)
     cfg = small_config()
-    layout = build_layout(cfg.roi, (160, 160))
+    layout = layout_for(cfg.roi, (160, 160))
     w, h = layout.size
     x0, y0 = layout.origins[4]  # the centre ROI
     pats[0, 1, y0 + 5:y0 + 15, x0 + 5:x0 + 15] = np.nan  # inside ROI 4 only
@@ -148,7 +154,7 @@ def test_nan_block_constant_pattern_and_peak_heights(tmp_path, sample_patterns, 
     ref = tmp_path / "ref.tif"
     tifffile.imwrite(ref, sample_ref)
     out = tmp_path / "res.h5"
-    process(ArraySource(pats, path=str(tmp_path / "arr")), ref=str(ref), output=str(out), config=cfg)
+    process(ArraySource(pats, path=str(tmp_path / "arr")), ref=str(ref), output=str(out), config=cfg, run=CPU)
     d, a = read_all(out)
     status, disp, height = d["status"], d["displacement"], d["peak_height"]
     assert bool(a["complete"])
@@ -188,13 +194,13 @@ def test_nan_block_stays_in_its_roi_with_fourier_filters(tmp_path, sample_patter
     from ebsdxc.preprocess import PreprocessConfig
 
     cfg = small_config().replace(preprocess=PreprocessConfig(**pre))
-    layout = build_layout(cfg.roi, (160, 160))
+    layout = layout_for(cfg.roi, (160, 160))
     x0, y0 = layout.origins[4]
     pats = sample_patterns[0, :3].astype(np.float32).copy()
     pats[1, y0 + 5:y0 + 15, x0 + 5:x0 + 15] = np.nan
     tifffile.imwrite(tmp_path / "ref.tif", sample_ref)
     out = tmp_path / "res.h5"
-    process(ArraySource(pats), ref=str(tmp_path / "ref.tif"), output=str(out), config=cfg)
+    process(ArraySource(pats), ref=str(tmp_path / "ref.tif"), output=str(out), config=cfg, run=CPU)
     d, _ = read_all(out)
     assert d["status"][0, 1, 4] == st.NOT_FINITE
     assert np.isnan(d["displacement"][0, 1, 4]).all()
@@ -204,14 +210,14 @@ def test_nan_block_stays_in_its_roi_with_fourier_filters(tmp_path, sample_patter
 
 def test_reference_with_nan_block_invalidates_that_roi_everywhere(tmp_path, sample_patterns, sample_ref):
     cfg = small_config()
-    layout = build_layout(cfg.roi, (160, 160))
+    layout = layout_for(cfg.roi, (160, 160))
     x0, y0 = layout.origins[2]
     ref = sample_ref.astype(np.float32)
     ref[y0:y0 + 4, x0:x0 + 4] = np.nan
     tifffile.imwrite(tmp_path / "ref.tif", ref)
     out = tmp_path / "res.h5"
     process(ArraySource(sample_patterns[:1, :4]), ref=str(tmp_path / "ref.tif"), output=str(out),
-            config=cfg)
+            config=cfg, run=CPU)
     d, _ = read_all(out)
     assert (d["status"][..., 2] == st.NOT_FINITE).all()
     assert np.isnan(d["displacement"][..., 2, :]).all()
@@ -247,7 +253,7 @@ def test_dtypes_give_same_shifts(tmp_path, sample_patterns, sample_ref, layout4d
         ref = tmp_path / f"ref_{name}.tif"
         tifffile.imwrite(ref, _as(ref8, dtype))
         out = tmp_path / f"res_{name}.h5"
-        process(str(scan), ref=str(ref), output=str(out), config=cfg)
+        process(str(scan), ref=str(ref), output=str(out), config=cfg, run=CPU)
         d, a = read_all(out)
         assert d["done"].shape == (2, 3)
         assert (d["status"] == st.OK).all(), name
@@ -268,7 +274,7 @@ def test_one_dimensional_scan_is_one_row(tmp_path, sample_patterns, sample_ref):
         f["patterns"] = sample_patterns[0, :5]  # (5, H, W), no grid attributes
     tifffile.imwrite(tmp_path / "ref.tif", sample_ref)
     out = tmp_path / "res.h5"
-    process(str(scan), ref=str(tmp_path / "ref.tif"), output=str(out), config=small_config())
+    process(str(scan), ref=str(tmp_path / "ref.tif"), output=str(out), config=small_config(), run=CPU)
     d, _ = read_all(out)
     assert d["displacement"].shape == (1, 5, 9, 2)
     assert d["done"].shape == (1, 5) and d["done"].all()
@@ -293,14 +299,14 @@ class InterruptAfter(Progress):
 def test_interrupted_run_resumed_equals_uninterrupted(tmp_path, sample_dir):
     scan = os.path.join(sample_dir, "scan.h5")
     ref = os.path.join(sample_dir, "ref.tif")
-    cfg = small_config(batch=7)
+    cfg, run = small_config(), RunConfig(device="cpu", batch=7)
 
     full = tmp_path / "full.h5"
-    process(scan, ref=ref, output=str(full), config=cfg)
+    process(scan, ref=ref, output=str(full), config=cfg, run=run)
 
     part = tmp_path / "part.h5"
     with pytest.raises(KeyboardInterrupt):
-        process(scan, ref=ref, output=str(part), config=cfg, progress=InterruptAfter(1))
+        process(scan, ref=ref, output=str(part), config=cfg, run=run, progress=InterruptAfter(1))
     d, a = read_all(part)
     assert bool(a["complete"]) is False
     done = d["done"]
@@ -315,12 +321,12 @@ def test_interrupted_run_resumed_equals_uninterrupted(tmp_path, sample_dir):
 
     # a second interruption, later on, then the rest
     with pytest.raises(KeyboardInterrupt):
-        process(scan, ref=ref, output=str(part), config=cfg, resume=True, progress=InterruptAfter(3))
+        process(scan, ref=ref, output=str(part), config=cfg, run=run, resume=True, progress=InterruptAfter(3))
     d, a = read_all(part)
     assert bool(a["complete"]) is False
     assert 7 < d["done"].sum() < 100
 
-    process(scan, ref=ref, output=str(part), config=cfg, resume=True)
+    process(scan, ref=ref, output=str(part), config=cfg, run=run, resume=True)
     d_full, a_full = read_all(full)
     d_part, a_part = read_all(part)
     assert bool(a_part["complete"]) is True
@@ -336,10 +342,10 @@ def test_resume_refuses_other_parameters(tmp_path, sample_dir):
     ref = os.path.join(sample_dir, "ref.tif")
     out = tmp_path / "part.h5"
     with pytest.raises(KeyboardInterrupt):
-        process(scan, ref=ref, output=str(out), config=small_config(batch=7), progress=InterruptAfter(1))
-    other = ProcessConfig(roi=RoiConfig(layout="grid", grid=(2, 2), size=32), device="cpu", batch=7)
+        process(scan, ref=ref, output=str(out), config=small_config(), run=RunConfig(device="cpu", batch=7), progress=InterruptAfter(1))
+    other = ProcessConfig(roi=RoiConfig(layout="grid", grid=(2, 2), size=32))
     with pytest.raises(ebsdxc.InputError) as e:
-        process(scan, ref=ref, output=str(out), config=other, resume=True)
+        process(scan, ref=ref, output=str(out), config=other, run=RunConfig(device="cpu", batch=7), resume=True)
     assert str(out) in str(e.value)
     d, a = read_all(out)
     assert d["done"].sum() == 7 and not bool(a["complete"])
@@ -374,7 +380,7 @@ def test_reads_bounded_by_n_buffers_batches(tmp_path, sample_patterns, sample_re
         tracemalloc.start()
         try:
             base, _ = tracemalloc.get_traced_memory()
-            process(src, ref=str(tmp_path / "ref.tif"), output=str(out), config=small_config(batch=batch))
+            process(src, ref=str(tmp_path / "ref.tif"), output=str(out), config=small_config(), run=RunConfig(device="cpu", batch=batch))
             _, peak = tracemalloc.get_traced_memory()
         finally:
             tracemalloc.stop()
@@ -397,19 +403,19 @@ def test_reads_bounded_by_n_buffers_batches(tmp_path, sample_patterns, sample_re
 # ----------------------------------------------------------------------------- helpers
 
 
-def test_todo_chunks():
-    assert _todo_chunks(np.ones(10, bool), 3) == []
-    assert _todo_chunks(np.zeros(7, bool), 3) == [(0, 3), (3, 6), (6, 7)]
-    assert _todo_chunks(np.zeros(6, bool), 3) == [(0, 3), (3, 6)]
-    assert _todo_chunks(np.zeros(5, bool), 100) == [(0, 5)]
+def test_plan_chunks():
+    assert plan_chunks(np.ones(10, bool), 3) == []
+    assert plan_chunks(np.zeros(7, bool), 3) == [(0, 3), (3, 6), (6, 7)]
+    assert plan_chunks(np.zeros(6, bool), 3) == [(0, 3), (3, 6)]
+    assert plan_chunks(np.zeros(5, bool), 100) == [(0, 5)]
     done = np.array([1, 0, 0, 1, 0, 0, 0, 0, 1, 0], bool)
-    assert _todo_chunks(done, 2) == [(1, 3), (4, 6), (6, 8), (9, 10)]
-    assert _todo_chunks(done, 1) == [(1, 2), (2, 3), (4, 5), (5, 6), (6, 7), (7, 8), (9, 10)]
+    assert plan_chunks(done, 2) == [(1, 3), (4, 6), (6, 8), (9, 10)]
+    assert plan_chunks(done, 1) == [(1, 2), (2, 3), (4, 5), (5, 6), (6, 7), (7, 8), (9, 10)]
     rng = np.random.default_rng(0)
     for _ in range(50):
         done = rng.random(int(rng.integers(1, 60))) < 0.4
         b = int(rng.integers(1, 9))
-        ch = _todo_chunks(done, b)
+        ch = plan_chunks(done, b)
         covered = np.concatenate([np.arange(a, z) for a, z in ch]) if ch else np.array([], int)
         np.testing.assert_array_equal(covered, np.flatnonzero(~done))
         assert all(0 < z - a <= b for a, z in ch)
@@ -439,8 +445,6 @@ def test_read_error_mid_run_is_one_clear_error_and_resumable(tmp_path):
 
     from ebsdxc.errors import InputError
     from ebsdxc.io.source import ArraySource
-    from ebsdxc.recipes import ProcessConfig, RoiConfig
-    from ebsdxc.runner import process
 
     rng = np.random.default_rng(0)
     pats = rng.uniform(0, 1000, (20, 48, 48)).astype(np.float32)
@@ -453,9 +457,9 @@ def test_read_error_mid_run_is_one_clear_error_and_resumable(tmp_path):
 
     src = Failing(pats, path=str(tmp_path / "broken.h5"))
     out = tmp_path / "r.h5"
-    cfg = ProcessConfig(roi=RoiConfig(grid=(2, 2), size=16), device="cpu", batch=5)
+    cfg, run = ProcessConfig(roi=RoiConfig(grid=(2, 2), size=16)), RunConfig(device="cpu", batch=5)
     with pytest.raises(InputError) as e:
-        process(src, ref_index=0, output=str(out), config=cfg)
+        process(src, ref_index=0, output=str(out), config=cfg, run=run)
     assert "broken.h5" in str(e.value) and "patterns 10 to 14" in str(e.value)
     with h5py.File(out, "r") as f:
         assert not f["ebsdxc"].attrs["complete"]
@@ -470,13 +474,11 @@ def test_big_endian_scan_and_reference_give_the_same_shifts(tmp_path, sample_dir
     import tifffile
 
     from ebsdxc.io.results import read_results
-    from ebsdxc.recipes import ProcessConfig, RoiConfig
-    from ebsdxc.runner import process
 
     with h5py.File(os.path.join(sample_dir, "scan.h5"), "r") as f:
         pats = f["patterns"][:3]
     ref = tifffile.imread(os.path.join(sample_dir, "ref.tif"))
-    cfg = ProcessConfig(roi=RoiConfig(grid=(3, 3), size=32), device=device)
+    cfg = ProcessConfig(roi=RoiConfig(grid=(3, 3), size=32))
     out = {}
     for order in ("<", ">"):
         scan = tmp_path / f"scan{order == '>'}.h5"
@@ -485,21 +487,21 @@ def test_big_endian_scan_and_reference_give_the_same_shifts(tmp_path, sample_dir
         r = tmp_path / f"ref{order == '>'}.tif"
         tifffile.imwrite(r, ref.astype(ref.dtype.newbyteorder(order)), byteorder=order)
         out[order] = read_results(process(str(scan), ref=str(r), output=str(tmp_path / f"o{order == '>'}.h5"),
-                                          config=cfg))
+                                          config=cfg, run=RunConfig(device=device)))
     np.testing.assert_array_equal(out["<"]["displacement"], out[">"]["displacement"])
     assert (out[">"]["status"] == 0).all()
 
 
 def test_top_level_entry_points_are_lazy_and_work(tmp_path, sample_dir):
-    code = ("import sys, ebsdxc; assert 'ebsdxc.runner' not in sys.modules and 'h5py' not in sys.modules; "
-            "assert ebsdxc.process.__module__ == 'ebsdxc.runner'; print('ok')")
+    code = ("import sys, ebsdxc; assert 'ebsdxc.run' not in sys.modules and 'h5py' not in sys.modules; "
+            "assert ebsdxc.process.__module__ == 'ebsdxc.run.process'; print('ok')")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert r.stdout.strip() == "ok", r.stderr
     import ebsdxc
 
-    cfg = ebsdxc.ProcessConfig(device="cpu")
+    cfg, run = ebsdxc.ProcessConfig(), ebsdxc.RunConfig(device="cpu")
     out = ebsdxc.process(os.path.join(sample_dir, "scan.h5"), ref=os.path.join(sample_dir, "ref.tif"),
-                         output=str(tmp_path / "r.h5"), config=cfg)
+                         output=str(tmp_path / "r.h5"), config=cfg, run=run)
     assert ebsdxc.read_results(out)["done"].all()
     with pytest.raises(AttributeError):
         getattr(ebsdxc, "no_such_thing")

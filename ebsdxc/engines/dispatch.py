@@ -1,17 +1,21 @@
 """Which engine and kernel to run, chosen from times measured on the GPU in use.
 
 A calibration table holds, for a grid of cases (form, matrix size, counts, mode,
-window, maps or peaks), the time of every candidate: the ``fft`` engine (cuFFT), the
-``fused`` shared-memory FFT engine where the tiles fit, and the definition-based kernels
-of :mod:`ebsdxc.engines.definition` with their blocking factors. ``ebsdxc bench
+window, maps or peaks), the time of every candidate: each registered engine
+(:data:`ebsdxc.engines.ENGINES`) with each of its tunable variants
+(``CorrelationEngine.candidates``: e.g. the definition-based kernels of
+:mod:`ebsdxc.engines.definition` with their blocking factors). ``ebsdxc bench
 --calibrate`` measures one on the local GPU and keeps it in the user cache, one file
-per GPU model; tables measured on an H100 and an H200 ship with the package and serve
-GPUs that have none.
+per GPU model; a table measured on an H200 ships with the package and serves GPUs
+that have none.
 
 :func:`choose` takes the measured cell nearest to the query (distance in log2 of the
 matrix area, the counts and the window width, within the same form, mode and output)
 and returns its fastest candidate that applies to the query. Without any table it
-falls back to fixed rules (:func:`fallback`).
+falls back to fixed rules (:func:`fallback`, each engine's ``fallback_rank``).
+
+What applies where, and which variants exist, the engine classes say
+(:class:`~ebsdxc.engines.base.CorrelationEngine`); this module knows no engine by name.
 """
 
 from __future__ import annotations
@@ -25,12 +29,13 @@ from dataclasses import asdict, dataclass
 from importlib import resources
 from pathlib import Path
 
-from .engines.definition import KernelChoice, Pairing, default_choice, parse_kernel
+from .base import FORMS
+from .definition import Pairing
+from .registry import ENGINES
 
-__all__ = ["Case", "Choice", "CalibrationTable", "choose", "direct_kernel", "fallback", "gpu_model", "gpu_slug",
+__all__ = ["Case", "Choice", "CalibrationTable", "choose", "choose_variant", "direct_kernel", "fallback", "gpu_model", "gpu_slug",
            "cache_path", "load_table", "FORMS"]
 
-FORMS = ("one_to_one", "one_to_many", "n_to_mn", "n_to_m")
 SCHEMA = 1
 
 
@@ -72,6 +77,11 @@ class Case:
             return Pairing.n_to_m(self.n_left, self.n_right)
         return Pairing.n_to_mn(self.n_left, self.n_right)
 
+    @property
+    def small(self):
+        """Window mode or tiles of at most 16 x 16: the definition's cost stays low (fixed rules)."""
+        return self.mode == "window" or self.h * self.w <= 256
+
     def key(self):
         return (self.form, self.mode, self.peaks)
 
@@ -83,10 +93,11 @@ class Case:
 
 @dataclass(frozen=True)
 class Choice:
-    """An engine name (``fft``, ``fused``, ``direct``) and, for ``direct``, its kernel."""
+    """A registered engine's name and its tunable variant (``kernel``: e.g. the direct
+    engine's :class:`~ebsdxc.engines.definition.KernelChoice`), or None."""
 
     engine: str
-    kernel: KernelChoice | None = None
+    kernel: object = None
 
     @property
     def label(self):
@@ -94,35 +105,41 @@ class Choice:
 
     @classmethod
     def from_label(cls, text):
-        engine, _, kernel = text.partition("/")
-        return cls(engine, parse_kernel(kernel) if kernel else None)
+        engine, _, variant = text.partition("/")
+        return cls.parse(engine, variant)
+
+    @classmethod
+    def parse(cls, engine, variant=None):
+        """The choice of engine ``engine`` with the variant its label ``variant`` names."""
+        if not variant:
+            return cls(engine)
+        if engine not in ENGINES:
+            raise ValueError(f"unknown engine {engine!r} with variant {variant!r}")
+        return cls(engine, ENGINES[engine].parse_variant(variant))
+
+
+def _names(engines):
+    return tuple(ENGINES) if engines is None else tuple(engines)
 
 
 def applies(choice, case):
-    """Whether ``choice`` can run ``case``."""
-    if choice.engine == "fused":
-        try:
-            from .engines.fused import supports
-        except ImportError:
-            return False
-        return case.form != "n_to_m" and supports((case.h, case.w), case.mode, case.max_shift)
-    if choice.engine == "direct":
-        return choice.kernel is not None and choice.kernel.fits(case.pairing)
-    return choice.engine == "fft"
+    """Whether ``choice`` can run ``case`` (the engine class decides)."""
+    cls = ENGINES.get(choice.engine)
+    return cls is not None and cls.applies(case, choice.kernel)
 
 
-def fallback(case, engines=("fft", "fused", "direct")):
-    """Fixed rules where no measurement exists: FFT for full mode of tiles above 16x16,
-    the definition-based kernels otherwise."""
-    k = default_choice(case.pairing, (case.h, case.w), case.max_lag)
-    small = case.mode == "window" or case.h * case.w <= 256
-    order = (("direct", "fused", "fft") if small else ("fused", "fft", "direct"))
-    for e in order:
-        if e in engines:
-            c = Choice(e, k if e == "direct" else None)
-            if applies(c, case):
-                return c
-    raise ValueError(f"no engine among {engines} applies to {case}")
+def fallback(case, engines=None):
+    """Fixed rules where no measurement exists: the engines (default: all registered) in
+    the order of their ``fallback_rank`` for ``case`` (the definition-based kernels first for
+    window mode and tiles up to 16x16, FFT engines first otherwise), each with its
+    ``default_variant``; the first that applies."""
+    names = _names(engines)
+    ranked = sorted((cls for name, cls in ENGINES.items() if name in names), key=lambda c: c.fallback_rank(case))
+    for cls in ranked:
+        c = Choice(cls.info.name, cls.default_variant(case))
+        if applies(c, case):
+            return c
+    raise ValueError(f"no engine among {names} applies to {case}")
 
 
 @dataclass
@@ -152,7 +169,7 @@ class CalibrationTable:
     @staticmethod
     def row(case, choice, ms):
         d = asdict(case)
-        d.update(engine=choice.engine, kernel=choice.kernel.label if choice.kernel else None,
+        d.update(engine=choice.engine, kernel=choice.kernel.label if choice.kernel is not None else None,
                  ms=None if ms is None else float(ms))
         return d
 
@@ -163,13 +180,15 @@ class CalibrationTable:
         for r in self.rows:
             if r.get("ms") is None:
                 continue
+            if r["engine"] not in ENGINES:  # measured with an engine this installation lacks
+                continue
             case = Case(**{k: r[k] for k in fields if k in r})
-            kernel = parse_kernel(r["kernel"]) if r.get("kernel") else None
-            out.setdefault(case, []).append((Choice(r["engine"], kernel), r["ms"]))
+            out.setdefault(case, []).append((Choice.parse(r["engine"], r.get("kernel")), r["ms"]))
         return out
 
-    def best(self, case, engines=("fft", "fused", "direct")):
+    def best(self, case, engines=None):
         """Fastest applicable choice of the nearest measured cell, or None."""
+        engines = _names(engines)
         cells = [(c, v) for c, v in self._by_case.items() if c.key() == case.key()]
         if not cells:
             return None
@@ -211,7 +230,7 @@ def _shipped():
     try:
         root = resources.files("ebsdxc.calibration")
     except ModuleNotFoundError:  # pragma: no cover - source checkout without install
-        root = Path(__file__).resolve().parent / "calibration"
+        root = Path(__file__).resolve().parents[1] / "calibration"
     return {p.name[:-5]: p for p in root.iterdir() if p.name.endswith(".json")}
 
 
@@ -233,23 +252,31 @@ def load_table(gpu):
     return None
 
 
-def choose(case, *, engines=("fft", "fused", "direct"), gpu=None):
-    """The measured-fastest :class:`Choice` for ``case`` on ``gpu`` (default: current GPU)."""
+def choose(case, *, engines=None, gpu=None):
+    """The measured-fastest :class:`Choice` for ``case`` on ``gpu`` (default: current GPU)
+    among ``engines`` (names; default: every registered engine)."""
+    engines = _names(engines)
     if gpu is None:
         try:
             gpu = gpu_model()
         except Exception:  # no CUDA here: rules only
-            return fallback(case, tuple(engines))
-    return _choose(case, tuple(engines), gpu)
+            return fallback(case, engines)
+    return _choose(case, engines, gpu)
 
 
-def direct_kernel(pairing, tile_shape, mode, max_shift=None, *, gpu=None):
-    """The measured-fastest definition-based :class:`KernelChoice` for ``pairing`` of
-    ``tile_shape`` matrices (n-to-m when the right matrices do not depend on the left)."""
+def choose_variant(engine, pairing, tile_shape, mode, max_shift=None, *, gpu=None):
+    """The measured-fastest variant of engine ``engine`` (a registered name) for ``pairing``
+    of ``tile_shape`` matrices (n-to-m when the right matrices do not depend on the left)."""
     form = "n_to_m" if pairing.rs_a == 0 else "n_to_mn"
     h, w = tile_shape
     case = Case(form, pairing.na, pairing.nb, h, w, mode, max_shift if mode == "window" else None)
-    return choose(case, engines=("direct",), gpu=gpu).kernel
+    return choose(case, engines=(engine,), gpu=gpu).kernel
+
+
+def direct_kernel(pairing, tile_shape, mode, max_shift=None, *, gpu=None):
+    """The measured-fastest definition-based :class:`~ebsdxc.engines.definition.KernelChoice`
+    of the direct engine (:func:`choose_variant`)."""
+    return choose_variant("direct", pairing, tile_shape, mode, max_shift, gpu=gpu)
 
 
 @functools.lru_cache(maxsize=4096)
