@@ -21,10 +21,11 @@ import numpy as np
 
 from ebsdxc import simulate as sim
 from ebsdxc.backend import select_backend
+from ebsdxc.config import ProcessConfig, RoiConfig
 from ebsdxc.engines import EngineConfig
 from ebsdxc.preprocess import PreprocessConfig
-from ebsdxc.recipes import ProcessConfig, RoiConfig
-from ebsdxc.runner import Pipeline, build_layout
+from ebsdxc.rois import layout_for
+from ebsdxc.run import Pipeline
 
 METHODS = ("dft", "upsampled", "quadratic", "gaussian", "parabolic")
 
@@ -40,7 +41,7 @@ def simulate_scan(rows, cols, *, noise=True):
 
 
 def evaluate(backend, pats, ref, truth, cfg):
-    layout = build_layout(cfg.roi, pats.shape[1:])
+    layout = layout_for(cfg.roi, pats.shape[1:])
     pipe = Pipeline(backend, cfg, layout, ref)
     try:
         pipe.match(pats[:2])
@@ -82,7 +83,7 @@ def main(argv=None):
                 methods = METHODS if mode == "full" else ("dft", "quadratic")
                 for m in methods:
                     for comp in ((True, False) if m in ("dft", "quadratic") and mode == "full" else (True,)):
-                        cfg = ProcessConfig(roi=roi, preprocess=PreprocessConfig(dynamic_sigma=16.0),
+                        cfg = ProcessConfig(roi=roi, preprocess=PreprocessConfig(dynamic_background_sigma=16.0),
                                             correlation=dataclasses.replace(corr, subpixel=m, compensate=comp))
                         r = evaluate(be, pats, ref, truth, cfg)
                         name = m + ("" if comp else " (no window compensation)")
@@ -98,7 +99,7 @@ def main(argv=None):
                            ("window 16", EngineConfig(mode="window", max_shift=16))):
             for m in METHODS:
                 cfg = ProcessConfig(roi=layouts["86 ROIs 96x96 (paper)"],
-                                    preprocess=PreprocessConfig(dynamic_sigma=16.0),
+                                    preprocess=PreprocessConfig(dynamic_background_sigma=16.0),
                                     correlation=dataclasses.replace(corr, subpixel=m))
                 d_gpu = evaluate(be, pats, ref, truth, cfg)["disp"]
                 d_cpu = evaluate(select_backend("cpu"), pats, ref, truth, cfg)["disp"]

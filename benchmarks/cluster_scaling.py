@@ -2,7 +2,7 @@
 
 The same scan (simulated 256x256 uint16 patterns, uncompressed HDF5, page cache warm) is
 processed with ``pipelines/paper-86roi-96.toml`` (86 ROIs of 96x96, full mode, dft subpixel)
-as a user runs it: ``ebsdxc.runner.process(..., client=...)`` against a local Dask cluster
+as a user runs it: ``ebsdxc.run.process(..., executor=DaskExecutor(client, ...))`` against a local Dask cluster
 with one worker per GPU (dask-cuda's LocalCUDACluster when installed, else a SpecCluster
 pinning one GPU per worker), the client writing the results file. For comparison, the
 single-process run without Dask on one GPU. Each configuration runs twice; the second run is
@@ -28,10 +28,10 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(__file__))
 from common import make_scan, write_tiff  # noqa: E402
 
-from ebsdxc.cluster import ClusterConfig, connect  # noqa: E402
+from ebsdxc.cluster import DaskExecutor, connect  # noqa: E402
+from ebsdxc.config import ClusterConfig, RunConfig, load_config  # noqa: E402
 from ebsdxc.io.results import read_results  # noqa: E402
-from ebsdxc.recipes import load_recipe  # noqa: E402
-from ebsdxc.runner import process  # noqa: E402
+from ebsdxc.run import process  # noqa: E402
 
 
 def warm(path):
@@ -69,10 +69,11 @@ def main(argv=None):
         with h5py.File(scan, "r") as f:
             write_tiff(ref, f["patterns"][0])
     rows = args.patterns // args.cols
-    from ebsdxc.cluster import ROWS_PER_TASK_PATTERNS
+    from ebsdxc.run.planning import ROWS_PER_TASK_PATTERNS
 
     per_task = args.rows_per_task or max(1, ROWS_PER_TASK_PATTERNS // args.cols)
-    cfg = load_recipe("paper-86roi-96").replace(device="cuda")
+    cfg = load_config("paper-86roi-96")[0]
+    run = RunConfig(device="cuda")
     grid = f"{rows}x{args.cols}"
     import cupy
 
@@ -89,7 +90,7 @@ def main(argv=None):
         print("dask-cuda not installed: SpecCluster with CUDA_VISIBLE_DEVICES per worker")
 
     base_out = os.path.join(args.dir, "single.h5")
-    t_single, _ = timed(lambda: process(scan, ref=ref, config=cfg, output=base_out, overwrite=True,
+    t_single, _ = timed(lambda: process(scan, ref=ref, config=cfg, run=run, output=base_out, overwrite=True,
                                         grid_shape=grid), scan)
     base = read_results(base_out)
     rows_out = [("single process, no Dask, 1 GPU", t_single, True)]
@@ -99,8 +100,8 @@ def main(argv=None):
         try:
             client.wait_for_workers(n, timeout=120)
             out = os.path.join(args.dir, f"dask{n}.h5")
-            t, _ = timed(functools.partial(process, scan, ref=ref, config=cfg, output=out, overwrite=True,
-                                           grid_shape=grid, client=client, cluster=ccfg), scan)
+            t, _ = timed(functools.partial(process, scan, ref=ref, config=cfg, run=run, output=out, overwrite=True,
+                                           grid_shape=grid, executor=DaskExecutor(client, ccfg)), scan)
         finally:
             client.close()
             cluster.close()

@@ -24,20 +24,21 @@ def main(argv=None):
     import cupyx
 
     from ebsdxc.backend import select_backend
+    from ebsdxc.config import load_config
     from ebsdxc.engines.gpu_ops import dft_refine, find_peaks, prepare_tiles_padded
     from ebsdxc.peaks import DFT_MAX_MOVES, DFT_STEPS
-    from ebsdxc.recipes import load_recipe
-    from ebsdxc.runner import Pipeline, build_layout
+    from ebsdxc.rois import layout_for
+    from ebsdxc.run import Pipeline
 
     ap = argparse.ArgumentParser()
     ap.add_argument("--batch", type=int, default=256)
     ap.add_argument("--recipe", default="paper-86roi-96")
     a = ap.parse_args(argv)
     be = select_backend("cuda")
-    cfg = load_recipe(a.recipe)
+    cfg = load_config(a.recipe)[0]
     base = simulated_patterns(16, (256, 256))
     pats = base[np.arange(a.batch) % 16]
-    lay = build_layout(cfg.roi, (256, 256))
+    lay = layout_for(cfg.roi, (256, 256))
     pipe = Pipeline(be, cfg, lay, base[0])
     eng = pipe.engine
     B, n = a.batch, lay.n

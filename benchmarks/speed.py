@@ -31,16 +31,17 @@ sys.path.insert(0, os.path.dirname(__file__))
 from common import cuda_time, make_scan, write_tiff  # noqa: E402
 
 from ebsdxc.backend import select_backend  # noqa: E402
+from ebsdxc.config import RunConfig, load_config  # noqa: E402
 from ebsdxc.engines import EngineConfig  # noqa: E402
 from ebsdxc.progress import RecordingProgress  # noqa: E402
-from ebsdxc.recipes import load_recipe  # noqa: E402
-from ebsdxc.runner import build_layout, process  # noqa: E402
+from ebsdxc.rois import layout_for  # noqa: E402
+from ebsdxc.run import process  # noqa: E402
 
 
-def run_ebsdxc(scan, ref, out, cfg, label):
+def run_ebsdxc(scan, ref, out, cfg, run, label):
     prog = RecordingProgress()
     t = time.perf_counter()
-    process(scan, ref=ref, output=out, config=cfg, overwrite=True, progress=prog)
+    process(scan, ref=ref, output=out, config=cfg, run=run, overwrite=True, progress=prog)
     wall = time.perf_counter() - t
     n = prog.count
     r = {"label": label, "patterns": n, "stream_s": prog.elapsed, "wall_s": wall,
@@ -119,8 +120,9 @@ def main(argv=None):
     with h5py.File(scan, "r") as f:
         ref = f["patterns"][0]
     ref_path = write_tiff(os.path.join(a.workdir, "bench_ref.tif"), ref)
-    base = load_recipe("paper-86roi-96").replace(device=a.device, batch=a.batch)
-    layout = build_layout(base.roi, (256, 256))
+    base = load_config("paper-86roi-96")[0]
+    run = RunConfig(device=a.device, batch=a.batch)
+    layout = layout_for(base.roi, (256, 256))
     out = os.path.join(a.workdir, "bench_result.h5")
     info = {"date": time.strftime("%Y-%m-%d"), "device": be.name, "host": platform.node(),
             "cpu_count": os.cpu_count(), "python": platform.python_version(),
@@ -134,11 +136,11 @@ def main(argv=None):
     # Warm-up on a short run: kernel compilation and FFT plans stay out of the figures.
     n_warm = 512 if be.is_gpu else 16
     small = make_scan(os.path.join(a.workdir, f"bench_warm_{n_warm}.h5"), n_warm)
-    run_ebsdxc(small, ref_path, out, base, "warm-up")
+    run_ebsdxc(small, ref_path, out, base, run, "warm-up")
     full = base.replace(correlation=dataclasses.replace(base.correlation, mode="full"))
     for m in a.methods.split(","):
         cfg = full.replace(correlation=dataclasses.replace(full.correlation, subpixel=m))
-        res.append(run_ebsdxc(scan, ref_path, out, cfg, f"ebsdxc full, subpixel={m}"))
+        res.append(run_ebsdxc(scan, ref_path, out, cfg, run, f"ebsdxc full, subpixel={m}"))
     windows = [
         ("ebsdxc window 16, subpixel=dft", EngineConfig(mode="window", max_shift=16, subpixel="dft")),
         ("ebsdxc window 16 circular, subpixel=dft",
@@ -147,18 +149,18 @@ def main(argv=None):
          EngineConfig(mode="window", max_shift=16, subpixel="quadratic", circular=True)),
     ]
     for label, corr in windows:
-        res.append(run_ebsdxc(scan, ref_path, out, base.replace(correlation=corr), label))
+        res.append(run_ebsdxc(scan, ref_path, out, base.replace(correlation=corr), run, label))
     if be.is_gpu:
-        direct = base.replace(engine="direct", correlation=EngineConfig(mode="window", max_shift=16,
-                                                                       subpixel="quadratic"))
-        res.append(run_ebsdxc(scan, ref_path, out, direct,
+        direct = base.replace(correlation=EngineConfig(engine="direct", mode="window", max_shift=16,
+                                                       subpixel="quadratic"))
+        res.append(run_ebsdxc(scan, ref_path, out, direct, run,
                               "ebsdxc window 16, engine=direct (overlap-wise), subpixel=quadratic"))
         res.append(run_plain_cupy(scan, ref, layout, min(a.patterns, 20000)))
         cpu_scan = make_scan(os.path.join(a.workdir, f"bench_{a.cpu_patterns}.h5"), a.cpu_patterns)
-        cpu = base.replace(device="cpu", batch=None)
+        cpu = RunConfig(device="cpu")
         for label, corr in [("ebsdxc CPU full, subpixel=dft", dataclasses.replace(base.correlation, mode="full")),
                             *[(label.replace("ebsdxc", "ebsdxc CPU"), corr) for label, corr in windows[1:]]]:
-            res.append(run_ebsdxc(cpu_scan, ref_path, out, cpu.replace(correlation=corr), label))
+            res.append(run_ebsdxc(cpu_scan, ref_path, out, base.replace(correlation=corr), cpu, label))
     for norm in ("phase", None):  # skimage's default, and plain cross-correlation
         res.append(run_skimage(scan, ref, layout, a.skimage_patterns, norm))
     if a.json:

@@ -4,7 +4,7 @@ Patterns: kikuchipy's physics-based Ni master pattern projected for a crystal un
 smoothly varying, traction-free deformation F (strain and rotation about 1e-3; optionally
 on top of a 3-degree lattice rotation), pattern centre moving with the beam, with and
 without Poisson noise (1000 counts/px, reference 8000). Each scan is written to an HDF5 file
-and a TIFF reference and run through ``ebsdxc.runner.process`` with the strain pass, as a
+and a TIFF reference and run through ``ebsdxc.run.process`` with the strain pass, as a
 user would; errors are fitted minus true values over all points.
 
 Tables: (1) error by pattern size and noise; (2) 3-degree rotation with and without
@@ -18,6 +18,7 @@ Usage::
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 import tempfile
 import time
@@ -28,10 +29,10 @@ from ebsdxc import materials
 from ebsdxc import simulate as sim
 from ebsdxc import strain as sn
 from ebsdxc.backend import select_backend
+from ebsdxc.config import load_config
 from ebsdxc.hrebsd import StrainConfig
 from ebsdxc.io.results import read_results, read_strain
-from ebsdxc.recipes import load_recipe
-from ebsdxc.runner import process, strain
+from ebsdxc.run import process, strain
 
 EULER = (160.0, 40.0, 20.0)
 _IU = np.triu_indices(3)
@@ -73,11 +74,12 @@ def _from_file(path):
             "remapped": int(s["remapped"].sum())}
 
 
-def run_case(sc, cfg, folder, device):
+def run_case(sc, cfg, run, folder, device):
     scan, ref = sc.save(folder, euler_deg=EULER)
-    cfg = cfg.replace(device=device, strain=StrainConfig(material="Ni"))
+    cfg = cfg.replace(strain=StrainConfig(material="Ni"))
+    run = dataclasses.replace(run, device=device)
     t = time.perf_counter()
-    out = process(scan, ref=ref, config=cfg, output=f"{folder}/results.h5")
+    out = process(scan, ref=ref, config=cfg, run=run, output=f"{folder}/results.h5")
     return out, time.perf_counter() - t
 
 
@@ -140,7 +142,7 @@ def main(argv=None):
                    help="also time a whole run on an N-point scan with and without strain")
     a = p.parse_args(argv)
     sizes = [int(s) for s in a.sizes.split(",")]
-    cfg = load_recipe(a.recipe)
+    cfg, run = load_config(a.recipe)
     print(f"device {a.device}, recipe {a.recipe}, {a.rows}x{a.cols} points, Ni, Bunge {EULER}", file=sys.stderr)
 
     def fmt(v):
@@ -155,7 +157,7 @@ def main(argv=None):
         for noise in (True, False):
             sc = make_scan(a.rows, a.cols, size, noise=noise)
             with tempfile.TemporaryDirectory() as d:
-                out, dt = run_case(sc, cfg, d, a.device)
+                out, dt = run_case(sc, cfg, run, d, a.device)
                 e = errors(_from_file(out), sc.F)
                 if noise and size == sizes[0]:
                     import shutil
@@ -174,7 +176,7 @@ def main(argv=None):
     for size in sizes:
         sc = make_scan(a.rows, a.cols, size, noise=True, rotation_deg=3.0)
         with tempfile.TemporaryDirectory() as d:
-            out, _ = run_case(sc, cfg, d, a.device)
+            out, _ = run_case(sc, cfg, run, d, a.device)
             for remap in (True, False):
                 if not remap:
                     strain(out, config=StrainConfig(material="Ni", remap_threshold_deg=0), overwrite=True,
@@ -207,11 +209,11 @@ def main(argv=None):
           f"{rate:,.0f} points/s")
     if a.throughput:
         n = a.throughput
-        t0, t1 = pipeline_throughput(a.device, n, cfg)
+        t0, t1 = pipeline_throughput(a.device, n, cfg, run)
         print(f"\nWhole run, {n} points of 256x256 (recipe {a.recipe}, {a.device}): displacements only "
               f"{t0:.2f} s ({n / t0:,.0f} points/s); with strain {t1:.2f} s ({n / t1:,.0f} points/s); "
               f"the strain pass adds {t1 - t0:.2f} s")
-        t0, t1 = pipeline_throughput(a.device, n, cfg, rotation_deg=3.0,
+        t0, t1 = pipeline_throughput(a.device, n, cfg, run, rotation_deg=3.0,
                                      strain_cfgs=(StrainConfig(material="Ni", remap_threshold_deg=0),
                                                   StrainConfig(material="Ni")))
         print(f"Every point rotated 3 degrees: strain without remapping {t0:.2f} s ({n / t0:,.0f} points/s); "
@@ -219,7 +221,7 @@ def main(argv=None):
     return 0
 
 
-def pipeline_throughput(device, n_points, cfg, *, rotation_deg=0.0, strain_cfgs=None):
+def pipeline_throughput(device, n_points, cfg, run, *, rotation_deg=0.0, strain_cfgs=None):
     """Seconds for ``process`` on an n-point scan (16 simulated patterns repeated), one per strain
     configuration (default: none, then Ni)."""
     import h5py
@@ -239,11 +241,12 @@ def pipeline_throughput(device, n_points, cfg, *, rotation_deg=0.0, strain_cfgs=
             for k, v in (("pattern_centre", sc.pc_ref), ("euler_angles", np.asarray(EULER)), ("sample_tilt", 70.0),
                          ("detector_tilt", 0.0)):
                 ds.attrs[k] = v
+        run = dataclasses.replace(run, device=device)
         for sc_cfg in strain_cfgs or (StrainConfig(), StrainConfig(material="Ni")):
-            c = cfg.replace(device=device, strain=sc_cfg)
-            process(f"{d}/scan.h5", ref=f"{d}/ref.tif", config=c, output=f"{d}/warm.h5", overwrite=True)
+            c = cfg.replace(strain=sc_cfg)
+            process(f"{d}/scan.h5", ref=f"{d}/ref.tif", config=c, run=run, output=f"{d}/warm.h5", overwrite=True)
             t = time.perf_counter()
-            process(f"{d}/scan.h5", ref=f"{d}/ref.tif", config=c, output=f"{d}/r.h5", overwrite=True)
+            process(f"{d}/scan.h5", ref=f"{d}/ref.tif", config=c, run=run, output=f"{d}/r.h5", overwrite=True)
             times.append(time.perf_counter() - t)
     return times
 

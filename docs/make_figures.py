@@ -19,9 +19,10 @@ OUT = os.path.join(HERE, "figures")
 
 def main():
     with tempfile.TemporaryDirectory() as tmp:
-        cfg = ebsdxc.load_recipe("hrebsd").replace(device="cpu", strain=ebsdxc.StrainConfig(material="Ni"))
+        cfg = ebsdxc.load_config("hrebsd")[0].replace(strain=ebsdxc.StrainConfig(material="Ni"))
         results = ebsdxc.process(os.path.join(SAMPLE, "scan.h5"), ref=os.path.join(SAMPLE, "ref.tif"),
-                                 config=cfg, output=os.path.join(tmp, "scan.ebsdxc.h5"))
+                                 config=cfg, run=ebsdxc.RunConfig(device="cpu"),
+                                 output=os.path.join(tmp, "scan.ebsdxc.h5"))
         written = plot.write_figures(results, OUT, point=(4, 6), dpi=90, overwrite=True)
         path = os.path.join(OUT, "point_detail.png")
         plot.point_detail(results, (4, 6), roi=12).savefig(path, dpi=90)

@@ -139,7 +139,8 @@ def _strain_options(p, *, in_process):
     s.add_argument("--remap-threshold", type=float, metavar="DEG",
                    help="re-correlate against a rotated reference above this rotation (default 1 degree)")
     s.add_argument("--no-remap", action="store_true", help="never remap")
-    s.add_argument("--min-peak-height", type=float, metavar="H", help="ROIs with a lower correlation peak are not used (default 0.3)")
+    s.add_argument("--min-peak-height", type=float, metavar="H",
+                   help="ROIs with a lower correlation peak are not used (default 0.3)")
 
 
 class _Parser(argparse.ArgumentParser):
@@ -163,7 +164,7 @@ def _parser():
     pp.add_argument("scan", nargs="+", help=_SCAN_HELP + ". Several scans (or a quoted glob of scan "
                     "files, e.g. 'campaign/*.h5') are a campaign: one results file each, beside each "
                     "scan or in the folder -o names")
-    g = pp.add_mutually_exclusive_group()
+    g = pp.add_mutually_exclusive_group(required=True)  # one reference: an image or a scan point
     g.add_argument("--ref", help="reference pattern image (TIFF, 8/16-bit or float)")
     g.add_argument("--ref-index", type=_scan_point, metavar="N|ROW,COL",
                    help="use this scan point as the reference")
@@ -266,7 +267,8 @@ def _parser():
     pl.add_argument("-o", "--out", required=True, metavar="DIR", help="folder for the figures (made if needed)")
     pl.add_argument("--format", default="png", metavar="FMT[,FMT]",
                     help="png (default), pdf, svg, or several separated by commas")
-    pl.add_argument("--point", type=_scan_point, metavar="ROW,COL", help="scan point of the quiver plot (default: the centre)")
+    pl.add_argument("--point", type=_scan_point, metavar="ROW,COL",
+                    help="scan point of the quiver plot (default: the centre)")
     pl.add_argument("--dpi", type=_positive_int, default=150, help="resolution of PNG files (default 150)")
     pl.add_argument("--max-points", type=_positive_int, default=1_000_000, metavar="N",
                     help="largest number of scan points per map; larger scans are drawn every n-th point")
@@ -315,12 +317,20 @@ _FLAGS = {
 _SETTING = re.compile(r"\b(?:" + "|".join(sorted({k.split(".")[0] for k in _FLAGS})) + r")\.\w+")
 
 
-def _flag_names(text, only=None):
+# Settings with a value that a flag of its own sets.
+_FLAG_VALUES = {"strain.remap_threshold_deg = 0": "--no-remap"}
+
+
+def _flag_names(text, keep=()):
     """``text`` with the settings it names (``preprocess.binning``) named by their flags
-    (``--pattern-binning``); with ``only``, just those settings."""
+    (``--pattern-binning``), but for those in ``keep``."""
+    for phrase, flag in _FLAG_VALUES.items():
+        if phrase.split(" ")[0] not in keep:
+            text = text.replace(phrase, flag)
+
     def flag(m):
         name = m.group(0)
-        return _FLAGS[name] if name in _FLAGS and (only is None or name in only) else name
+        return _FLAGS[name] if name in _FLAGS and name not in keep else name
     return _SETTING.sub(flag, text)
 
 
@@ -369,14 +379,24 @@ def _overrides(a) -> dict:
     return out
 
 
-def _flag_settings(a) -> list[str]:
-    """The settings (``preprocess.binning``) that flags of ``a`` give."""
-    return [f"{table}.{key}" for table, values in _overrides(a).items() for key in values]
+def _recipe_only(a, overrides) -> set[str]:
+    """The settings that ``--pipeline``'s recipe gives and no flag replaces: errors name those
+    as the recipe does, every other setting by its flag."""
+    if not a.pipeline:
+        return set()
+    from .config import read_recipe
+
+    try:
+        _, doc = read_recipe(a.pipeline)
+    except InputError:
+        return set()
+    given = {f"{t}.{k}" for t, values in overrides.items() for k in values}
+    return {f"{t}.{k}" for t, values in doc.items() if isinstance(values, dict) for k in values} - given
 
 
-def _named_by_flags(error: InputError, given) -> InputError:
-    """``error`` with the settings in ``given`` named by their flags."""
-    problem = _flag_names(error.problem, only=given)
+def _named_by_flags(error: InputError, keep) -> InputError:
+    """``error`` with the settings it names named by their flags (but those in ``keep``)."""
+    problem = _flag_names(error.problem, keep)
     return error if problem == error.problem else InputError(problem, error.path)
 
 
@@ -388,7 +408,7 @@ def _load_config(a, overrides):
         return load_config(a.pipeline, overrides)
     except InputError as e:
         if e.path is None:  # the flags' settings (a recipe's errors name its keys)
-            raise InputError(_flag_names(e.problem)) from None
+            raise _named_by_flags(e, _recipe_only(a, overrides)) from None
         raise
 
 
@@ -428,7 +448,7 @@ def _cmd_process(a, argv):
     from .run import process
 
     cfg, run = _config_from_args(a)
-    given = set(_flag_settings(a))
+    keep = _recipe_only(a, _overrides(a))
     scans = _campaign(a.scan)
     outputs = [a.output] * len(scans)
     if len(scans) > 1 and a.output:
@@ -454,7 +474,7 @@ def _cmd_process(a, argv):
                               progress=NullProgress() if a.quiet else BarProgress(),
                               command_line=shlex.join(["ebsdxc", *argv]))
             except InputError as e:
-                e = _named_by_flags(e, given)
+                e = _named_by_flags(e, keep)
                 if len(scans) == 1:
                     raise e from None
                 print(f"ebsdxc: error: {e}", file=sys.stderr)  # the campaign goes on with the next scan
@@ -462,7 +482,7 @@ def _cmd_process(a, argv):
                 continue
             _print_summary(out, cfg)
     except InputError as e:
-        raise _named_by_flags(e, given) from None
+        raise _named_by_flags(e, keep) from None
     finally:
         if executor is not None:
             executor.close()
@@ -502,14 +522,15 @@ def _cmd_strain(a, argv):
     from .progress import BarProgress, NullProgress
     from .run import strain
 
-    cfg, run = _load_config(a, _overrides(a))
+    overrides = _overrides(a)
+    cfg, run = _load_config(a, overrides)
     if not cfg.strain.enabled:
         raise InputError("ebsdxc strain needs --material (e.g. --material Ni)")
     try:
         strain(a.results, config=cfg.strain, scan=a.scan, ref=a.ref, device=run.device, overwrite=a.overwrite,
                progress=NullProgress() if a.quiet else BarProgress())
     except InputError as e:
-        raise _named_by_flags(e, set(_flag_settings(a))) from None
+        raise _named_by_flags(e, _recipe_only(a, overrides)) from None
     _print_strain(a.results)
     return 0
 
@@ -702,10 +723,8 @@ def _cli_warnings():
             if not issubclass(category, UserWarning):
                 return original(message, category, filename, lineno, file, line)
             text = " ".join(str(message).split())
-            try:
+            with contextlib.suppress(OSError, ValueError):  # stderr closed: a warning is never fatal
                 print(f"ebsdxc: warning: {text}", file=file if file is not None else sys.stderr)
-            except (OSError, ValueError):  # stderr closed: a warning is never fatal
-                pass
 
         warnings.simplefilter("default", UserWarning)
         warnings.showwarning = show

@@ -52,8 +52,8 @@ from .errors import InputError
 from .hrebsd import StrainConfig
 from .preprocess import PreprocessConfig
 
-__all__ = ["RoiConfig", "ProcessConfig", "ClusterConfig", "RunConfig", "load_config", "shipped_recipes",
-           "jobqueue_keys", "TABLES", "ROI_LAYOUTS", "EXECUTORS", "CLUSTER_KINDS"]
+__all__ = ["RoiConfig", "ProcessConfig", "ClusterConfig", "RunConfig", "load_config", "read_recipe",
+           "shipped_recipes", "jobqueue_keys", "TABLES", "ROI_LAYOUTS", "EXECUTORS", "CLUSTER_KINDS"]
 
 ROI_LAYOUTS = ("grid", "ring", "file")
 EXECUTORS = ("inline", "threads", "dask")
@@ -164,7 +164,7 @@ class ProcessConfig:
         return _jsonable(d)
 
     @classmethod
-    def from_parameters(cls, params: dict) -> "ProcessConfig":
+    def from_parameters(cls, params: dict) -> ProcessConfig:
         """The configuration a results file's ``parameters`` record (for re-correlating points).
 
         Also reads records of earlier versions: ``static_background`` at the top level,
@@ -185,7 +185,7 @@ class ProcessConfig:
         return cls(roi=RoiConfig(**tables["roi"]), preprocess=PreprocessConfig(**tables["preprocess"]),
                    correlation=EngineConfig(**tables["correlation"]))
 
-    def replace(self, **kw) -> "ProcessConfig":
+    def replace(self, **kw) -> ProcessConfig:
         return dataclasses.replace(self, **kw)
 
 
@@ -319,8 +319,9 @@ def shipped_recipes() -> dict:
     return out
 
 
-def _read_recipe(name_or_path) -> tuple[str, dict]:
-    """(path, parsed TOML) of a recipe file or of the shipped recipe of that name."""
+def read_recipe(name_or_path) -> tuple[str, dict]:
+    """(path, parsed TOML) of a recipe file or of the shipped recipe of that name, unchecked
+    (:func:`load_config` checks and reads it)."""
     path = os.fspath(name_or_path)
     if not os.path.exists(path):
         shipped = shipped_recipes()
@@ -397,7 +398,7 @@ def load_config(recipe=None, overrides: dict | None = None) -> tuple[ProcessConf
     """
     layers = []  # (tables, recipe path or None)
     if recipe is not None:
-        path, doc = _read_recipe(recipe)
+        path, doc = read_recipe(recipe)
         _check_tables(doc, path)
         layers.append((_resolve_paths(doc, os.path.dirname(os.path.abspath(path))), path))
     if overrides:

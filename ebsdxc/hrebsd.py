@@ -41,8 +41,8 @@ from .strain import (
     remap_pattern,
 )
 
-__all__ = ["FIT_POINTS", "PC_MAPS", "REMAP_BATCH", "StrainConfig", "StrainGeometry", "binned_geometry", "compute_strain",
-           "resolve_geometry"]
+__all__ = ["FIT_POINTS", "PC_MAPS", "REMAP_BATCH", "StrainConfig", "StrainGeometry", "binned_geometry",
+           "compute_strain", "resolve_geometry"]
 
 PC_MAPS = ("auto", "constant", "file", "plane", "extrapolate")
 REMAP_BATCH = 32  # scan points re-correlated together against their remapped references

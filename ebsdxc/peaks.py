@@ -44,8 +44,8 @@ import math
 
 import numpy as np
 
-__all__ = ["SUBPIXEL_METHODS", "integer_peak", "neighbourhood", "fit_3x3",
-           "upsampled_dft_peak", "dft_grid", "dft_refine_peak", "locate_peaks", "window_power_spectrum", "window_autocorrelation"]
+__all__ = ["SUBPIXEL_METHODS", "integer_peak", "neighbourhood", "fit_3x3", "upsampled_dft_peak", "dft_grid",
+           "dft_refine_peak", "locate_peaks", "window_power_spectrum", "window_autocorrelation"]
 
 SUBPIXEL_METHODS = ("dft", "upsampled", "quadratic", "gaussian", "parabolic", "none")
 SPECTRUM_METHODS = ("dft", "upsampled")  # need the cross-power spectrum

@@ -142,7 +142,7 @@ class PreprocessConfig:
     average_sigma: float = 1.0
 
     @classmethod
-    def from_tables(cls, *tables: dict) -> "PreprocessConfig":
+    def from_tables(cls, *tables: dict) -> PreprocessConfig:
         """The configuration of ``[preprocess]`` tables applied in order over the defaults.
 
         Each table is a dict of field names, as in a TOML recipe: ``mask = "none"`` stands
@@ -221,8 +221,8 @@ class PreprocessConfig:
         if self.mask is None:
             given = [n for n in ("mask_centre", "mask_radius") if getattr(self, n) is not None]
             if given:
-                raise ValueError(f"{' and '.join('preprocess.' + n for n in given)} need preprocess.mask "
-                                 f"to be circle")
+                raise ValueError(f"{' and '.join('preprocess.' + n for n in given)} "
+                                 f"{'need' if len(given) > 1 else 'needs'} preprocess.mask to be circle")
         if self.mask_centre is not None:
             object.__setattr__(self, "mask_centre", _pair("preprocess.mask_centre", self.mask_centre))
         if self.mask_radius is not None and not (_finite_number(self.mask_radius) and self.mask_radius > 0):

@@ -413,8 +413,8 @@ def test_mask_with_static_divide_leaves_no_nan_off_screen(be):
     mask = mask_oracle(shape)
     bg = np.where(mask, 50.0, 0.0)  # a static background that is 0 off the screen
     pats = seeded("div").uniform(100, 200, (2,) + shape)
-    out = host(PatternPreprocessor(PreprocessConfig(mask="circle", static_operation="divide",
-                                                    dynamic_background_sigma=4.0), be, static_background=bg)(xp.asarray(pats)))
+    cfg = PreprocessConfig(mask="circle", static_operation="divide", dynamic_background_sigma=4.0)
+    out = host(PatternPreprocessor(cfg, be, static_background=bg)(xp.asarray(pats)))
     assert np.isfinite(out).all()
     without = host(PatternPreprocessor(PreprocessConfig(static_operation="divide", dynamic_background_sigma=4.0), be,
                                        static_background=bg)(xp.asarray(pats)))

@@ -1,5 +1,4 @@
-"""The four forms against a float64 definition oracle (CPU here; the same checks run on the GPU
-in tests/test_gpu.py)."""
+"""The four forms against a float64 definition oracle (CPU, and on the GPU with ``pytest -m gpu``)."""
 
 import numpy as np
 import pytest
@@ -88,3 +87,44 @@ def test_bad_shapes_are_plain_errors(rng):
         xcorr.one_to_one(rng.standard_normal((2, 5, 5)), rng.standard_normal((5, 5)))
     with pytest.raises(ValueError, match="max_shift"):
         xcorr.one_to_one(rng.standard_normal((5, 5)), rng.standard_normal((5, 5)), mode="window")
+
+
+def _direct_oracle(ref, scan, n, max_lag):
+    """float64 definition: lag (dy, dx) = sum over the overlap of ref[y, x] * scan[y + dy, x + dx]."""
+    from scipy.signal import correlate2d
+
+    T, h, w = scan.shape
+    ry, rx = max_lag
+    out = np.empty((T, 2 * ry + 1, 2 * rx + 1))
+    for t in range(T):
+        full = correlate2d(scan[t].astype(np.float64), ref[t % n].astype(np.float64), mode="full")
+        for dy in range(-ry, ry + 1):
+            for dx in range(-rx, rx + 1):
+                out[t, dy % (2 * ry + 1), dx % (2 * rx + 1)] = full[dy + h - 1, dx + w - 1]
+    return out
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("engine", ["fft", "direct"])
+@pytest.mark.parametrize("shape", [(1, 1), (5, 7), (13, 6), (33, 20), (64, 64)])
+@pytest.mark.parametrize("mode,max_shift", [("full", None), ("window", 3)])
+def test_four_forms_on_the_gpu_match_float64_oracle(rng, engine, shape, mode, max_shift):
+    import cupy as cp
+
+    h, w = shape
+    ml = (h - 1, w - 1) if mode == "full" else (min(max_shift, h - 1), min(max_shift, w - 1))
+    lefts = rng.standard_normal((3, h, w)).astype(np.float32)
+    rights = rng.standard_normal((4, h, w)).astype(np.float32)
+    opts = dict(mode=mode, max_shift=max_shift, engine=engine)
+    want = _direct_oracle(np.repeat(lefts[None], 4, 0).reshape(12, h, w),
+                          np.repeat(rights[:, None], 3, 1).reshape(12, h, w), 12, ml)
+    want = np.fft.fftshift(want, axes=(-2, -1)).reshape(4, 3, *want.shape[1:])  # centred
+    got = xcorr.n_to_m(cp.asarray(lefts), cp.asarray(rights), **opts)
+    assert isinstance(got, cp.ndarray) and got.shape == (3, 4, 2 * ml[0] + 1, 2 * ml[1] + 1)
+    scale = np.abs(want).max()
+    assert np.abs(got.get() - want.swapaxes(0, 1)).max() <= 1e-5 * scale + 1e-6
+    one = xcorr.one_to_one(lefts[0], rights[0], device="cuda", **opts)  # NumPy in, NumPy out
+    assert isinstance(one, np.ndarray)
+    assert np.abs(one - want[0, 0]).max() <= 1e-5 * scale + 1e-6
+    p = xcorr.n_to_mn(cp.asarray(lefts), cp.asarray(np.repeat(rights[:, None], 3, 1)), peaks=True, **opts)
+    assert p.displacement.shape == (4, 3, 2) and isinstance(p.status, cp.ndarray)

@@ -6,15 +6,19 @@ block per tile pair (GPU, tiles whose spectrum fits in shared memory).
 
 Each engine module registers its class (:mod:`ebsdxc.engines.registry`); the class
 describes what it serves (:class:`EngineInfo`), so a new engine is one more module
-imported below.
+imported below. References are an input of their own: ``engine.prepare_references``
+makes K resident sets (:class:`PreparedReferences`), and ``engine.match(..., references=,
+index=)`` takes a set per pattern.
 """
 
 from ..errors import InputError
-# isort: off
-from . import fft, direct, fused  # noqa: F401  (each registers its engine, in this order)
-# isort: on
 from .base import CorrelationEngine, EngineConfig, EngineInfo, PeakResult, PreparedReferences
-from .registry import ENGINES, engine_class, names
+from .registry import ENGINES, engine_class
+
+# Each engine module registers its class; this order is the order of ENGINES.
+from . import fft  # noqa: F401, I001  # isort: skip
+from . import direct  # noqa: F401  # isort: skip
+from . import fused  # noqa: F401  # isort: skip
 
 __all__ = ["CorrelationEngine", "EngineConfig", "EngineInfo", "PeakResult", "PreparedReferences", "ENGINES",
            "make_engine", "choose_engine"]

@@ -76,20 +76,25 @@ class EngineConfig:
     engine: str = "auto"
 
     def __post_init__(self):
+        # Messages name the settings by their path (correlation.max_shift), as recipes do.
         if self.mode not in MODES:
-            raise ValueError(f"correlation mode must be one of {MODES}, got {self.mode!r}")
+            raise ValueError(f"correlation.mode must be one of {', '.join(MODES)}, got {self.mode!r}")
         if self.mode == "window" and (self.max_shift is None or self.max_shift < 1):
-            raise ValueError("window mode needs max_shift >= 1 px")
+            raise ValueError("window mode needs correlation.max_shift >= 1 px")
         if self.subpixel not in SUBPIXEL_METHODS:
-            raise ValueError(f"subpixel method must be one of {SUBPIXEL_METHODS}, got {self.subpixel!r}")
+            raise ValueError(f"correlation.subpixel must be one of {', '.join(SUBPIXEL_METHODS)}, "
+                             f"got {self.subpixel!r}")
         if self.circular and self.mode != "window":
-            raise ValueError("circular correlation needs window mode (correlation.mode 'window' with a max_shift)")
+            raise ValueError("correlation.circular needs window mode (a correlation.max_shift)")
         if self.upsample < 2:
-            raise ValueError(f"upsample factor must be >= 2, got {self.upsample}")
+            raise ValueError(f"correlation.upsample must be >= 2, got {self.upsample}")
         if self.kernel != "auto":
             from .definition import parse_kernel
 
-            parse_kernel(self.kernel)
+            try:
+                parse_kernel(self.kernel)
+            except ValueError as e:
+                raise ValueError(f"correlation.kernel: {e}") from None
         if self.engine != "auto":
             from .registry import engine_class
 
@@ -158,22 +163,23 @@ class EngineInfo:
             return (f"the {name} engine (correlation.engine {name!r}) runs on {where} only"
                     + (f"; use correlation.engine {others} on the {'GPU' if gpu else 'CPU'}" if others else ""))
         if config.mode not in self.modes:
-            return f"the {name} engine does not correlate in {config.mode!r} mode (correlation.mode)"
+            return f"the {name} engine (correlation.engine) does not correlate in correlation.mode {config.mode!r}"
         if config.subpixel not in self.subpixel:
             others = _others(lambda c: config.subpixel in c.info.subpixel)
-            return (f"subpixel method {config.subpixel!r} (correlation.subpixel) needs the {others} engine; the "
-                    f"{name} engine offers {', '.join(self.subpixel)}")
+            return (f"correlation.subpixel {config.subpixel!r} needs the {others or 'another'} engine "
+                    f"(correlation.engine); the {name} engine offers {', '.join(self.subpixel)}")
         if config.circular and not self.circular:
             others = _others(lambda c: c.info.circular)
-            return (f"the {name} engine does not do circular correlation (correlation.circular); use "
-                    f"correlation.engine {others}")
+            return (f"correlation.circular: the {name} engine does not correlate circularly"
+                    + (f"; use correlation.engine {others}" if others else ""))
         return None
 
 
 def _others(pred):
+    """``'fft' or 'direct'``: the registered engines for which ``pred(cls)`` holds ("" for none)."""
     from .registry import ENGINES
 
-    return " or ".join(repr(n) for n, c in ENGINES.items() if pred(c)) or "no registered"
+    return " or ".join(repr(n) for n, c in ENGINES.items() if pred(c))
 
 
 @dataclass
@@ -190,7 +196,7 @@ class PeakResult:
     status: object
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class PreparedReferences:
     """K reference sets of n prepared tiles each, resident on the engine's device.
 
@@ -231,6 +237,12 @@ class CorrelationEngine(ABC):
 
     #: What the engine serves (set by every engine class).
     info: EngineInfo = EngineInfo("?")
+    #: ``info.name``, on the class and its instances.
+    name = "?"
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        cls.name = cls.info.name
 
     def __init__(self, backend, tile_shape, config: EngineConfig):
         reason = self.info.refusal(config, gpu=backend.is_gpu)
@@ -242,10 +254,6 @@ class CorrelationEngine(ABC):
         self.config = config
         self.max_lag = config.max_lag(self.tile_shape)
         self._references = None
-
-    @property
-    def name(self):
-        return self.info.name
 
     # ------------------------------------------------------------------ self-description
 
@@ -332,6 +340,7 @@ class CorrelationEngine(ABC):
     @classmethod
     def precompile(cls, variants):
         """Compile what ``variants`` need before they are timed (default: nothing to do)."""
+        return None
 
     @classmethod
     def benchmark(cls, case, lefts, rights, variant=None):
@@ -504,6 +513,8 @@ class CorrelationEngine(ABC):
         """Combine (B, n) peak positions with tile statuses into a :class:`PeakResult`; each
         point's own reference set (``index``) gives the reference energy and status."""
         refs = self._references if references is None else references
+        if refs is None:
+            raise ValueError("no references: call set_reference first, or pass references=")
         return self._assemble(y, x, value, border, energy, status, refs,
                               self._pattern_index(index, refs.count, int(y.shape[0])))
 

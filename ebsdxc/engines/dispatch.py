@@ -33,8 +33,8 @@ from .base import FORMS
 from .definition import Pairing
 from .registry import ENGINES
 
-__all__ = ["Case", "Choice", "CalibrationTable", "choose", "choose_variant", "direct_kernel", "fallback", "gpu_model", "gpu_slug",
-           "cache_path", "load_table", "FORMS"]
+__all__ = ["Case", "Choice", "CalibrationTable", "choose", "choose_variant", "direct_kernel", "fallback", "gpu_model",
+           "gpu_slug", "cache_path", "load_table", "FORMS"]
 
 SCHEMA = 1
 
@@ -234,7 +234,7 @@ def _shipped():
     return {p.name[:-5]: p for p in root.iterdir() if p.name.endswith(".json")}
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def load_table(gpu):
     """The table for ``gpu``: the user's own calibration, else the shipped one for the same
     model, else the shipped H200 table (or None when there is none)."""

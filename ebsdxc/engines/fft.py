@@ -1,7 +1,9 @@
 """FFT correlation engine (scipy.fft on the CPU, cuFFT through CuPy on the GPU).
 
 The reference spectra are computed once and stay on the device; each batch costs
-one forward real FFT per scan tile, a product, and one inverse FFT. FFT sizes are
+one forward real FFT per scan tile, a product, and one inverse FFT. With K reference sets
+and a set index per pattern, the product takes each pattern's conjugate spectra gathered
+by the index (one gather, no loop); with one set it broadcasts them, as it always did. FFT sizes are
 the smallest fast sizes that avoid wrap-around for the shifts searched:
 ``2w - 1`` in full mode, ``w + max_shift`` in window mode (a lag ``l`` aliases to
 ``l - N``, which must stay outside the ``w - 1`` lags with any overlap), or the tile size
@@ -55,9 +57,9 @@ class FFTEngine(CorrelationEngine):
         if config.circular:
             h, w = self.tile_shape
             if window_1d is None or any(np.all(np.asarray(f) == 1) for f in window_1d):
-                raise ValueError("circular correlation needs a tapering window (Hann)")
+                raise ValueError("correlation.circular needs a tapering window (preprocess.window 'hann')")
             if 4 * self.max_lag[0] > h or 4 * self.max_lag[1] > w:
-                raise ValueError(f"circular correlation needs max_shift <= tile size / 4 "
+                raise ValueError(f"correlation.circular needs correlation.max_shift <= tile size / 4 "
                                  f"({min(h, w) // 4} px for {w}x{h} tiles)")
         self.fft_shape = fft_shape(self.tile_shape, self.max_lag, config.mode, circular=config.circular)
         self._window_spectra = None

@@ -20,6 +20,9 @@ Measured (H200, ``benchmarks/fused_fft.py``): 86 ROIs of 96x96 against 50 patter
 tiles on the device to quadratic peaks: 1.06 ms (cuFFT engine 3.99 ms); window mode +-16 px
 (128x128 FFTs): 0.51 ms (cuFFT engine 1.75 ms).
 
+With K reference sets, block t reads the conjugate spectrum of tile ``t % n`` of its
+pattern's set (an index per pattern, ``fc::reference`` in the kernel).
+
 Sizes whose spectrum does not fit in shared memory (or with a length over 1024) are refused
 with a ValueError (:func:`supports` says so beforehand); the FFT engine handles them.
 """

@@ -38,4 +38,4 @@ def engine_class(name):
     try:
         return ENGINES[name]
     except (KeyError, TypeError):
-        raise ValueError(f"unknown correlation engine {name!r} (correlation.engine: {names()})") from None
+        raise ValueError(f"correlation.engine must be one of {names()}, got {name!r}") from None

@@ -26,7 +26,8 @@ from ..errors import InputError
 SCHEMA = 1
 GROUP = "ebsdxc"
 
-__all__ = ["ResultsHandle", "ResultsWriter", "RunRecord", "require_results", "read_record", "read_results", "is_results_file", "input_record", "SCHEMA"]
+__all__ = ["ResultsHandle", "ResultsWriter", "RunRecord", "require_results", "read_record", "read_results",
+           "is_results_file", "input_record", "SCHEMA"]
 
 
 def input_record(path) -> dict:
@@ -71,7 +72,7 @@ class ResultsWriter(ResultsHandle):
     # -- opening -----------------------------------------------------------------------
     @classmethod
     def create(cls, path, *, grid, centres, roi_size, parameters: dict, inputs: list,
-               command_line: str = "", overwrite=False) -> "ResultsWriter":
+               command_line: str = "", overwrite=False) -> ResultsWriter:
         path = os.fspath(path)
         if os.path.exists(path):
             if not overwrite:
@@ -123,7 +124,7 @@ class ResultsWriter(ResultsHandle):
         return cls(f, path)
 
     @classmethod
-    def resume(cls, path, *, grid, parameters: dict, inputs: list) -> "ResultsWriter":
+    def resume(cls, path, *, grid, parameters: dict, inputs: list) -> ResultsWriter:
         path = os.fspath(path)
         if not os.path.exists(path):
             raise InputError("--resume given but there is no output to continue", path)

@@ -39,11 +39,11 @@ class Executor(ABC):
         thread for each batch of results as it arrives. A task that fails stops the run:
         the results emitted so far stand (``--resume`` continues)."""
 
-    def describe(self, record) -> None:
+    def describe(self, record) -> None:  # noqa: B027 (optional: most executors record nothing)
         """Record where the run went, as ``record(name, value)`` attributes of the results
         (e.g. a cluster's scheduler address); nothing for a local run."""
 
-    def close(self) -> None:
+    def close(self) -> None:  # noqa: B027 (optional: an executor may keep nothing)
         """Release what the executor keeps (pipelines, workers)."""
 
     def __enter__(self):

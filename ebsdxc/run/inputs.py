@@ -15,8 +15,8 @@ from ..errors import InputError
 from ..preprocess import average_neighbours
 from ..references import ReferenceSet
 
-__all__ = ["averaged_points", "check_averaging", "mean_pattern", "native", "read_points", "reference_set", "scan_reference",
-           "static_background"]
+__all__ = ["averaged_points", "check_averaging", "mean_pattern", "native", "read_points", "reference_set",
+           "scan_reference", "static_background"]
 
 
 def native(a: np.ndarray) -> np.ndarray:

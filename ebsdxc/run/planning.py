@@ -99,10 +99,7 @@ def plan_chunks(done_flat: np.ndarray, batch: int, *, offset: int = 0, cols=None
 def auto_batch(bytes_per_pattern: int, n_patterns: int, *, gpu_free_bytes: int | None = None) -> int:
     """Patterns per batch: device working memory near a fifth of free GPU memory (at most
     16 GiB), or near 1 GiB on the CPU (``gpu_free_bytes=None``); at most 4096."""
-    if gpu_free_bytes is not None:
-        budget = min(gpu_free_bytes // 5, 16 << 30)
-    else:
-        budget = 1 << 30
+    budget = (1 << 30) if gpu_free_bytes is None else min(gpu_free_bytes // 5, 16 << 30)
     b = int(max(1, min(budget // max(bytes_per_pattern, 1), 4096)))
     return max(1, min(b, n_patterns))
 

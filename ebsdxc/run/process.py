@@ -160,6 +160,28 @@ def _process(source, ref, ref_index, reference_index, output, config, run, execu
             pipeline.close()
 
 
+def _as_recorded(out, params, config):
+    """``params`` as the file records them when it records the same settings in an earlier
+    layout of the parameters (files made before a setting was renamed or moved resume)."""
+    import json
+
+    from ..io.results import read_record
+
+    try:
+        stored = read_record(out).parameters
+    except InputError:
+        return params  # the writer says what is wrong with the file
+    if stored == params:
+        return params
+    try:
+        upgraded = {**{k: v for k, v in stored.items() if k not in ("static_background",)},
+                    **type(config).from_parameters(stored).parameters()}
+    except (KeyError, TypeError, ValueError):
+        return params
+    same = json.loads(json.dumps(upgraded, sort_keys=True)) == json.loads(json.dumps(params, sort_keys=True))
+    return stored if same else params
+
+
 def _run(job, executor, source, ref, ref_param, out, config, resume, overwrite, progress, command_line, pipeline):
     scan_on_disk = on_disk(source.path)
     inputs = [input_record(scan_on_disk)] if os.path.exists(scan_on_disk) else []
@@ -168,7 +190,8 @@ def _run(job, executor, source, ref, ref_param, out, config, resume, overwrite, 
     params = {**config.parameters(), "scan": os.path.basename(source.path),
               "dataset": source.metadata.get("dataset"), **ref_param}
     if resume:
-        writer = ResultsWriter.resume(out, grid=source.grid, parameters=params, inputs=inputs)
+        writer = ResultsWriter.resume(out, grid=source.grid, parameters=_as_recorded(out, params, config),
+                                      inputs=inputs)
     else:
         writer = ResultsWriter.create(out, grid=source.grid, centres=job.layout.centres,
                                       roi_size=job.layout.size, parameters=params, inputs=inputs,

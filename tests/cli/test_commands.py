@@ -11,19 +11,17 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import subprocess
-import sys
 
 import h5py
 import numpy as np
 import pytest
 import tifffile
+from clitools import assert_one_error, run_cli  # noqa: F401
 from scipy.ndimage import gaussian_filter
 
 from ebsdxc import cli
 from ebsdxc import status as st
 from ebsdxc.progress import Progress
-from clitools import assert_one_error, run_cli  # noqa: F401
 
 SMALL = ["--roi-grid", "3x3", "--roi-size", "32", "--device", "cpu"]
 

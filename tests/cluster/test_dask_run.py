@@ -267,4 +267,5 @@ def test_gpu_cluster_gives_the_single_gpu_results(big_scan, tmp_path, sample_dir
 def _visible_devices():
     import cupy
 
-    return cupy.cuda.runtime.getDeviceProperties(cupy.cuda.Device().id)["pciBusID"], os.environ.get("CUDA_VISIBLE_DEVICES")
+    bus = cupy.cuda.runtime.getDeviceProperties(cupy.cuda.Device().id)["pciBusID"]
+    return bus, os.environ.get("CUDA_VISIBLE_DEVICES")

@@ -7,9 +7,10 @@ import sys
 
 import pytest
 
-from ebsdxc import bench, dispatch
-from ebsdxc.dispatch import CalibrationTable, Case, Choice
+from ebsdxc import bench
+from ebsdxc.engines import dispatch
 from ebsdxc.engines.definition import KernelChoice, parse_kernel
+from ebsdxc.engines.dispatch import CalibrationTable, Case, Choice
 
 
 def _table(tmp_path):

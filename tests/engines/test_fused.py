@@ -98,7 +98,9 @@ def model_correlate(scan, ref_spec, plan, all_rows=True):
         for k1 in range(n1y):
             U[k1] = U[k1] * ref_spec[c, k1 + n1y * np.arange(n2y)]
         # inverse, roles swapped: N = N2 x N1 with thread n2' = k1 holding n1' = k2
-        sig2 = (lambda a, b: skew(a, b, n2y, n1y))
+        def sig2(a, b, n1y=n1y, n2y=n2y):
+            return skew(a, b, n2y, n1y)
+
         for k1 in range(n1y):
             v = reg_dft(U[k1], +1) * np.exp(2j * np.pi * k1 * np.arange(n2y) / ny)
             for kk in range(n2y):
@@ -268,7 +270,8 @@ def _fft_oracle(scan, ref, fft):
     """float64 zero-padded linear correlation (exact: the FFT size leaves no wrap-around)."""
     h, w = ref.shape[-2:]
     s = (2 * h - 1, 2 * w - 1)
-    c = np.fft.irfft2(np.fft.rfft2(scan.astype(np.float64), s=s) * np.conj(np.fft.rfft2(ref.astype(np.float64), s=s)), s=s)
+    c = np.fft.irfft2(np.fft.rfft2(scan.astype(np.float64), s=s) * np.conj(np.fft.rfft2(ref.astype(np.float64), s=s)),
+                      s=s)
     out = np.zeros(scan.shape[:-2] + tuple(fft))
     ly, lx = np.arange(-(h - 1), h), np.arange(-(w - 1), w)
     keep_y, keep_x = np.abs(ly) < fft[0], np.abs(lx) < fft[1]
@@ -356,7 +359,7 @@ def test_peaks_equal_find_peaks_on_the_maps(rng, method, tile, mode, shift, comp
     scan[0, 0] = 0.0  # a flagged (all-zero) tile: ties everywhere, first lag wins
     eng.set_reference(cp.asarray(ref), np.ones(n), np.zeros(n, np.uint8))
     dev = cp.asarray(scan)
-    y, x, v, b = (a.get() for a in eng._locate(dev))
+    y, x, v, b = (a.get() for a in eng.locate(dev))
     maps = eng.correlation_maps(dev).reshape(B * n, *eng.fft_shape)
     wy, wx, vv, bb, _, _ = find_peaks(maps, eng.max_lag, method, eng._lags)
     np.testing.assert_array_equal(v, vv.get())
@@ -383,8 +386,8 @@ def test_peaks_match_fft_engine(rng, method, tile, mode, shift):
     for e in (eng, fft):
         e.set_reference(cp.asarray(ref), np.ones(n), np.zeros(n, np.uint8))
     dev = cp.asarray(scan)
-    got = [a.get() for a in eng._locate(dev)]
-    want = [a.get() for a in fft._locate(dev)]
+    got = [a.get() for a in eng.locate(dev)]
+    want = [a.get() for a in fft.locate(dev)]
     np.testing.assert_allclose(got[2], want[2], rtol=1e-5, atol=1e-5 * np.abs(want[2]).max())
     np.testing.assert_array_equal(got[3], want[3])
     np.testing.assert_allclose(got[0], want[0], atol=2e-3)
@@ -397,7 +400,7 @@ def test_engine_match_and_refusals():
 
     from ebsdxc.errors import InputError
 
-    with pytest.raises(InputError, match="needs the FFT engine"):
+    with pytest.raises(InputError, match="needs the 'fft' engine"):
         _engine((16, 16), "full", method="dft")
     with pytest.raises(InputError, match="shared memory"):
         _engine((128, 128), "full", method="quadratic")

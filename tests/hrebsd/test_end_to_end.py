@@ -19,9 +19,9 @@ from clitools import assert_one_error, run_cli
 from ebsdxc import cli, materials
 from ebsdxc import simulate as sim
 from ebsdxc import strain as sn
+from ebsdxc.config import RunConfig, load_config
 from ebsdxc.hrebsd import StrainConfig
 from ebsdxc.io.results import read_results, read_strain
-from ebsdxc.config import RunConfig, load_config
 from ebsdxc.run import process, strain
 
 pytest.importorskip("kikuchipy")  # the master pattern ships with kikuchipy

@@ -17,9 +17,9 @@ pytest.importorskip("matplotlib")
 
 import ebsdxc  # noqa: E402
 from ebsdxc import plot  # noqa: E402
+from ebsdxc.config import ProcessConfig, RoiConfig, RunConfig  # noqa: E402
 from ebsdxc.io import ScanGrid  # noqa: E402
 from ebsdxc.io.results import ResultsWriter  # noqa: E402
-from ebsdxc.config import ProcessConfig, RoiConfig, RunConfig  # noqa: E402
 
 
 @pytest.fixture(scope="module")

@@ -12,9 +12,9 @@ import tifffile
 from ebsdxc import cli
 from ebsdxc import simulate as sim
 from ebsdxc import status as st
+from ebsdxc.config import RunConfig, load_config
 from ebsdxc.io import ArraySource
 from ebsdxc.io.results import read_results
-from ebsdxc.config import RunConfig, load_config
 from ebsdxc.run import process
 
 

@@ -1,5 +1,5 @@
 """Scan grids (square, hexagonal), missing points and the scan's own static background,
-from the reader through the runner into the results file."""
+from the reader through ``process`` into the results file."""
 
 import dataclasses
 import json
@@ -10,11 +10,11 @@ import pytest
 
 from ebsdxc import process, read_results
 from ebsdxc import status as st
+from ebsdxc.config import ProcessConfig, RoiConfig, RunConfig
 from ebsdxc.errors import InputError
 from ebsdxc.io import open_scan
 from ebsdxc.io.results import read_summary
 from ebsdxc.io.source import ScanGrid, choose_grid, grid_kind, parse_grid_shape
-from ebsdxc.config import ProcessConfig, RoiConfig, RunConfig
 
 
 def sample_patterns(sample_dir, n):
@@ -106,7 +106,7 @@ def test_choose_grid_rules():
         choose_grid(None, "2x2", 6, "f")
 
 
-# --------------------------------------------------------------------------- through the runner
+# --------------------------------------------------------------------------- through process
 
 
 def test_hexagonal_scan_read_and_processed(tmp_path, sample_dir):

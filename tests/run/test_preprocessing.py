@@ -7,10 +7,10 @@ import pytest
 
 from ebsdxc import process, read_results, read_strain
 from ebsdxc import status as st
+from ebsdxc.config import ProcessConfig, RoiConfig, RunConfig, load_config
 from ebsdxc.errors import InputError
 from ebsdxc.hrebsd import StrainConfig
 from ebsdxc.preprocess import PreprocessConfig, average_neighbours, bin_patterns, circular_mask
-from ebsdxc.config import ProcessConfig, RoiConfig, RunConfig, load_config
 
 ROWS, COLS = 4, 5
 
