@@ -394,6 +394,18 @@ def _recipe_only(a, overrides) -> set[str]:
     return {f"{t}.{k}" for t, values in doc.items() if isinstance(values, dict) for k in values} - given
 
 
+# Keyword arguments of the library (ebsdxc.open_scan, ebsdxc.run.process) that errors name, and
+# the flags that give them.
+_ARGUMENT_FLAGS = {"grid_shape ": "--grid ", "overwrite=True": "--overwrite", "resume=True": "--resume"}
+
+
+def _arguments_as_flags(error: InputError) -> InputError:
+    problem = error.problem
+    for name, flag in _ARGUMENT_FLAGS.items():
+        problem = problem.replace(name, flag)
+    return error if problem == error.problem else InputError(problem, error.path)
+
+
 def _named_by_flags(error: InputError, keep) -> InputError:
     """``error`` with the settings it names named by their flags (but those in ``keep``)."""
     problem = _flag_names(error.problem, keep)
@@ -477,7 +489,7 @@ def _cmd_process(a, argv):
                 e = _named_by_flags(e, keep)
                 if len(scans) == 1:
                     raise e from None
-                print(f"ebsdxc: error: {e}", file=sys.stderr)  # the campaign goes on with the next scan
+                print(f"ebsdxc: error: {_arguments_as_flags(e)}", file=sys.stderr)  # the campaign goes on with the next scan
                 failed += 1
                 continue
             _print_summary(out, cfg)
@@ -766,7 +778,7 @@ def _main(argv) -> int:
                     "recipes": _cmd_recipes, "bench": _cmd_bench}
         return commands[a.command](a, argv)
     except InputError as e:
-        print(f"ebsdxc: error: {e}", file=sys.stderr)
+        print(f"ebsdxc: error: {_arguments_as_flags(e)}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("ebsdxc: interrupted; the results file is marked incomplete, continue with --resume",

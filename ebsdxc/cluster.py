@@ -43,7 +43,7 @@ def _require_distributed():
     try:
         import distributed
     except ImportError:
-        raise InputError("--cluster needs Dask: pip install 'dask[distributed]' "
+        raise InputError("cluster.address needs Dask: pip install 'dask[distributed]' "
                          "(and dask-cuda for GPUs, dask-jobqueue for slurm/pbs)") from None
     return distributed
 
@@ -93,7 +93,7 @@ def connect(cfg: ClusterConfig):
     try:
         import dask_jobqueue
     except ImportError:
-        raise InputError(f"--cluster {a} needs dask-jobqueue: pip install dask-jobqueue") from None
+        raise InputError(f"cluster.address {a} needs dask-jobqueue: pip install dask-jobqueue") from None
     kind = {"slurm": dask_jobqueue.SLURMCluster, "pbs": dask_jobqueue.PBSCluster}[a]
     try:
         cluster = kind(**cfg.job)
@@ -209,7 +209,7 @@ class DaskExecutor(Executor):
                     r0, r1 = rows_of[fut.key]
                     raise InputError(f"scan rows {r0} to {r1 - 1} failed on the cluster after "
                                      f"{self.config.retries} retries ({type(e).__name__}: {e}); the rows "
-                                     "done are kept: --resume continues", job.scan) from e
+                                     "done are kept: resume=True continues", job.scan) from e
                 for piece in pieces:
                     emit(*piece)
                 fut.release()

@@ -203,7 +203,7 @@ def resolve_geometry(cfg: StrainConfig, *, shape, grid, scan_meta: dict, scan_pa
     ``detector_pixel_size`` (as the scan readers put them in ``metadata``).
     """
     if not cfg.enabled:
-        raise InputError("strain needs the material (--material NAME, e.g. Ni)")
+        raise InputError("strain needs the material (strain.material, e.g. Ni)")
     try:
         material, voigt = parse_material(cfg.material)
     except ValueError as e:
@@ -230,7 +230,7 @@ def resolve_geometry(cfg: StrainConfig, *, shape, grid, scan_meta: dict, scan_pa
                                        to_convention="bruker", shape=shape, pixel_size=pixel_size,
                                        binning=cfg.binning)
         except ValueError as e:
-            raise InputError(f"--pc: {e}") from None
+            raise InputError(f"strain.pc: {e}") from None
 
     pc_opt = None if cfg.pc is None else from_option(cfg.pc)
     file_pcs = _scan_pcs(scan_meta, rows, cols, shape, scan_path)
@@ -242,7 +242,7 @@ def resolve_geometry(cfg: StrainConfig, *, shape, grid, scan_meta: dict, scan_pa
         ref_flat = ref_index if np.ndim(ref_index) == 0 else ref_index[0] * cols + ref_index[1]
     if mode in ("file", "plane"):
         if file_pcs is None:
-            raise InputError(f"--pc-map {mode}: the scan file stores no pattern centres", scan_path)
+            raise InputError(f"strain.pc_map {mode}: the scan file stores no pattern centres", scan_path)
         pcs = np.array(file_pcs)
         if mode == "plane":
             try:
@@ -251,10 +251,10 @@ def resolve_geometry(cfg: StrainConfig, *, shape, grid, scan_meta: dict, scan_pa
                 raise InputError(f"cannot fit a PC plane ({e})", scan_path) from None
     elif mode == "extrapolate":
         if pc_opt is None:
-            raise InputError("--pc-map extrapolate needs --pc (the PC at the reference point or map centre)")
+            raise InputError("strain.pc_map extrapolate needs strain.pc (the PC at the reference point or map centre)")
         if grid.step is None or pixel_size is None:
-            raise InputError("--pc-map extrapolate needs the scan step (from the file) and the detector "
-                             "pixel size (--pixel-size)", scan_path)
+            raise InputError("strain.pc_map extrapolate needs the scan step (from the file) and the detector "
+                             "pixel size (strain.pixel_size)", scan_path)
         point = None if ref_flat is None else divmod(int(ref_flat), cols)
         pcs = geometry.extrapolate_pc(pc_opt, grid_shape=(rows, cols), step=grid.step, pixel_size=pixel_size,
                                       binning=cfg.binning, sample_tilt=sample_tilt, detector_tilt=detector_tilt,
@@ -264,8 +264,8 @@ def resolve_geometry(cfg: StrainConfig, *, shape, grid, scan_meta: dict, scan_pa
             if file_pcs is not None:
                 pc_opt = np.asarray(file_pcs).reshape(-1, 3).mean(axis=0)
             else:
-                raise InputError("strain needs the pattern centre: the scan file stores none; give --pc "
-                                 "PCX,PCY,PCZ (and --pc-convention)", scan_path)
+                raise InputError("strain needs the pattern centre: the scan file stores none; give strain.pc "
+                                 "PCX,PCY,PCZ (and strain.pc_convention)", scan_path)
         pcs = np.broadcast_to(pc_opt, (rows, cols, 3)).copy()
     sources["pattern_centre"] = mode
 
@@ -278,9 +278,9 @@ def resolve_geometry(cfg: StrainConfig, *, shape, grid, scan_meta: dict, scan_pa
                             pixel_size)
         sources["pattern_centre_ref"] = "reference file"
     elif pc_opt is not None:
-        pc_ref, sources["pattern_centre_ref"] = pc_opt, "option --pc"
+        pc_ref, sources["pattern_centre_ref"] = pc_opt, "option strain.pc"
     else:
-        raise InputError("strain needs the reference's pattern centre: give --pc-ref PCX,PCY,PCZ", ref_path)
+        raise InputError("strain needs the reference's pattern centre: give strain.pc_ref PCX,PCY,PCZ", ref_path)
     for what, value, where in (("reference pattern centre", pc_ref, ref_path or scan_path),
                                ("pattern centre", pcs, scan_path)):
         try:
@@ -297,7 +297,7 @@ def resolve_geometry(cfg: StrainConfig, *, shape, grid, scan_meta: dict, scan_pa
         g, sources["orientation"] = _bunge(*e), "scan file"
     else:
         raise InputError("strain needs the crystal orientation of the reference: the scan file stores "
-                         "none; give --orientation PHI1,PHI,PHI2 (Bunge, degrees)", scan_path)
+                         "none; give strain.orientation PHI1,PHI,PHI2 (Bunge, degrees)", scan_path)
     return StrainGeometry(tuple(shape), pcs, np.asarray(pc_ref, dtype=np.float64), sample_tilt, detector_tilt,
                           g, material, voigt, sources)
 

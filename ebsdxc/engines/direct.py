@@ -7,9 +7,11 @@ this tile size, count and window on this GPU (:mod:`ebsdxc.engines.dispatch`). I
 with the number of lags times the overlap, so it suits window mode (small
 ``max_shift``) and small tiles; FFT engines win for full-mode correlation of large tiles.
 
-Patterns that each use their own reference set (``match(..., index=...)``) are one
-pairing of B n left tiles (each pattern's references, gathered) with B n right tiles:
-no loop over the sets.
+With K reference sets and a set per pattern (``match(..., index=...)``), a batch whose
+sets hold several patterns each (:data:`GROUP_MIN` on average) is matched set by set (one
+launch per set present), so every left value still feeds several patterns; otherwise (each
+pattern its own set, as HR-EBSD's remapping pass) it is one pairing of the B n gathered left
+tiles with the B n right tiles, one launch.
 
 Peaks use the 3x3 subpixel methods (fused peak kernel); the spectrum-based methods
 (``dft``, ``upsampled``) need the FFT engine.
@@ -36,6 +38,8 @@ from .definition import (
 from .registry import register
 
 __all__ = ["DirectEngine"]
+
+GROUP_MIN = 4  # patterns per reference set, on average, from which a batch is matched set by set
 
 
 class DirectEngine(CorrelationEngine):
@@ -158,12 +162,35 @@ class DirectEngine(CorrelationEngine):
     def _maps(self, tiles, refs, index):
         cp = self.xp
         B, n, h, w = tiles.shape
-        rights = cp.ascontiguousarray(tiles, dtype=cp.float32).reshape(B * n, h, w)
+        tiles = cp.ascontiguousarray(tiles, dtype=cp.float32)
         if index is None:  # every pattern against set 0: n lefts shared by B patterns
-            lefts, pairing = refs.payload[:n], Pairing.n_to_mn(n, B)
-        else:  # each pattern's own set, gathered: B n pairs
-            lefts, pairing = self._set_payload(refs, index).reshape(B * n, h, w), Pairing.n_to_mn(B * n, 1)
-        maps = correlate_maps(lefts, rights, pairing, self.max_lag, self.kernel_for(pairing))
+            return self._set_maps(refs.payload[:n], tiles)
+        # Waits only for the work queued before (tile preparation), not for the correlation.
+        host = cp.asnumpy(index)
+        sets = np.unique(host)
+        if len(sets) == 1:
+            k = int(sets[0])
+            return self._set_maps(refs.payload[k * n:(k + 1) * n], tiles)
+        if B >= GROUP_MIN * len(sets):
+            # Patterns grouped by set: each group shares its set's n lefts, so the kernels
+            # reuse every left value for several patterns (kr > 1). One launch per set present.
+            maps = cp.empty((B, n, *self.map_shape), dtype=cp.float32)
+            for k in sets:
+                sel = np.flatnonzero(host == k)
+                dev = cp.asarray(sel)
+                maps[dev] = self._set_maps(refs.payload[int(k) * n:(int(k) + 1) * n], tiles[dev])
+            return maps
+        # Few patterns per set (each its own, e.g.): B n pairs of gathered lefts, one launch.
+        lefts = self._set_payload(refs, index).reshape(B * n, h, w)
+        pairing = Pairing.n_to_mn(B * n, 1)
+        maps = correlate_maps(lefts, tiles.reshape(B * n, h, w), pairing, self.max_lag, self.kernel_for(pairing))
+        return maps.reshape(B, n, *self.map_shape)
+
+    def _set_maps(self, lefts, tiles):
+        """Maps (B, n, ...) of tiles (B, n, h, w) against one set's n lefts."""
+        B, n, h, w = tiles.shape
+        pairing = Pairing.n_to_mn(n, B)
+        maps = correlate_maps(lefts, tiles.reshape(B * n, h, w), pairing, self.max_lag, self.kernel_for(pairing))
         return maps.reshape(B, n, *self.map_shape)
 
     def _locate(self, tiles, refs, index):

@@ -76,8 +76,8 @@ class ResultsWriter(ResultsHandle):
         path = os.fspath(path)
         if os.path.exists(path):
             if not overwrite:
-                raise InputError("output already exists; pass --overwrite to replace it "
-                                 "or --resume to continue it", path)
+                raise InputError("output already exists; pass overwrite=True to replace it "
+                                 "or resume=True to continue it", path)
             if not is_results_file(path):
                 raise InputError("output exists and is not an ebsdxc results file; "
                                  "refusing to replace it", path)
@@ -127,9 +127,9 @@ class ResultsWriter(ResultsHandle):
     def resume(cls, path, *, grid, parameters: dict, inputs: list) -> ResultsWriter:
         path = os.fspath(path)
         if not os.path.exists(path):
-            raise InputError("--resume given but there is no output to continue", path)
+            raise InputError("resume=True given but there is no output to continue", path)
         if not is_results_file(path):
-            raise InputError("--resume given but the output is not an ebsdxc results file", path)
+            raise InputError("resume=True given but the output is not an ebsdxc results file", path)
         # Checks on a read-only handle: a refused resume leaves the file untouched, mtime included.
         with h5py.File(path, "r") as f:
             g = f[GROUP]
@@ -143,12 +143,12 @@ class ResultsWriter(ResultsHandle):
             if old != json.loads(json.dumps(parameters, sort_keys=True)):
                 diff = sorted(k for k in set(old) | set(parameters) if old.get(k) != parameters.get(k))
                 raise InputError("was made with other parameters (" + ", ".join(diff) +
-                                 "); resume with the same options or pass --overwrite", path)
+                                 "); resume with the same options or pass overwrite=True", path)
             old_inputs = {i["name"]: (i["size"], i["mtime"]) for i in json.loads(g.attrs["inputs"])}
             for i in inputs:
                 if i["name"] in old_inputs and old_inputs[i["name"]] != (i["size"], i["mtime"]):
                     raise InputError(f"input {i['name']} changed since the run started; "
-                                     "pass --overwrite to start again", path)
+                                     "pass overwrite=True to start again", path)
         f = h5py.File(path, "r+")
         g = f[GROUP]
         g.attrs["complete"] = False
@@ -385,7 +385,7 @@ class StrainWriter(ResultsHandle):
         if present:
             if not overwrite:
                 self._f.close()
-                raise InputError("already holds strain results; pass --overwrite to replace them", path)
+                raise InputError("already holds strain results; pass overwrite=True to replace them", path)
             for k in present:
                 del g[k]
         for name, (tail, dtype, fill, attrs) in STRAIN_DATASETS.items():

@@ -138,14 +138,14 @@ def choose_grid(file_grid: ScanGrid | None, grid_shape, n_stored: int, path, *,
         raise InputError(str(e), path) from None
     if file_grid is not None:
         if shape is not None and shape != (file_grid.rows, file_grid.cols):
-            raise InputError(f"--grid {shape[0]}x{shape[1]} contradicts the file's own grid of "
+            raise InputError(f"grid_shape {shape[0]}x{shape[1]} contradicts the file's own grid of "
                              f"{file_grid.rows} x {file_grid.cols} points", path)
         return file_grid
     if shape is None:
         return ScanGrid(1, max(int(n_stored), 1), step=step, kind="square")
     grid = ScanGrid(*shape, step=step, kind=kind)
     if grid.n_points < n_stored:
-        raise InputError(f"--grid {shape[0]}x{shape[1]} has {grid.n_points} points but the file "
+        raise InputError(f"grid_shape {shape[0]}x{shape[1]} has {grid.n_points} points but the file "
                          f"holds {n_stored} patterns", path)
     return grid
 

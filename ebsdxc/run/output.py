@@ -32,5 +32,5 @@ def check_output(out, *, inputs, resume: bool, overwrite: bool) -> str:
         if p is not None and os.path.abspath(p) == out:
             raise InputError("output would overwrite an input file", out)
     if os.path.exists(out) and not (resume or overwrite):
-        raise InputError("output already exists; pass --overwrite to replace it or --resume to continue it", out)
+        raise InputError("output already exists; pass overwrite=True to replace it or resume=True to continue it", out)
     return out

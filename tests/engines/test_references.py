@@ -303,3 +303,26 @@ def test_gpu_pairs_equal_an_engine_per_call(name, mode, max_shift):
     np.testing.assert_allclose(got[0], want[0], atol=1e-3)
     np.testing.assert_allclose(got[1], want[1], atol=1e-4)
     assert (got[2] == st.OK).all()
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("index", [np.tile(INDEX, 3), np.ones(8, int), INDEX], ids=["by-set", "one-set", "pairs"])
+@pytest.mark.parametrize("mode,max_shift", [("full", None), ("window", 5)])
+def test_gpu_direct_engine_set_by_set_or_by_pairs(index, mode, max_shift):
+    # Many patterns per set: one launch per set present; one set: no gather; few: one pairing.
+    import cupy as cp
+
+    gpu = select_backend("cuda")
+    refs, scans = _data(seed=11, index=index)
+    eng = _engine(gpu, "direct", mode, max_shift, False, "quadratic")
+    prepared = eng.prepare_references(*(cp.asarray(a) for a in refs))
+    dev = [cp.asarray(a) for a in scans]
+    got = _host(gpu, eng.match(*dev, references=prepared, index=cp.asarray(index)))
+    want = _per_set_calls(gpu, eng, refs, scans, index)
+    np.testing.assert_array_equal(got[2], want[2])
+    assert (got[2] == st.OK).all()
+    np.testing.assert_allclose(got[0], want[0], atol=1e-3)
+    np.testing.assert_allclose(got[1], want[1], atol=1e-4)
+    maps = eng.correlation_maps(dev[0], references=prepared, index=index).get()
+    oracle = _gpu_maps_oracle(eng, refs, scans, index)
+    assert np.abs(maps - oracle).max() <= 1e-5 * np.abs(oracle).max()
