@@ -308,10 +308,13 @@ def test_gpu_pairs_equal_an_engine_per_call(name, mode, max_shift):
 @pytest.mark.gpu
 @pytest.mark.parametrize("index", [np.tile(INDEX, 3), np.ones(8, int), INDEX], ids=["by-set", "one-set", "pairs"])
 @pytest.mark.parametrize("mode,max_shift", [("full", None), ("window", 5)])
-def test_gpu_direct_engine_set_by_set_or_by_pairs(index, mode, max_shift):
+def test_gpu_direct_engine_set_by_set_or_by_pairs(monkeypatch, index, mode, max_shift):
     # Many patterns per set: one launch per set present; one set: no gather; few: one pairing.
     import cupy as cp
 
+    from ebsdxc.engines import direct
+
+    monkeypatch.setattr(direct, "GROUP_FMAS", 0)  # these small tiles would always go as pairs
     gpu = select_backend("cuda")
     refs, scans = _data(seed=11, index=index)
     eng = _engine(gpu, "direct", mode, max_shift, False, "quadratic")
