@@ -60,8 +60,8 @@ def main(argv=None):
     for name in ("fused", "fft"):
         eng = make_engine(name, be, (h, w), cfg, window_1d=win)
         eng.set_reference(cp.asarray(ref), np.ones(n), np.zeros(n, np.uint8))
-        ms = median_ms(lambda e=eng: e._locate(tiles))
-        results[name] = [r.get() for r in eng._locate(tiles)]
+        ms = median_ms(lambda e=eng: e.locate(tiles))
+        results[name] = [r.get() for r in eng.locate(tiles)]
         extra = ""
         if name == "fused":
             p = eng.plan

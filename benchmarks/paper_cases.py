@@ -13,7 +13,7 @@ from __future__ import annotations
 import argparse
 
 from ebsdxc import bench
-from ebsdxc.dispatch import Case, gpu_model
+from ebsdxc.engines.dispatch import Case, gpu_model
 
 CASES = {
     "n_to_mn": Case("n_to_mn", 86, 50, 96, 96),

@@ -489,7 +489,8 @@ def _cmd_process(a, argv):
                 e = _named_by_flags(e, keep)
                 if len(scans) == 1:
                     raise e from None
-                print(f"ebsdxc: error: {_arguments_as_flags(e)}", file=sys.stderr)  # the campaign goes on with the next scan
+                # the campaign goes on with the next scan
+                print(f"ebsdxc: error: {_arguments_as_flags(e)}", file=sys.stderr)
                 failed += 1
                 continue
             _print_summary(out, cfg)

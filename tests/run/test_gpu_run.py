@@ -20,15 +20,15 @@ def cp():
 
 
 def test_process_gpu_equals_cpu(tmp_path, sample_dir):
+    from ebsdxc.config import RunConfig
     from ebsdxc.io.results import read_results
-    from ebsdxc.recipes import ProcessConfig
-    from ebsdxc.runner import process
+    from ebsdxc.run import process
 
     out = {}
     for dev in ("cpu", "cuda"):
         out[dev] = process(os.path.join(sample_dir, "scan.h5"), ref=os.path.join(sample_dir, "ref.tif"),
                            output=str(tmp_path / f"{dev}.h5"),
-                           config=ProcessConfig(device=dev, batch=7))
+                           run=RunConfig(device=dev, batch=7))
     a, b = read_results(out["cpu"]), read_results(out["cuda"])
     assert a["done"].all() and b["done"].all() and b["attrs"]["complete"]
     np.testing.assert_array_equal(a["status"], b["status"])
@@ -40,9 +40,9 @@ def test_process_gpu_uint_and_float_inputs_agree(tmp_path, sample_dir):
     """The GPU tile kernel converts raw dtypes itself: every dtype gives the same shifts."""
     import h5py
 
+    from ebsdxc.config import RunConfig
     from ebsdxc.io.results import read_results
-    from ebsdxc.recipes import ProcessConfig
-    from ebsdxc.runner import process
+    from ebsdxc.run import process
 
     with h5py.File(os.path.join(sample_dir, "scan.h5"), "r") as f:
         pats = f["patterns"][...]
@@ -52,7 +52,7 @@ def test_process_gpu_uint_and_float_inputs_agree(tmp_path, sample_dir):
         with h5py.File(p, "w") as f:
             f["patterns"] = pats.astype(dt)
         o = process(str(p), ref=os.path.join(sample_dir, "ref.tif"), output=str(tmp_path / f"r{p.name}"),
-                    config=ProcessConfig(device="cuda"))
+                    run=RunConfig(device="cuda"))
         res.append(read_results(o)["displacement"])
     for r in res[1:]:
         np.testing.assert_allclose(r, res[0], atol=1e-4, equal_nan=True)
@@ -60,24 +60,24 @@ def test_process_gpu_uint_and_float_inputs_agree(tmp_path, sample_dir):
 
 def test_gpu_stream_interrupted_and_resumed_equals_uninterrupted(tmp_path, sample_dir):
     """The GPU streaming path (pinned buffers, events, two streams) keeps resume exact."""
+    from ebsdxc.config import RunConfig
     from ebsdxc.io.results import read_results
     from ebsdxc.progress import Progress
-    from ebsdxc.recipes import ProcessConfig
-    from ebsdxc.runner import process
+    from ebsdxc.run import process
 
     class StopAfterFirst(Progress):
         def update(self, n):
             raise KeyboardInterrupt
 
     scan, ref = os.path.join(sample_dir, "scan.h5"), os.path.join(sample_dir, "ref.tif")
-    cfg = ProcessConfig(device="cuda", batch=9)
-    whole = process(scan, ref=ref, output=str(tmp_path / "whole.h5"), config=cfg)
+    cfg = RunConfig(device="cuda", batch=9)
+    whole = process(scan, ref=ref, output=str(tmp_path / "whole.h5"), run=cfg)
     part = str(tmp_path / "part.h5")
     with pytest.raises(KeyboardInterrupt):
-        process(scan, ref=ref, output=part, config=cfg, progress=StopAfterFirst())
+        process(scan, ref=ref, output=part, run=cfg, progress=StopAfterFirst())
     r = read_results(part)
     assert not r["attrs"]["complete"] and 0 < r["done"].sum() < r["done"].size
-    process(scan, ref=ref, output=part, config=cfg, resume=True)
+    process(scan, ref=ref, output=part, run=cfg, resume=True)
     a, b = read_results(whole), read_results(part)
     assert b["attrs"]["complete"]
     for k in ("displacement", "peak_height", "status", "done"):
@@ -100,28 +100,33 @@ def test_process_with_direct_engine(tmp_path, sample_dir):
 
 
 def test_repeated_streams_reuse_the_memory_pool(cp, sample_dir):
-    """A Dask worker calls run_stream once per task on one pipeline: the device memory the
+    """A Dask worker streams once per task on one pipeline: the device memory the
     pool holds must not grow with the number of calls (blocks are cached per CUDA stream)."""
     import tifffile
 
+    from ebsdxc.config import ProcessConfig
     from ebsdxc.io import open_scan
-    from ebsdxc.progress import NullProgress
-    from ebsdxc.recipes import ProcessConfig
-    from ebsdxc.runner import Pipeline, _todo_chunks, build_layout, run_stream
+    from ebsdxc.rois import layout_for
+    from ebsdxc.run import Pipeline
+    from ebsdxc.run.planning import plan_chunks
+    from ebsdxc.run.streaming import stream_chunks
 
-    config = ProcessConfig(device="cuda", batch=16)
+    config = ProcessConfig()
     source = open_scan(os.path.join(sample_dir, "scan.h5"))
     ref = tifffile.imread(os.path.join(sample_dir, "ref.tif"))
     backend = select_backend("cuda")
     with backend.use():
-        pipeline = Pipeline(backend, config, build_layout(config.roi, source.pattern_shape), ref)
+        pipeline = Pipeline(backend, config, layout_for(config.roi, source.pattern_shape), ref, batch=16)
         pool = cp.get_default_memory_pool()
-        chunks = _todo_chunks(np.zeros(source.grid.size, bool), 16)
+        chunks = plan_chunks(np.zeros(source.grid.size, bool), 16)
         got, held, buffers = [], [], None
         for _ in range(6):
             out = {}
-            buffers = run_stream(pipeline, source, chunks, write=lambda a, d, h, s: out.__setitem__(a, d),
-                                 progress=NullProgress(), buffers=buffers)
+
+            def keep(a, d, h, s, out=out):
+                out[a] = d
+
+            buffers = stream_chunks(pipeline, source, chunks, emit=keep, buffers=buffers)
             cp.cuda.Device().synchronize()
             got.append(np.concatenate([out[k] for k in sorted(out)]))
             held.append(pool.total_bytes())
