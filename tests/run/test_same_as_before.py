@@ -1,0 +1,59 @@
+"""One reference is the case K = 1: results equal those of the runner before it was split.
+
+``data/results_before_split.npz`` holds the results of commit 9bfc495 (``ebsdxc.runner``) on the
+sample scan for five configurations (default dft, window + quadratic with a scan-point reference,
+neighbour averaging + binning + detector mask, mean static background + upsampled, strain with
+remapping). On the machine that made them the new run gives them bit for bit; across NumPy/SciPy
+builds the FFTs may round differently, hence the tolerance of 1e-5 px.
+"""
+
+from __future__ import annotations
+
+import os
+
+import h5py
+import numpy as np
+import pytest
+
+from ebsdxc.config import ProcessConfig, RoiConfig, RunConfig
+from ebsdxc.engines.base import EngineConfig
+from ebsdxc.hrebsd import StrainConfig
+from ebsdxc.preprocess import PreprocessConfig
+from ebsdxc.run import process
+
+BEFORE = os.path.join(os.path.dirname(__file__), "data", "results_before_split.npz")
+
+CASES = {
+    "dft": (ProcessConfig(roi=RoiConfig(grid=(4, 4), size=40)), 13, {"ref": "ref.tif"}),
+    "quad_win": (ProcessConfig(roi=RoiConfig(grid=(3, 3), size=48),
+                               correlation=EngineConfig(mode="window", max_shift=8, subpixel="quadratic")),
+                 None, {"ref_index": (2, 3)}),
+    "avg": (ProcessConfig(roi=RoiConfig(grid=(3, 3), size=32),
+                          preprocess=PreprocessConfig(average_neighbours=3, binning=2, mask="circle")),
+            20, {"ref_index": 5}),
+    "ups_bg": (ProcessConfig(roi=RoiConfig(grid=(3, 3), size=32), preprocess=PreprocessConfig(static_background="mean"),
+                             correlation=EngineConfig(subpixel="upsampled")), None, {"ref": "ref.tif"}),
+    "strain": (ProcessConfig(roi=RoiConfig(layout="ring", n=12, size=40), strain=StrainConfig(material="Ni")),
+               None, {"ref": "ref.tif"}),
+}
+
+
+@pytest.mark.filterwarnings("ignore:8 of 9 ROIs reach outside")
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_results_as_before_the_split(tmp_path, sample_dir, case):
+    cfg, batch, ref = CASES[case]
+    ref = {k: os.path.join(sample_dir, v) if k == "ref" else v for k, v in ref.items()}
+    out = process(os.path.join(sample_dir, "scan.h5"), config=cfg, run=RunConfig(device="cpu", batch=batch),
+                  output=tmp_path / "r.h5", **ref)
+    before = np.load(BEFORE)
+    names = [k.split("/")[1] for k in before.files if k.startswith(case + "/")]
+    assert {"displacement", "peak_height", "status"} <= set(names)
+    with h5py.File(out, "r") as f:
+        g = f["ebsdxc"]
+        for name in names:
+            old, new = before[f"{case}/{name}"], g[name][...]
+            if old.dtype.kind == "f":
+                np.testing.assert_allclose(new, old, rtol=0, atol=1e-5, equal_nan=True, err_msg=name)
+            else:
+                np.testing.assert_array_equal(new, old, err_msg=name)
+    assert np.isfinite(before[f"{case}/displacement"]).any()
