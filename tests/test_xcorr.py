@@ -2,6 +2,7 @@
 
 import numpy as np
 import pytest
+from correlation_oracles import direct_oracle
 from scipy.signal import correlate2d
 
 from ebsdxc import xcorr
@@ -89,21 +90,6 @@ def test_bad_shapes_are_plain_errors(rng):
         xcorr.one_to_one(rng.standard_normal((5, 5)), rng.standard_normal((5, 5)), mode="window")
 
 
-def _direct_oracle(ref, scan, n, max_lag):
-    """float64 definition: lag (dy, dx) = sum over the overlap of ref[y, x] * scan[y + dy, x + dx]."""
-    from scipy.signal import correlate2d
-
-    T, h, w = scan.shape
-    ry, rx = max_lag
-    out = np.empty((T, 2 * ry + 1, 2 * rx + 1))
-    for t in range(T):
-        full = correlate2d(scan[t].astype(np.float64), ref[t % n].astype(np.float64), mode="full")
-        for dy in range(-ry, ry + 1):
-            for dx in range(-rx, rx + 1):
-                out[t, dy % (2 * ry + 1), dx % (2 * rx + 1)] = full[dy + h - 1, dx + w - 1]
-    return out
-
-
 @pytest.mark.gpu
 @pytest.mark.parametrize("engine", ["fft", "direct"])
 @pytest.mark.parametrize("shape", [(1, 1), (5, 7), (13, 6), (33, 20), (64, 64)])
@@ -116,7 +102,7 @@ def test_four_forms_on_the_gpu_match_float64_oracle(rng, engine, shape, mode, ma
     lefts = rng.standard_normal((3, h, w)).astype(np.float32)
     rights = rng.standard_normal((4, h, w)).astype(np.float32)
     opts = dict(mode=mode, max_shift=max_shift, engine=engine)
-    want = _direct_oracle(np.repeat(lefts[None], 4, 0).reshape(12, h, w),
+    want = direct_oracle(np.repeat(lefts[None], 4, 0).reshape(12, h, w),
                           np.repeat(rights[:, None], 3, 1).reshape(12, h, w), 12, ml)
     want = np.fft.fftshift(want, axes=(-2, -1)).reshape(4, 3, *want.shape[1:])  # centred
     got = xcorr.n_to_m(cp.asarray(lefts), cp.asarray(rights), **opts)
