@@ -199,3 +199,17 @@ def test_the_checker_finds_private_names(name, code):
 ])
 def test_the_checker_allows_what_is_public(name, code):
     assert private_imports(name, code, package=name == "ebsdxc.io") == []
+
+
+def test_every_package_folder_is_installed():
+    """A wheel holds the packages pyproject.toml lists: a new folder of ebsdxc/ must be listed."""
+    try:
+        import tomllib
+    except ModuleNotFoundError:  # Python 3.10
+        import tomli as tomllib
+
+    with open(ROOT / "pyproject.toml", "rb") as f:
+        listed = set(tomllib.load(f)["tool"]["setuptools"]["packages"])
+    folders = {".".join(p.parent.relative_to(ROOT).parts) for p in (ROOT / "ebsdxc").rglob("__init__.py")}
+    assert folders, "no packages found under ebsdxc/"
+    assert folders <= listed, f"not listed in [tool.setuptools] packages: {sorted(folders - listed)}"

@@ -182,7 +182,7 @@ def test_retries_used_up_stop_the_run_and_resume_finishes_it(big_scan, single, t
     out = tmp_path / "r.h5"
     with distributed.LocalCluster(n_workers=1, threads_per_worker=1, processes=True,
                                   dashboard_address=None) as c, distributed.Client(c) as client:
-        with pytest.raises(InputError, match="failed on the cluster after 0 retries .*--resume") as e:
+        with pytest.raises(InputError, match="failed on the cluster after 0 retries .*resume=True continues") as e:
             process(big_scan, ref=f"{sample_dir}/ref.tif", config=CFG, run=CPU, output=out,
                     executor=FlakyDask(client, ClusterConfig(rows_per_task=4, retries=0), marker))
         assert big_scan in str(e.value)
