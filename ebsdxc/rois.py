@@ -226,9 +226,7 @@ def layout_for(roi, pattern_shape, *, path=None) -> RoiLayout:
         elif roi.layout == "ring":
             layout = ring_layout(pattern_shape, n=roi.n, radius=roi.radius, size=roi.size,
                                  include_centre=roi.include_centre)
-        elif roi.layout == "file":
-            if not roi.centres:
-                raise InputError("roi.layout 'file' needs a centres file (roi.centres)")
+        elif roi.layout == "file":  # RoiConfig refuses a file layout without centres
             size = roi.size or grid_layout(pattern_shape, grid=(1, 1)).size
             layout = layout_from_centres(read_centres(roi.centres), size=size)
         else:
