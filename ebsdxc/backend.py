@@ -104,17 +104,19 @@ class Backend:
         return contextlib.nullcontext()
 
 
-def select_backend(device: str = "auto") -> Backend:
+def select_backend(device: str = "auto", *, threads: int | None = None) -> Backend:
     """Pick the backend for ``device`` = ``"auto"``, ``"cpu"``, ``"cuda"`` or ``"cuda:i"``.
 
     ``"auto"`` takes GPU 0 when CuPy sees one, else the CPU. Asking for CUDA where
-    there is none is an error (not a silent fall-back).
+    there is none is an error (not a silent fall-back). ``threads``: CPU worker threads
+    of a CPU backend (default: all cores); a GPU backend ignores it.
     """
     d = (device or "auto").strip().lower()
+    cpu = Backend("cpu", np) if not threads else Backend("cpu", np, workers=int(threads))
     if d == "cpu":
-        return Backend("cpu", np)
+        return cpu
     if d == "auto":
-        return Backend("cuda", _import_cupy(), 0) if gpu_available() else Backend("cpu", np)
+        return Backend("cuda", _import_cupy(), 0) if gpu_available() else cpu
     if d == "cuda" or d.startswith("cuda:") or d == "gpu":
         idx = 0
         if ":" in d:

@@ -135,11 +135,7 @@ def _process(source, ref, ref_index, reference_index, output, config, run, execu
         geom = resolve_geometry(scfg, shape=shape, grid=source.grid, scan_meta=meta, scan_path=source.path,
                                 ref_index=ref_index, ref_path=ref,
                                 ref_meta=scan_io.read_reference_metadata(ref) if ref else None)
-    backend = select_backend(run.device)
-    if run.threads and not backend.is_gpu:
-        import dataclasses
-
-        backend = dataclasses.replace(backend, workers=run.threads)
+    backend = select_backend(run.device, threads=run.threads)
     with backend.use():
         if pre.static_background == "mean":
             static_bg = static_background("mean", source, backend)

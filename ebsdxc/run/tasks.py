@@ -11,6 +11,7 @@ function runs inline, in threads and on Dask workers. What a process keeps betwe
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import pickle
 import threading
@@ -50,9 +51,9 @@ class Job:
     batch: int | None = None
     local: dict | None = field(default=None, compare=False, repr=False)
 
-    @property
+    @functools.cached_property
     def key(self) -> str:
-        """Identity of what the job computes (not how or where)."""
+        """Identity of what the job computes (not how or where); hashed once per job object."""
         parts = (self.scan, self.dataset, self.format, self.grid, self.config, self.layout.centres.tobytes(),
                  self.layout.size, _digest(self.references.patterns), _digest(self.references.index),
                  _digest(self.static_background), self.device)
@@ -67,7 +68,10 @@ class Job:
         self.__dict__.update(state)
 
     def with_threads(self, threads: int | None) -> Job:
-        return dataclasses.replace(self, threads=threads)
+        job = dataclasses.replace(self, threads=threads)
+        if "key" in self.__dict__:  # threads are not part of the key: keep the hash
+            job.__dict__["key"] = self.key
+        return job
 
 
 def _digest(a) -> str | None:
@@ -129,9 +133,7 @@ def _build(job: Job) -> dict:
         source, owns = job.local["source"], False
     else:
         source, owns = scan_io.open_scan(job.scan, dataset=job.dataset, format=job.format, grid_shape=job.grid), True
-    backend = select_backend(job.device)
-    if job.threads and not backend.is_gpu:
-        backend = dataclasses.replace(backend, workers=job.threads)
+    backend = select_backend(job.device, threads=job.threads)
     with backend.use():
         pipeline = Pipeline(backend, job.config, job.layout, job.references,
                             static_background=job.static_background, batch=job.batch)
