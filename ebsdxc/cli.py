@@ -121,7 +121,8 @@ def _strain_options(p, *, in_process):
 
     s = p.add_argument_group("strain (HR-EBSD)", "computed when a material is given" if in_process else None)
     s.add_argument("--material", metavar="NAME|cubic:C11,C12,C44|FILE",
-                   help="crystal stiffness: Ni, Fe, Al, Cu, Si, cubic constants in GPa, or a 6x6 Voigt matrix file")
+                   help="crystal stiffness: Ni, Fe, Al, Cu, Si, cubic constants in GPa, or a 6x6 Voigt matrix file; "
+                        "several phases: PHASE=MATERIAL,... (phase names as the orientation map gives them)")
     s.add_argument("--pc", type=_triple, metavar="X,Y,Z",
                    help="pattern centre (of every point, or of the reference point with --pc-map extrapolate)")
     s.add_argument("--pc-ref", type=_triple, metavar="X,Y,Z", help="pattern centre of the reference pattern")
@@ -141,6 +142,12 @@ def _strain_options(p, *, in_process):
     s.add_argument("--no-remap", action="store_true", help="never remap")
     s.add_argument("--min-peak-height", type=float, metavar="H",
                    help="ROIs with a lower correlation peak are not used (default 0.3)")
+    s.add_argument("--step", type=float, metavar="UM",
+                   help="scan step in micrometres, for the GND density when the scan file records none")
+    s.add_argument("--no-gnd", action="store_true", help="no Nye tensor and GND density")
+    s.add_argument("--slip-systems", metavar="FILE",
+                   help="slip systems for the GND density (CSV of Miller-Bravais plane,direction; e.g. HCP); "
+                        "default: the material's (FCC, BCC)")
 
 
 class _Parser(argparse.ArgumentParser):
@@ -164,10 +171,26 @@ def _parser():
     pp.add_argument("scan", nargs="+", help=_SCAN_HELP + ". Several scans (or a quoted glob of scan "
                     "files, e.g. 'campaign/*.h5') are a campaign: one results file each, beside each "
                     "scan or in the folder -o names")
-    g = pp.add_mutually_exclusive_group(required=True)  # one reference: an image or a scan point
+    g = pp.add_mutually_exclusive_group(required=True)  # one reference, or one per grain
     g.add_argument("--ref", help="reference pattern image (TIFF, 8/16-bit or float)")
     g.add_argument("--ref-index", type=_scan_point, metavar="N|ROW,COL",
                    help="use this scan point as the reference")
+    g.add_argument("--ref-per-grain", action="store_true", default=None,
+                   help="a reference point per grain: grains from the orientations (--orientations, else the "
+                        "scan file's), else from how neighbouring patterns correlate")
+    gr = pp.add_argument_group("grains (with --ref-per-grain)")
+    gr.add_argument("--orientations", metavar="FILE.ang|.ctf|.h5", help="orientation map of the scan")
+    gr.add_argument("--grain-tolerance", type=float, metavar="DEG",
+                    help="neighbours misoriented by less than this are one grain (default 5)")
+    gr.add_argument("--min-grain-size", type=_positive_int, metavar="N",
+                    help="grains of fewer points get no reference; their points are flagged (default 5)")
+    gr.add_argument("--ref-rule", choices=("kam", "quality", "centre"),
+                    help="each grain's reference: lowest kernel average misorientation among good patterns away "
+                         "from the boundary (kam, default), best pattern quality (quality), nearest the grain's "
+                         "centre (centre)")
+    gr.add_argument("--grain-ids", metavar="FILE", help="grain ids (rows x cols: CSV, .npy or FILE.h5:/dataset) "
+                                                         "instead of a segmentation")
+    gr.add_argument("--grain-refs", metavar="FILE", help="one ROW,COL reference point per grain, one per line")
     pp.add_argument("-o", "--output", help="results file (default: SCAN_STEM.ebsdxc.h5 beside the scan); "
                                             "for a campaign, a folder")
     _scan_options(pp)
@@ -274,6 +297,14 @@ def _parser():
                     help="largest number of scan points per map; larger scans are drawn every n-th point")
     pl.add_argument("--overwrite", action="store_true", help="replace figures already in the folder")
 
+    pe = sub.add_parser("export", help="write the HR-EBSD orientations of a results file as .ang or .ctf",
+                        description="Write each fitted point's crystal orientation (its reference's, turned by "
+                                    "the measured lattice rotation) as an EDAX .ang or Oxford .ctf file, for "
+                                    "MTEX, orix or the vendors' software.")
+    pe.add_argument("results", help="results file with strain (ebsdxc process --material, or ebsdxc strain)")
+    pe.add_argument("-o", "--out", required=True, metavar="FILE.ang|FILE.ctf", help="the file to write")
+    pe.add_argument("--overwrite", action="store_true", help="replace the file if it exists")
+
     sub.add_parser("recipes", help="list the shipped recipes")
 
     pb = sub.add_parser("bench", help="time the correlation engines on this GPU (the paper's Table 1)",
@@ -309,7 +340,9 @@ _FLAGS = {
     "strain.pc_convention": "--pc-convention", "strain.pc_map": "--pc-map", "strain.pixel_size": "--pixel-size",
     "strain.binning": "--binning", "strain.orientation": "--orientation", "strain.sample_tilt": "--sample-tilt",
     "strain.detector_tilt": "--detector-tilt", "strain.remap_threshold_deg": "--remap-threshold",
-    "strain.min_peak_height": "--min-peak-height",
+    "strain.min_peak_height": "--min-peak-height", "strain.step": "--step", "strain.slip_systems": "--slip-systems",
+    "grains.per_grain": "--ref-per-grain", "grains.tolerance_deg": "--grain-tolerance",
+    "grains.min_size": "--min-grain-size", "grains.rule": "--ref-rule",
     "run.device": "--device", "run.batch": "--batch",
     "cluster.address": "--cluster", "cluster.workers": "--workers", "cluster.retries": "--retries",
     "cluster.rows_per_task": "--rows-per-task",
@@ -318,7 +351,7 @@ _SETTING = re.compile(r"\b(?:" + "|".join(sorted({k.split(".")[0] for k in _FLAG
 
 
 # Settings with a value that a flag of its own sets.
-_FLAG_VALUES = {"strain.remap_threshold_deg = 0": "--no-remap"}
+_FLAG_VALUES = {"strain.remap_threshold_deg = 0": "--no-remap", "strain.gnd": "--no-gnd"}
 
 
 def _flag_names(text, keep=()):
@@ -374,6 +407,8 @@ def _overrides(a) -> dict:
         pre["mask"] = "circle"
     if getattr(a, "no_remap", False):
         put("strain.remap_threshold_deg", 0.0)
+    if getattr(a, "no_gnd", False):
+        put("strain.gnd", False)
     if getattr(a, "cluster", None):
         put("run.executor", "dask")
     return out
@@ -396,7 +431,9 @@ def _recipe_only(a, overrides) -> set[str]:
 
 # Keyword arguments of the library (ebsdxc.open_scan, ebsdxc.run.process) that errors name, and
 # the flags that give them.
-_ARGUMENT_FLAGS = {"grid_shape ": "--grid ", "overwrite=True": "--overwrite", "resume=True": "--resume"}
+_ARGUMENT_FLAGS = {"grid_shape ": "--grid ", "overwrite=True": "--overwrite", "resume=True": "--resume",
+                   "orientations is": "--orientations is", "grain_ids is": "--grain-ids is",
+                   "grain_refs is": "--grain-refs is", "excludes ref and ref_index": "excludes --ref and --ref-index"}
 
 
 def _arguments_as_flags(error: InputError) -> InputError:
@@ -481,6 +518,7 @@ def _cmd_process(a, argv):
         for scan, output in zip(scans, outputs):
             try:
                 out = process(scan, ref=a.ref, ref_index=a.ref_index, output=output, config=cfg, run=run,
+                              orientations=a.orientations, grain_ids=a.grain_ids, grain_refs=a.grain_refs,
                               executor=executor, dataset=a.dataset, format=a.format, grid_shape=a.grid,
                               resume=a.resume, overwrite=a.overwrite,
                               progress=NullProgress() if a.quiet else BarProgress(),
@@ -614,6 +652,14 @@ def _short_floats(v):
     if isinstance(v, (list, tuple, np.ndarray)):
         return [_short_floats(x) for x in v]
     return v
+
+
+def _cmd_export(a, argv):
+    from .exports import export_orientations
+
+    out = export_orientations(a.results, a.out, overwrite=a.overwrite)
+    print(f"{out}: HR-EBSD orientations of {a.results}")
+    return 0
 
 
 def _cmd_plot(a, argv):
@@ -776,7 +822,7 @@ def _main(argv) -> int:
     a = _parser().parse_args(argv)
     try:
         commands = {"process": _cmd_process, "strain": _cmd_strain, "info": _cmd_info, "plot": _cmd_plot,
-                    "recipes": _cmd_recipes, "bench": _cmd_bench}
+                    "export": _cmd_export, "recipes": _cmd_recipes, "bench": _cmd_bench}
         return commands[a.command](a, argv)
     except InputError as e:
         print(f"ebsdxc: error: {_arguments_as_flags(e)}", file=sys.stderr)

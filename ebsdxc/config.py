@@ -14,14 +14,17 @@ One dataclass per recipe table, and **the TOML keys are the field names**::
                                      compensate, circular, kernel (:class:`ebsdxc.engines.base.EngineConfig`)
     [strain]       StrainConfig      material, pc, pc_ref, pc_convention, pc_map, pixel_size, binning,
                                      orientation, sample_tilt, detector_tilt, remap_threshold_deg,
-                                     min_peak_height, outlier_sigma, residual_floor_px, min_rois
+                                     min_peak_height, outlier_sigma, residual_floor_px, min_rois, step,
+                                     gnd, slip_systems
                                      (:class:`ebsdxc.hrebsd.StrainConfig`)
+    [grains]       GrainsConfig      per_grain, tolerance_deg, min_size, rule = "kam" | "quality" | "centre",
+                                     min_boundary_distance, similarity_threshold
     [run]          RunConfig         device, batch, threads, executor = "inline" | "threads" | "dask"
     [cluster]      ClusterConfig     address = "local" | "slurm" | "pbs" | "tcp://host:port", workers,
                                      retries, rows_per_task; sub-table [cluster.job]: dask-jobqueue
                                      keyword arguments (queue, account, walltime, cores, memory, ...)
 
-The first four tables form a :class:`ProcessConfig`: the settings that define the result,
+The first five tables form a :class:`ProcessConfig`: the settings that define the result,
 stored in the results file (:meth:`ProcessConfig.parameters`) and compared on resume. ``[run]``
 and ``[cluster]`` form a :class:`RunConfig`: where and how fast it runs, never stored.
 
@@ -53,7 +56,8 @@ from .hrebsd import StrainConfig
 from .preprocess import PreprocessConfig
 
 __all__ = ["RoiConfig", "ProcessConfig", "ClusterConfig", "RunConfig", "load_config", "read_recipe",
-           "shipped_recipes", "jobqueue_keys", "TABLES", "ROI_LAYOUTS", "EXECUTORS", "CLUSTER_KINDS"]
+           "shipped_recipes", "jobqueue_keys", "GrainsConfig", "REF_RULES", "TABLES", "ROI_LAYOUTS", "EXECUTORS",
+           "CLUSTER_KINDS"]
 
 ROI_LAYOUTS = ("grid", "ring", "file")
 EXECUTORS = ("inline", "threads", "dask")
@@ -139,6 +143,57 @@ class RoiConfig:
             raise ValueError("roi.layout file needs roi.centres (a file of ROI centres)")
 
 
+REF_RULES = ("kam", "quality", "centre")
+
+
+@dataclass(frozen=True)
+class GrainsConfig:
+    """A reference per grain (a recipe's ``[grains]`` table).
+
+    Attributes
+    ----------
+    per_grain : bool
+        Correlate each point against a reference point of its own grain.
+    tolerance_deg : float
+        Neighbours misoriented by less than this (degrees, crystal symmetry included) are one
+        grain.
+    min_size : int
+        Grains of fewer points get no reference: their points are flagged, not correlated.
+    rule : {"kam", "quality", "centre"}
+        How each grain's reference point is chosen: the lowest kernel average misorientation
+        among points of good pattern quality away from the boundary; the best pattern quality
+        away from the boundary; the in-grain point nearest the grain's centroid.
+    min_boundary_distance : int
+        Scan steps a reference keeps from the grain boundary where the grain allows it.
+    similarity_threshold : float or None
+        Scans without orientations: neighbours whose preprocessed patterns correlate (NCC)
+        below this are in different grains (``None``: a rule from the scan's own similarities).
+    """
+
+    per_grain: bool = False
+    tolerance_deg: float = 5.0
+    min_size: int = 5
+    rule: str = "kam"
+    min_boundary_distance: int = 2
+    similarity_threshold: float | None = None
+
+    def __post_init__(self):
+        if not isinstance(self.per_grain, bool):
+            raise ValueError(f"grains.per_grain must be true or false, got {self.per_grain!r}")
+        if not (_real(self.tolerance_deg) and 0 < self.tolerance_deg < 60):
+            raise ValueError(f"grains.tolerance_deg must be a number of degrees in (0, 60), got {self.tolerance_deg!r}")
+        for name in ("min_size", "min_boundary_distance"):
+            v = getattr(self, name)
+            if not (_whole(v) and v >= (1 if name == "min_size" else 0)):
+                raise ValueError(f"grains.{name} must be a whole number >= {1 if name == 'min_size' else 0}, "
+                                 f"got {v!r}")
+        if self.rule not in REF_RULES:
+            raise ValueError(f"grains.rule must be one of {', '.join(REF_RULES)}, got {self.rule!r}")
+        t = self.similarity_threshold
+        if t is not None and not (_real(t) and -1 < t < 1):
+            raise ValueError(f"grains.similarity_threshold must be a correlation coefficient in (-1, 1), got {t!r}")
+
+
 @dataclass(frozen=True)
 class ProcessConfig:
     """The settings that define the result: ``[roi]``, ``[preprocess]``, ``[correlation]``, ``[strain]``.
@@ -151,6 +206,7 @@ class ProcessConfig:
     preprocess: PreprocessConfig = field(default_factory=PreprocessConfig)
     correlation: EngineConfig = field(default_factory=EngineConfig)
     strain: StrainConfig = field(default_factory=StrainConfig)
+    grains: GrainsConfig = field(default_factory=GrainsConfig)
 
     def parameters(self) -> dict:
         """JSON-able parameters stored in the results file.
@@ -160,6 +216,8 @@ class ProcessConfig:
         """
         d = dataclasses.asdict(self)
         d.pop("strain")
+        if not self.grains.per_grain:
+            d.pop("grains")  # one reference: the record stays what it was before grains existed
         d["correlation"].pop("engine", None)
         return _jsonable(d)
 
@@ -176,14 +234,14 @@ class ProcessConfig:
         if "static_background" in params:
             pre.setdefault("static_background", params["static_background"])
         tables = {"roi": dict(params.get("roi") or {}), "preprocess": pre,
-                  "correlation": dict(params.get("correlation") or {})}
+                  "correlation": dict(params.get("correlation") or {}), "grains": dict(params.get("grains") or {})}
         for name, table in tables.items():
             unknown = set(table) - _KEYS[name]
             if unknown:
                 raise ValueError(f"unknown parameter(s) {', '.join(f'{name}.{k}' for k in sorted(unknown))} "
                                  "(results of a newer ebsdxc?)")
         return cls(roi=RoiConfig(**tables["roi"]), preprocess=PreprocessConfig(**tables["preprocess"]),
-                   correlation=EngineConfig(**tables["correlation"]))
+                   correlation=EngineConfig(**tables["correlation"]), grains=GrainsConfig(**tables["grains"]))
 
     def replace(self, **kw) -> ProcessConfig:
         return dataclasses.replace(self, **kw)
@@ -295,7 +353,7 @@ class RunConfig:
 
 # --------------------------------------------------------------------------- recipes
 
-TABLES = ("roi", "preprocess", "correlation", "strain", "run", "cluster")
+TABLES = ("roi", "preprocess", "correlation", "strain", "grains", "run", "cluster")
 
 
 def _fields(cls, *, without=()) -> set:
@@ -303,10 +361,11 @@ def _fields(cls, *, without=()) -> set:
 
 
 _KEYS = {"roi": _fields(RoiConfig), "preprocess": _fields(PreprocessConfig), "correlation": _fields(EngineConfig),
-         "strain": _fields(StrainConfig), "run": _fields(RunConfig, without=("cluster",)),
+         "strain": _fields(StrainConfig), "grains": _fields(GrainsConfig),
+         "run": _fields(RunConfig, without=("cluster",)),
          "cluster": _fields(ClusterConfig)}
 # Settings that name files: relative paths resolve against the recipe's folder.
-_PATH_KEYS = {("roi", "centres"), ("preprocess", "static_background")}
+_PATH_KEYS = {("roi", "centres"), ("preprocess", "static_background"), ("strain", "slip_systems")}
 _NOT_PATHS = {"mean", "file"}
 
 
@@ -424,6 +483,7 @@ def load_config(recipe=None, overrides: dict | None = None) -> tuple[ProcessConf
     pre = build("preprocess", lambda ts: PreprocessConfig.from_tables(*ts))
     corr = build("correlation", lambda ts: EngineConfig(**merged(ts)))
     strain = build("strain", lambda ts: StrainConfig(**merged(ts)))
+    grains = build("grains", lambda ts: GrainsConfig(**merged(ts)))
 
     def cluster_table(ts):
         out = merged(ts)
@@ -436,7 +496,7 @@ def load_config(recipe=None, overrides: dict | None = None) -> tuple[ProcessConf
     run = build("run", lambda ts: RunConfig(**merged(ts), cluster=cluster))
     if cluster.job:
         _check_job_keys(cluster.job, layers)
-    return ProcessConfig(roi=roi, preprocess=pre, correlation=corr, strain=strain), run
+    return ProcessConfig(roi=roi, preprocess=pre, correlation=corr, strain=strain, grains=grains), run
 
 
 _SETTING = re.compile(r"\b(" + "|".join(TABLES) + r")\.(\w+)")

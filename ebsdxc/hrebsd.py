@@ -41,8 +41,8 @@ from .strain import (
     remap_pattern,
 )
 
-__all__ = ["FIT_POINTS", "PC_MAPS", "REMAP_BATCH", "StrainConfig", "StrainGeometry", "binned_geometry",
-           "compute_strain", "resolve_geometry"]
+__all__ = ["FIT_POINTS", "PC_MAPS", "REMAP_BATCH", "GrainGeometry", "StrainConfig", "StrainGeometry",
+           "binned_geometry", "compute_strain", "grain_geometry", "resolve_geometry"]
 
 PC_MAPS = ("auto", "constant", "file", "plane", "extrapolate")
 REMAP_BATCH = 32  # scan points re-correlated together against their remapped references
@@ -60,6 +60,11 @@ class StrainConfig:
     Strain is computed when ``material`` is set. Angles in degrees; ``pc`` and ``pc_ref`` in
     ``pc_convention``; ``pixel_size`` is the unbinned detector pixel in micrometres. Errors
     name the options by their recipe path (``strain.pc_map``).
+
+    GND density: with ``gnd`` the Nye tensor is computed from the rotation gradients where the
+    scan step is known (the file's, else ``step`` in micrometres), and the lower-bound GND
+    density where the material has slip systems (FCC, BCC presets; ``slip_systems``: a
+    slip-system file, e.g. for HCP).
     """
 
     material: str | None = None
@@ -77,6 +82,9 @@ class StrainConfig:
     outlier_sigma: float = 4.0
     residual_floor_px: float = 0.25
     min_rois: int = 4
+    step: float | None = None
+    gnd: bool = True
+    slip_systems: str | None = None
 
     def __post_init__(self):
         m = self.material
@@ -114,6 +122,13 @@ class StrainConfig:
         for name in ("min_peak_height", "outlier_sigma", "residual_floor_px", "min_rois"):
             if not _real(getattr(self, name)):
                 raise ValueError(f"strain.{name} must be a number, got {getattr(self, name)!r}")
+        if self.step is not None and not (_real(self.step) and self.step > 0):
+            raise ValueError(f"strain.step must be a number > 0 (micrometres between scan points), got {self.step!r}")
+        if not isinstance(self.gnd, bool):
+            raise ValueError(f"strain.gnd must be true or false, got {self.gnd!r}")
+        if self.slip_systems is not None and not (isinstance(self.slip_systems, (str, os.PathLike))
+                                                  and os.fspath(self.slip_systems)):
+            raise ValueError(f"strain.slip_systems must be a slip-system file, got {self.slip_systems!r}")
         try:
             self.fit_options()  # validates the rejection options; its messages start with the field name
         except ValueError as e:
@@ -141,14 +156,123 @@ class StrainGeometry:
     material: str
     stiffness: np.ndarray  # (6, 6) GPa, crystal frame
     sources: dict  # where each value came from, for the results file
+    grains: GrainGeometry | None = None  # a reference per grain: per-point reference PC, orientation, phase
 
     def to_dict(self) -> dict:
+        if self.grains is not None:
+            return {"detector_shape": list(self.shape), "pattern_centre_ref": "each grain's reference point",
+                    "pattern_centre_convention": "bruker", "sample_tilt": self.sample_tilt,
+                    "detector_tilt": self.detector_tilt, "orientation_matrix": "each grain's reference point",
+                    "orientation_convention": "g takes sample to crystal coordinates (v_c = g v_s), Bunge",
+                    **self.grains.to_dict(), "sources": self.sources}
         return {"detector_shape": list(self.shape), "pattern_centre_ref": self.pc_ref.tolist(),
                 "pattern_centre_convention": "bruker", "sample_tilt": self.sample_tilt,
                 "detector_tilt": self.detector_tilt, "orientation_matrix": self.orientation.tolist(),
                 "orientation_convention": "g takes sample to crystal coordinates (v_c = g v_s), Bunge",
                 "material": self.material, "stiffness_voigt_gpa": self.stiffness.tolist(),
                 "sources": self.sources}
+
+
+@dataclass
+class GrainGeometry:
+    """Per-point reference geometry of a reference-per-grain run.
+
+    ``reference_flat`` (rows, cols): flat scan index of each point's reference point, -1 where
+    the point has none; ``orientation`` (rows, cols, 3, 3): orientation (sample -> crystal) of
+    each point's reference point; ``phase`` (rows, cols): each point's phase, an index into
+    ``materials`` and ``stiffness`` (the phases of the orientation map; ``None`` for a phase no
+    referenced point has).
+    """
+
+    reference_flat: np.ndarray
+    orientation: np.ndarray
+    phase: np.ndarray
+    materials: tuple
+    stiffness: tuple
+
+    def to_dict(self) -> dict:
+        return {"material": {str(i): m for i, m in enumerate(self.materials) if m},
+                "stiffness_voigt_gpa": {str(i): c.tolist() for i, c in enumerate(self.stiffness) if c is not None},
+                "material_meaning": "per phase of the orientation map (its index)"}
+
+
+def _phase_materials(spec: str, phases, path) -> list:
+    """Material spec of each phase: ``spec`` for the only phase, or ``NAME=SPEC,...`` per phase."""
+    names = [p["name"] for p in phases]
+    text = os.fspath(spec)
+    if "=" not in text:
+        return [text] * len(names)
+    out = [None] * len(names)
+    for item in text.split(","):
+        name, _, value = item.partition("=")
+        name, value = name.strip(), value.strip()
+        hits = [i for i, n in enumerate(names) if n.lower() == name.lower()]
+        if not hits or not value:
+            raise InputError(f"strain.material names phase {name!r}, which the orientation map does not have "
+                             f"(its phases: {', '.join(names) or 'none'})", path)
+        for i in hits:
+            out[i] = value
+    return out
+
+
+def grain_geometry(geom: StrainGeometry, cfg: StrainConfig, *, reference_flat, orientations, phase, phases,
+                   path=None) -> StrainGeometry:
+    """``geom`` with each point's reference PC, orientation and stiffness taken from its grain's
+    reference point (a reference per grain).
+
+    Parameters
+    ----------
+    reference_flat : (rows, cols) int
+        Flat index of each point's reference point, -1 where none.
+    orientations : (rows, cols, 3, 3) or None
+        Orientation map (sample -> crystal). Without one, every grain needs the same
+        ``strain.orientation``: only a single grain is accepted.
+    phase : (rows, cols) int or None
+        Phase of each point (index into ``phases``), -1 = not indexed.
+    phases : sequence of dict
+        ``name`` (and ``laue``) of each phase.
+    """
+    rows, cols = reference_flat.shape
+    ref = np.asarray(reference_flat, dtype=np.int64)
+    has = ref >= 0
+    used = np.unique(ref[has])
+    if orientations is None:
+        if used.size > 1:
+            raise InputError("strain per grain needs each grain's orientation: give the orientation map "
+                             "(--orientations FILE.ang|.ctf)", path)
+        g = np.broadcast_to(geom.orientation, (rows, cols, 3, 3)).copy()
+        ph = np.where(has, 0, -1)
+        phases = phases or ({"name": geom.material},)
+    else:
+        flat_g = np.asarray(orientations, dtype=np.float64).reshape(-1, 3, 3)
+        g = np.full((rows, cols, 3, 3), np.nan)
+        g[has] = flat_g[ref[has]]
+        ph = np.where(has, np.asarray(phase).reshape(-1)[np.clip(ref, 0, None)].reshape(rows, cols), -1)
+    specs = _phase_materials(cfg.material, phases, path)
+    present = sorted({int(p) for p in np.unique(ph[has]) if p >= 0})
+    materials, stiffness = [None] * len(specs), [None] * len(specs)
+    if len(present) > 1 and "=" not in os.fspath(cfg.material):
+        names = ", ".join(f"{phases[i]['name']}=..." for i in present)
+        raise InputError(f"the grains hold {len(present)} phases; give a material for each: strain.material "
+                         f"{names} (a name, cubic:C11,C12,C44 or a stiffness file)", path)
+    for i in present:
+        if specs[i] is None:
+            raise InputError(f"phase {phases[i]['name']!r} has no stiffness: name its material in strain.material "
+                             f"({phases[i]['name']}=...)", path)
+        try:
+            materials[i], stiffness[i] = parse_material(specs[i])
+        except ValueError as e:
+            raise InputError(f"phase {phases[i]['name']!r}: {e}", path) from None
+    flat_pc = geom.pc.reshape(-1, 3)
+    pc_ref = np.where(has[..., None], flat_pc[np.clip(ref, 0, None)].reshape(rows, cols, 3), geom.pc)
+    grains = GrainGeometry(ref, g, ph.astype(np.int64), tuple(materials), tuple(stiffness))
+    sources = {**geom.sources, "pattern_centre_ref": "each grain's reference point",
+               "orientation": "orientation map at each grain's reference point" if orientations is not None
+               else geom.sources.get("orientation")}
+    first = present[0] if present else 0
+    return dataclasses.replace(geom, pc_ref=pc_ref, orientation=g, sources=sources, grains=grains,
+                               material=materials[first] or geom.material,
+                               stiffness=stiffness[first] if stiffness[first] is not None else geom.stiffness)
 
 
 def _bunge(phi1, Phi, phi2) -> np.ndarray:
@@ -195,19 +319,24 @@ def _scan_pcs(meta: dict, rows: int, cols: int, shape, path):
 
 
 def resolve_geometry(cfg: StrainConfig, *, shape, grid, scan_meta: dict, scan_path: str,
-                     ref_index=None, ref_meta: dict | None = None, ref_path: str | None = None) -> StrainGeometry:
+                     ref_index=None, ref_meta: dict | None = None, ref_path: str | None = None,
+                     per_grain: bool = False) -> StrainGeometry:
     """The fit's geometry from options, the scan's metadata and the reference's, or an InputError.
 
     ``scan_meta`` may hold ``pattern_centres`` (rows, cols, 3) or ``pattern_centre``,
     ``pattern_centre_convention``, ``sample_tilt``, ``detector_tilt``, ``euler_angles``,
-    ``detector_pixel_size`` (as the scan readers put them in ``metadata``).
+    ``detector_pixel_size`` (as the scan readers put them in ``metadata``). ``per_grain``:
+    orientation and material are left to :func:`grain_geometry`.
     """
     if not cfg.enabled:
         raise InputError("strain needs the material (strain.material, e.g. Ni)")
-    try:
-        material, voigt = parse_material(cfg.material)
-    except ValueError as e:
-        raise InputError(str(e)) from None
+    if per_grain:  # grain_geometry gives each phase its material
+        material, voigt = os.fspath(cfg.material), np.eye(6)
+    else:
+        try:
+            material, voigt = parse_material(cfg.material)
+        except ValueError as e:
+            raise InputError(str(e)) from None
     rows, cols = grid.rows, grid.cols
     sources = {}
     header = scan_meta.get("header") or {}
@@ -295,6 +424,8 @@ def resolve_geometry(cfg: StrainConfig, *, shape, grid, scan_meta: dict, scan_pa
         if e.shape != (3,):
             e = e.reshape(-1, 3)[0 if ref_flat is None else int(ref_flat)]
         g, sources["orientation"] = _bunge(*e), "scan file"
+    elif per_grain:
+        g, sources["orientation"] = np.eye(3), "none"  # grain_geometry supplies it per grain
     else:
         raise InputError("strain needs the crystal orientation of the reference: the scan file stores "
                          "none; give strain.orientation PHI1,PHI,PHI2 (Bunge, degrees)", scan_path)
@@ -339,15 +470,20 @@ def compute_strain(results_path, cfg: StrainConfig, geom: StrainGeometry, *, bac
         g = f[GROUP]
         centres = g["roi/centers"][...]
         rows, cols, n = g["status"].shape
+        grid_kind = str(g.attrs.get("grid_kind", "square"))
+        file_step = tuple(g.attrs["step"]) if "step" in g.attrs else None
+        grain_id = g["grain_id"][...] if "grain_id" in g else None
     if geom.pc.shape[:2] != (rows, cols):
         raise InputError(f"pattern centres {geom.pc.shape[:2]} do not match the results grid {(rows, cols)}",
                          results_path)
     params = {**dataclasses.asdict(cfg), **geom.to_dict(), "remapping": remap}
-    C = xp.asarray(stiffness_tensor(geom.stiffness))
+    grains = geom.grains
+    if grains is None:
+        stiffness = [xp.asarray(stiffness_tensor(geom.stiffness))]
+    else:
+        stiffness = [None if c is None else xp.asarray(stiffness_tensor(c)) for c in grains.stiffness]
     opts = cfg.fit_options()
     tilts = {"sample_tilt": geom.sample_tilt, "detector_tilt": geom.detector_tilt}
-    common = dict(centres=centres, shape=geom.shape, pc_ref=geom.pc_ref, stiffness=C,
-                  orientation=xp.asarray(geom.orientation), options=opts, **tilts)
     counts = {"points": rows * cols, "fitted": 0, "remapped": 0, "too_few_rois": 0, "not_processed": 0}
     thr = np.deg2rad(cfg.remap_threshold_deg)
     # remapping holds a few float64 arrays of (batch, H, W, 3): about 0.5 GB at 2^24 pixels
@@ -361,49 +497,152 @@ def compute_strain(results_path, cfg: StrainConfig, geom: StrainGeometry, *, bac
             for r0 in range(0, rows, step):
                 r1 = min(rows, r0 + step)
                 m = (r1 - r0) * cols
-                disp, height, status = (xp.asarray(g[k][r0:r1].reshape(m, *g[k].shape[2:]))
+                disp, height, status = (g[k][r0:r1].reshape(m, *g[k].shape[2:])
                                         for k in ("displacement", "peak_height", "status"))
                 pcs = geom.pc[r0:r1].reshape(m, 3)
-                fit = fit_strain(disp, height, status, pc=xp.asarray(pcs), **common)
-                out = {k: asnumpy(getattr(fit, k)) for k in ("F", "strain", "rotation", "strain_crystal",
-                                                              "rotation_crystal", "residual_px", "angular_error",
-                                                              "n_used", "used", "status")}
-                remapped = np.zeros(m, bool)
-                if remap:
-                    angle = np.linalg.norm(out["rotation"][:, [2, 0, 1], [1, 2, 0]], axis=-1)
-                    todo = np.flatnonzero((out["status"] == FIT_OK) & (angle > thr))
+                if grains is None:
+                    pc_ref, orient = geom.pc_ref, geom.orientation
+                    groups = [(np.arange(m), 0)]
+                else:
+                    pc_ref, orient = geom.pc_ref[r0:r1].reshape(m, 3), grains.orientation[r0:r1].reshape(m, 3, 3)
+                    ph = grains.phase[r0:r1].reshape(m)
+                    groups = [(np.flatnonzero(ph == p), int(p)) for p in np.unique(ph) if p >= 0]
+                    groups.append((np.flatnonzero(ph < 0), -1))  # no reference: fitted as not processed
+                out = _empty_fit(m, n)
+                for sel, phase in groups:
+                    if sel.size == 0:
+                        continue
+                    C = stiffness[max(phase, 0)] if phase >= 0 or grains is None else _first(stiffness)
+                    pr = pc_ref if np.ndim(pc_ref) == 1 else pc_ref[sel]
+                    go = orient if np.ndim(orient) == 2 else np.nan_to_num(orient[sel])
+                    common = dict(centres=centres, shape=geom.shape, pc_ref=xp.asarray(pr), stiffness=C,
+                                  orientation=xp.asarray(go), options=opts, **tilts)
+                    fit = fit_strain(xp.asarray(disp[sel]), xp.asarray(height[sel]), xp.asarray(status[sel]),
+                                     pc=xp.asarray(pcs[sel]), **common)
+                    for k in (*_FIT_FIELDS, "used"):
+                        out[k][sel] = asnumpy(getattr(fit, k))
+                    if not remap:
+                        continue
+                    angle = np.linalg.norm(out["rotation"][sel][:, [2, 0, 1], [1, 2, 0]], axis=-1)
+                    todo = sel[(out["status"][sel] == FIT_OK) & (angle > thr)]
+                    ref_flat = None if grains is None else grains.reference_flat.reshape(-1)[r0 * cols + todo]
                     for k0 in range(0, len(todo), remap_batch):
                         idx = todo[k0:k0 + remap_batch]
                         second = _remap_pass(pipeline, read_points, r0 * cols + idx, out["F"][idx], pcs[idx],
-                                             geom, xp, common, tilts)
+                                             None if ref_flat is None else ref_flat[k0:k0 + remap_batch],
+                                             pc_ref if np.ndim(pc_ref) == 1 else pc_ref[idx],
+                                             orient if np.ndim(orient) == 2 else orient[idx],
+                                             geom, xp, dict(centres=centres, shape=geom.shape, stiffness=C,
+                                                            options=opts, **tilts), tilts)
                         ok = asnumpy(second.status) == FIT_OK
-                        for k in out:
+                        for k in (*_FIT_FIELDS, "used"):
                             out[k][idx[ok]] = asnumpy(getattr(second, k))[ok]
-                        remapped[idx[ok]] = True
+                        out["remapped"][idx[ok]] = True
                 st = out["status"]
                 counts["fitted"] += int((st == FIT_OK).sum())
-                counts["remapped"] += int(remapped.sum())
+                counts["remapped"] += int(out["remapped"].sum())
                 counts["too_few_rois"] += int((st == 1).sum())
                 counts["not_processed"] += int((st == 2).sum())
                 w.write(slice(r0, r1), cols, deformation_gradient=out["F"], strain=out["strain"],
                         rotation=out["rotation"], strain_crystal=out["strain_crystal"],
                         rotation_crystal=out["rotation_crystal"], fit_residual=out["residual_px"],
                         angular_error=out["angular_error"], rois_used=out["n_used"], roi_used=out["used"],
-                        fit_status=st, remapped=remapped, pattern_centre=pcs)
+                        fit_status=st, remapped=out["remapped"], pattern_centre=pcs)
                 progress.update(m)
             w.finish()
     finally:
         progress.close()
+    if cfg.gnd:
+        counts.update(_gnd_pass(results_path, cfg, geom, grain_id=grain_id, grid_kind=grid_kind,
+                                step=file_step, overwrite=True))
     return counts
 
 
-def _remap_pass(pipeline, read_points, flat, F1, pc, geom, xp, common, tilts):
-    """Second pass for points ``flat``: reference rotated by each point's first-pass rotation."""
+_FIT_FIELDS = {"F": ((3, 3), np.nan), "strain": ((3, 3), np.nan), "rotation": ((3, 3), np.nan),
+               "strain_crystal": ((3, 3), np.nan), "rotation_crystal": ((3, 3), np.nan), "residual_px": ((), np.nan),
+               "angular_error": ((), np.nan), "n_used": ((), 0), "status": ((), 2)}
+
+
+def _empty_fit(m, n) -> dict:
+    out = {k: np.full((m, *tail), fill, dtype=np.int16 if k == "n_used" else np.uint8 if k == "status" else
+                      np.float64) for k, (tail, fill) in _FIT_FIELDS.items()}
+    out["used"] = np.zeros((m, n), bool)
+    out["remapped"] = np.zeros(m, bool)
+    return out
+
+
+def _first(items):
+    return next(c for c in items if c is not None)
+
+
+def _remap_pass(pipeline, read_points, flat, F1, pc, ref_flat, pc_ref, orientation, geom, xp, common, tilts):
+    """Second pass for points ``flat``: each point's reference rotated by its first-pass rotation.
+
+    ``ref_flat`` (b,) the flat scan index of each point's reference point (a reference per
+    grain: the pipeline's reference of that grain is rotated), or None for a one-reference run.
+    """
     R1 = polar_decomposition(np.asarray(F1, dtype=np.float64), np)[1]
-    refs = remap_pattern(pipeline.reference_image, xp.asarray(R1), pc=geom.pc_ref, **tilts)
+    if ref_flat is None:
+        refs = remap_pattern(pipeline.reference_image, xp.asarray(R1), pc=geom.pc_ref, **tilts)
+    else:
+        refs = xp.empty((len(flat), *pipeline.reference_images.shape[1:]), dtype=pipeline.reference_images.dtype)
+        k_of = pipeline.reference_set.index
+        for rf in np.unique(ref_flat):
+            sel = np.flatnonzero(ref_flat == rf)
+            k = int(k_of[int(rf)]) if k_of is not None else 0
+            refs[xp.asarray(sel)] = xp.asarray(remap_pattern(pipeline.reference_images[k], xp.asarray(R1[sel]),
+                                                             pc=np.asarray(pc_ref)[sel[0]], **tilts),
+                                               dtype=refs.dtype)
     res = pipeline.match_pairs(refs, read_points(flat))
-    return fit_strain(res.displacement, res.peak_height, res.status, pc=xp.asarray(pc),
-                      reference_F=xp.asarray(R1), **common)
+    return fit_strain(res.displacement, res.peak_height, res.status, pc=xp.asarray(pc), pc_ref=xp.asarray(pc_ref),
+                      orientation=xp.asarray(orientation), reference_F=xp.asarray(R1), **common)
+
+
+def _gnd_pass(results_path, cfg, geom, *, grain_id, grid_kind, step, overwrite) -> dict:
+    """Nye tensor and lower-bound GND density from the rotations just written.
+
+    Needs the scan step (the results file's, else ``strain.step``); the density also needs
+    the material's slip systems. What could not be computed is recorded, not invented.
+    """
+    import h5py
+
+    from . import gnd
+    from .io.results import GROUP, write_gnd
+    from .materials import material as material_record
+
+    if step is None and cfg.step is None:
+        write_gnd(results_path, None, None, attrs={"skipped": "the scan step is not known: give strain.step"})
+        return {"gnd": "skipped: no scan step"}
+    step_m = tuple(float(v) * 1e-6 for v in (step if step is not None else (cfg.step, cfg.step)))
+    with h5py.File(results_path, "r") as f:
+        g = f[GROUP]
+        rotation = g["rotation"][...]
+        valid = g["fit_status"][...] == FIT_OK
+    nye = gnd.nye_tensor(rotation, step=step_m, grid_kind=grid_kind, grain_id=grain_id, valid=valid)
+    rows, cols = valid.shape
+    if geom.grains is None:
+        orientation = np.broadcast_to(geom.orientation, (rows, cols, 3, 3))
+        phase, specs = np.where(valid, 0, -1), [(cfg.material, geom.material)]
+    else:
+        orientation, phase = geom.grains.orientation, geom.grains.phase
+        specs = list(zip([cfg.material] * len(geom.grains.materials), geom.grains.materials))
+    total = np.full((rows, cols), np.nan)
+    notes = {}
+    for p, (_, name) in enumerate(specs):
+        sel = (phase == p) & np.isfinite(nye[..., 2, 2])
+        if name is None or not sel.any():
+            continue
+        try:
+            types = gnd.dislocation_types(material_record(name), slip_file=cfg.slip_systems)
+        except ValueError as e:
+            notes[str(name)] = f"no GND density: {e}"
+            continue
+        total[sel] = np.asarray(gnd.gnd_density(nye[sel], orientation[sel], dislocations=types).total)
+        notes[str(name)] = f"{len(types)} dislocation types"
+    write_gnd(results_path, nye, total, attrs={"step_m": list(step_m), "materials": notes,
+                                               "method": "Nye tensor from rotation gradients (elastic strain "
+                                                         "gradients neglected); L1 lower bound over slip systems"})
+    return {"gnd_points": int(np.isfinite(total).sum())}
 
 
 def binned_geometry(binning: int, cfg: StrainConfig, meta: dict):

@@ -52,6 +52,15 @@ Master pattern
     follows the Lambert ``Y`` coordinate, column index the Lambert ``X`` coordinate, and pixel
     ``k`` sits at normalised coordinate ``2 k / (n - 1) - 1`` in ``[-1, 1]`` (pixel centres on
     the square's edges). This is how kikuchipy reads and projects EMsoft files.
+
+Polycrystals
+------------
+:func:`simulate_polycrystal` makes a scan of Voronoi grains, each with its own orientation, a
+uniform elastic strain and a constant lattice curvature, with the exact truth per point
+(orientation, ``F``, grain id, Nye tensor) and, through
+:meth:`SimulatedPolycrystal.truth_relative`, what HR-EBSD measures against a reference point
+per grain. ``POLYCRYSTAL_CONVENTIONS`` defines every array (map and sample axes, curvature and
+Nye tensor signs); the truth file of :meth:`SimulatedPolycrystal.save` carries it as text.
 """
 
 from __future__ import annotations
@@ -72,6 +81,11 @@ __all__ = [
     "displacement_truth",
     "poisson_noise",
     "smooth_deformation_field",
+    "simulate_polycrystal",
+    "SimulatedPolycrystal",
+    "RelativeTruth",
+    "POLYCRYSTAL_CONVENTIONS",
+    "MIN_GRAIN_MISORIENTATION_DEG",
 ]
 
 _NICKEL_FILE = os.path.join(
@@ -590,6 +604,7 @@ def simulate_scan(rows: int, cols: int, *, shape=(256, 256), counts: float | Non
     """
     rng = np.random.default_rng(seed)
     master = load_nickel_master_pattern() if master is None else master
+    master = _check_master(master).astype(np.float64)  # once: simulate_pattern would per pattern
     g = bunge_to_matrix(*euler_deg)
     H, W = check_shape(shape)
     pc_ref = np.asarray(pc_ref, dtype=np.float64)
@@ -613,3 +628,648 @@ def simulate_scan(rows: int, cols: int, *, shape=(256, 256), counts: float | Non
     ref = simulate_pattern(master, shape=(H, W), pc=pc_ref, orientation=g)
     ref = poisson_noise(ref, counts=8 * counts, rng=rng) if noisy else (ref * 1000).astype(np.float32)
     return SimulatedScan(pats, ref, F, pc, pc_ref)
+
+
+# --------------------------------------------------------------------------- polycrystal
+
+#: Smallest misorientation (degrees, cubic symmetry) between the random grain orientations of
+#: :func:`simulate_polycrystal`: far above the 5 degree tolerance a segmentation uses.
+MIN_GRAIN_MISORIENTATION_DEG = 15.0
+
+POLYCRYSTAL_CONVENTIONS = """\
+Scan grid: ebsdxc.io.ScanGrid rows x cols slots, flat index r*cols + c; kind "square" or
+"hexagonal" (odd rows shifted half a step right, their last slot padding: grain_id -1, NaN
+truth, zero pattern). Map position of slot (r, c): X = (c + 0.5 (r odd, hexagonal)) * step_x,
+Y = r * step_y, in micrometres (ScanGrid.positions).
+Map and sample axes (kikuchipy's / EDAX TSL's sample frame, as ebsdxc.gnd.MAP_AXES): the map's
+X (along the columns) is -y_s, its Y (down the rows) is -x_s, and z_s points out of the
+surface, towards the detector: a map offset (dX, dY) is the sample vector (-dY, -dX, 0). This
+is how the pattern centre moves with the beam (ebsdxc.geometry.extrapolate_pc).
+Grains: Voronoi cells of random seeds (nearest seed in micrometres), each connected on the
+grid (4 neighbours, 6 on a hexagonal grid); grain_id 0..n-1 numbered by each grain's first
+point in row-major order (as ebsdxc.grains numbers a segmentation).
+Orientation g: sample -> crystal (v_c = g v_s), per point, curvature included; Bunge Euler
+angles in degrees as ebsdxc.crystal.matrix_to_euler gives them.
+Per grain: mean orientation g0 (the orientation at the grain's centroid), uniform elastic
+strain eps (sample frame, symmetric, deviatoric part random with largest principal value of
+magnitude `strain`, volumetric part set so that sigma_33 = 0 with nickel's stiffness: a free
+surface), curvature K (3x3, 1/m, only the x and y columns non-zero, Frobenius norm
+`curvature`).
+Lattice rotation: theta = K @ p_s (radians, sample frame), p_s the point's sample-frame
+position relative to the grain's centroid, in metres, (-dY, -dX, 0) of its map offset;
+R = exp([theta]x) rotates lattice vectors in the sample frame (r -> R r); g = g0 R^T.
+Deformation gradient (sample frame): F = (I + eps) R, so F = V R is its left polar
+decomposition with V = I + eps. Patterns are simulate_pattern(master, orientation=g0, F=F).
+Nye tensor (sample frame, 1/m): kappa_ij = d theta_i / d x_j, x_j SAMPLE coordinates (j = x_s,
+y_s in the surface; the z_s column is 0),
+alpha = kappa^T - tr(kappa) I, i.e. alpha = K^T - tr(K) I, constant per grain (exact to first
+order in theta: the finite-difference curvature of the rotation field differs by < |theta|/2).
+Relative truth (reference point a, point b of the same grain): F_rel = F_b F_a^-1 = V_rel R_rel,
+strain = V_rel - I, rotation = log(R_rel) (antisymmetric, radians; w_21 = rotation about z), as
+ebsdxc.strain.fit_strain defines them; strain_crystal = g' strain g'^T with g' = g_a R_rel^T,
+rotation_crystal = g_a w g_a^T. With a uniform strain per grain the relative strain is of
+order strain x rotation (~1e-5); fit_strain recovers its deviatoric part exactly, and its
+volumetric part (from sigma_33 = 0 for F_rel) to within about that order.
+Pattern centres (Bruker) move with the beam as ebsdxc.geometry.extrapolate_pc says (Singh et
+al. 2017), pc_ref at the map centre, with an effective detector pixel size chosen so that PCx
+moves by pc_shift_px pixels at the map's left and right edges (exaggerated, as in
+simulate_scan, so that a pipeline that ignored it would fail).
+"""
+
+
+# The map's X (columns), Y (rows) and Z (into the surface) as columns in sample coordinates, as
+# ebsdxc.gnd.MAP_AXES (kept here too: stages import only the layers below them).
+_MAP_AXES = np.array([[0.0, -1.0, 0.0], [-1.0, 0.0, 0.0], [0.0, 0.0, -1.0]])
+
+
+def _quaternion_matrices(q: np.ndarray) -> np.ndarray:
+    """Rotation matrices (..., 3, 3) of unit quaternions (..., 4) = (w, x, y, z)."""
+    w, x, y, z = np.moveaxis(q, -1, 0)
+    return np.stack([
+        np.stack([1 - 2 * (y * y + z * z), 2 * (x * y - w * z), 2 * (x * z + w * y)], axis=-1),
+        np.stack([2 * (x * y + w * z), 1 - 2 * (x * x + z * z), 2 * (y * z - w * x)], axis=-1),
+        np.stack([2 * (x * z - w * y), 2 * (y * z + w * x), 1 - 2 * (x * x + y * y)], axis=-1),
+    ], axis=-2)
+
+
+def _distinct_orientations(n: int, rng, *, min_angle_deg: float) -> np.ndarray:
+    """``n`` orientations drawn uniformly (Haar measure), each at least ``min_angle_deg`` from
+    every other under cubic (m-3m) symmetry; random sequential drawing with rejection."""
+    from .crystal import misorientation_angle
+
+    limit = np.deg2rad(min_angle_deg)
+    accepted = np.empty((0, 3, 3))
+    for _ in range(2000 * max(n, 1)):
+        if len(accepted) == n:
+            return accepted
+        q = rng.normal(size=4)
+        g = _quaternion_matrices(q / np.linalg.norm(q))
+        if len(accepted) == 0 or misorientation_angle(accepted, g[None], "m-3m").min() > limit:
+            accepted = np.concatenate([accepted, g[None]])
+    raise ValueError(f"n_grains: could not draw {n} orientations {min_angle_deg} degrees apart "
+                     "(cubic symmetry leaves room for a few hundred at most)")
+
+
+def _slot_positions(rows: int, cols: int, step_yx, kind: str) -> np.ndarray:
+    """(rows, cols, 2) [x, y] micrometres of every slot, padding slots included (they sit half a
+    step beyond the row's end), so that per-slot fields such as the PC stay finite there."""
+    r, c = np.mgrid[0:rows, 0:cols].astype(np.float64)
+    if kind == "hexagonal":
+        c += 0.5 * (r % 2)
+    return np.stack([c * step_yx[1], r * step_yx[0]], axis=-1)
+
+
+def _neighbour_pairs(grid) -> tuple[np.ndarray, np.ndarray]:
+    """Flat slot indices (a, b) of the pairs of nearest-neighbour scan points of ``grid``: the 4
+    neighbours on a square grid, the 6 on a hexagonal one (padding slots excluded)."""
+    rows, cols = grid.rows, grid.cols
+    idx = np.arange(rows * cols).reshape(rows, cols)
+    pairs = [(idx[:, :-1], idx[:, 1:])]
+    if grid.kind == "hexagonal":
+        # even row r, column c touches row r + 1 at c - 1 and c; odd row r at c and c + 1
+        for r in range(rows - 1):
+            shift = (-1, 0) if r % 2 == 0 else (0, 1)
+            for s in shift:
+                c = np.arange(max(0, -s), min(cols, cols - s))
+                pairs.append((idx[r, c], idx[r + 1, c + s]))
+    else:
+        pairs.append((idx[:-1, :], idx[1:, :]))
+    a = np.concatenate([p[0].ravel() for p in pairs])
+    b = np.concatenate([p[1].ravel() for p in pairs])
+    ok = grid.in_grid().ravel()
+    keep = ok[a] & ok[b]
+    return a[keep], b[keep]
+
+
+def _components(labels: np.ndarray, pairs) -> np.ndarray:
+    """Connected-component number of every slot: slots with equal ``labels`` (>= 0) joined by
+    neighbour ``pairs``; -1 where the label is negative. Label propagation to the minimum."""
+    lab = labels.ravel()
+    a, b = pairs
+    same = (lab[a] == lab[b]) & (lab[a] >= 0)
+    a, b = a[same], b[same]
+    comp = np.where(lab >= 0, np.arange(lab.size), -1)
+    while True:
+        m = np.minimum(comp[a], comp[b])
+        new = comp.copy()
+        np.minimum.at(new, a, m)
+        np.minimum.at(new, b, m)
+        new[new >= 0] = new[new[new >= 0]]  # pointer jumping: converges in few passes
+        if np.array_equal(new, comp):
+            return comp.reshape(labels.shape)
+        comp = new
+
+
+def _voronoi_grains(positions, in_grid, n_grains: int, rng, grid, *, min_points: int):
+    """Seeds (n, 2) [x, y] um and grain ids (rows, cols) of a Voronoi tessellation whose grains
+    each hold at least ``min_points`` scan points and are connected on the grid."""
+    pts = positions[in_grid]
+    lo, hi = pts.min(axis=0), pts.max(axis=0)
+    area = max(float(np.prod(np.maximum(hi - lo, 1e-12))), 1e-12)
+    # seeds no closer than ~0.6 of the mean spacing: no sliver grains, as in a real tessellation
+    min_gap = 0.6 * np.sqrt(area / n_grains)
+    pairs = _neighbour_pairs(grid)
+    for _ in range(200):
+        seeds = np.empty((0, 2))
+        for _ in range(1000 * n_grains):
+            if len(seeds) == n_grains:
+                break
+            s = lo + rng.random(2) * (hi - lo)
+            if len(seeds) == 0 or np.linalg.norm(seeds - s, axis=1).min() >= min_gap:
+                seeds = np.vstack([seeds, s])
+        if len(seeds) < n_grains:
+            min_gap *= 0.9
+            continue
+        d = np.linalg.norm(positions[..., None, :] - seeds, axis=-1)
+        gid = np.where(in_grid, np.argmin(np.where(np.isfinite(d), d, np.inf), axis=-1), -1)
+        counts = np.bincount(gid[in_grid], minlength=n_grains)
+        if counts.min() < min_points:
+            continue
+        comp = _components(gid, pairs)
+        if all(np.unique(comp[gid == k]).size == 1 for k in range(n_grains)):
+            # number grains by their first point in row-major order, as ebsdxc.grains does, so
+            # that a segmentation's ids compare with these directly
+            first = np.array([np.flatnonzero(gid.ravel() == k)[0] for k in range(n_grains)])
+            order = np.argsort(first)
+            rank = np.empty(n_grains, dtype=np.int64)
+            rank[order] = np.arange(n_grains)
+            return seeds[order], np.where(gid >= 0, rank[np.maximum(gid, 0)], -1).astype(np.int32)
+    raise ValueError(f"n_grains: could not make {n_grains} connected grains of at least {min_points} "
+                     f"points each on a {grid.rows} x {grid.cols} grid; use fewer grains or a larger scan")
+
+
+def _grain_strain(g: np.ndarray, magnitude: float, rng, stiffness) -> np.ndarray:
+    """Random symmetric strain (sample frame): deviatoric part of largest principal value
+    ``magnitude``, volumetric part so that sigma_33 = 0 (free surface) in the crystal ``g``."""
+    a = rng.normal(size=(3, 3))
+    a = 0.5 * (a + a.T)
+    a -= np.trace(a) / 3.0 * np.eye(3)
+    a *= magnitude / np.abs(np.linalg.eigvalsh(a)).max()
+    from .materials import rotate_stiffness
+
+    c33 = rotate_stiffness(stiffness, g)[2, 2]  # sigma_33 = C_33kl eps_kl, sample frame
+    return a - (np.sum(c33 * a) / np.trace(c33)) * np.eye(3)
+
+
+def _polar_left(F: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """F = V R (left polar decomposition), as ebsdxc.strain.polar_decomposition."""
+    U, S, Wt = np.linalg.svd(F)
+    return (U * S[..., None, :]) @ np.swapaxes(U, -1, -2), U @ Wt
+
+
+def _rotation_log(R: np.ndarray) -> np.ndarray:
+    """Antisymmetric w = log(R), radians, as ebsdxc.strain.rotation_log."""
+    c = np.clip((np.trace(R, axis1=-2, axis2=-1) - 1) / 2, -1.0, 1.0)
+    theta = np.arccos(c)
+    s = np.sin(theta)
+    small = s < 1e-8
+    f = np.where(small, 0.5 + theta**2 / 12, theta / (2 * np.where(small, 1.0, s)))
+    return f[..., None, None] * (R - np.swapaxes(R, -1, -2))
+
+
+@dataclass
+class RelativeTruth:
+    """What HR-EBSD measures at each point against its grain's reference point, exactly.
+
+    All arrays ``(rows, cols, 3, 3)`` float64, NaN at hexagonal padding slots, defined as
+    :func:`ebsdxc.strain.fit_strain` defines its results (module docstring of
+    :mod:`ebsdxc.simulate`, ``POLYCRYSTAL_CONVENTIONS``).
+
+    Attributes
+    ----------
+    F : ``F_point @ inv(F_reference)`` (sample frame)
+    strain : ``V - I`` of ``F = V R`` (sample frame)
+    rotation : ``log(R)``, antisymmetric, radians (sample frame)
+    strain_crystal, rotation_crystal : the same in the reference crystal's frame
+    reference_index : (rows, cols) int64 flat slot index of each point's reference, -1 at padding
+    """
+
+    F: np.ndarray
+    strain: np.ndarray
+    rotation: np.ndarray
+    strain_crystal: np.ndarray
+    rotation_crystal: np.ndarray
+    reference_index: np.ndarray
+
+
+@dataclass
+class SimulatedPolycrystal:
+    """A simulated polycrystal scan and its ground truth (``POLYCRYSTAL_CONVENTIONS``).
+
+    Per slot arrays are ``(rows, cols, ...)`` over the grid's slots; hexagonal padding slots
+    hold zero patterns, ``grain_id`` -1 and NaN truth.
+
+    Attributes
+    ----------
+    patterns : (rows, cols, H, W) uint16 (Poisson noise) or float32 (noise-free)
+    grid : ebsdxc.io.ScanGrid (step (step_y, step_x) in micrometres, kind)
+    grain_id : (rows, cols) int32, 0..n_grains-1
+    orientation : (rows, cols, 3, 3) g of each point (sample -> crystal, curvature included)
+    F : (rows, cols, 3, 3) deformation gradient, sample frame, F = (I + eps) R
+    lattice_rotation : (rows, cols, 3) rotation vector theta (radians, sample frame): R = exp([theta]x)
+    nye : (rows, cols, 3, 3) Nye tensor alpha (1/m, sample frame)
+    pc : (rows, cols, 3) Bruker pattern centres
+    image_quality : (rows, cols) float32 pattern contrast (std / mean of the noise-free pattern
+        without its background), 0 at padding
+    grain_orientation : (n, 3, 3) g0, the orientation at each grain's centroid
+    grain_strain : (n, 3, 3) eps of each grain (sample frame)
+    grain_curvature : (n, 3, 3) K = kappa of each grain (1/m)
+    grain_centre : (n, 2) [x, y] micrometres, the centroid where theta = 0
+    seeds : (n, 2) [x, y] micrometres, the Voronoi seeds
+    pc_ref : (3,) PC at the map centre (where the PC would be; not necessarily a scan point)
+    sample_tilt, detector_tilt : degrees
+    parameters : dict of the arguments that made it (JSON-friendly)
+    """
+
+    patterns: np.ndarray
+    grid: object
+    grain_id: np.ndarray
+    orientation: np.ndarray
+    F: np.ndarray
+    lattice_rotation: np.ndarray
+    nye: np.ndarray
+    pc: np.ndarray
+    image_quality: np.ndarray
+    grain_orientation: np.ndarray
+    grain_strain: np.ndarray
+    grain_curvature: np.ndarray
+    grain_centre: np.ndarray
+    seeds: np.ndarray
+    pc_ref: np.ndarray
+    sample_tilt: float = 70.0
+    detector_tilt: float = 0.0
+    parameters: dict | None = None
+
+    @property
+    def n_grains(self) -> int:
+        """Number of grains."""
+        return int(self.grain_orientation.shape[0])
+
+    @property
+    def euler_deg(self) -> np.ndarray:
+        """(rows, cols, 3) Bunge angles in degrees of :attr:`orientation` (NaN at padding)."""
+        from .crystal import matrix_to_euler
+
+        out = np.full(self.orientation.shape[:-1], np.nan)
+        ok = self.grain_id >= 0
+        out[ok] = matrix_to_euler(self.orientation[ok])
+        return out
+
+    def _reference_slots(self, reference_points) -> np.ndarray:
+        ref = np.asarray(reference_points)
+        if not np.issubdtype(ref.dtype, np.integer):
+            raise ValueError("reference_points must be integers: flat slot indices r * cols + c "
+                             "(n_grains,) or [row, col] pairs (n_grains, 2)")
+        rows, cols = self.grain_id.shape
+        if ref.shape == (self.n_grains, 2):
+            if np.any((ref[:, 0] < 0) | (ref[:, 0] >= rows) | (ref[:, 1] < 0) | (ref[:, 1] >= cols)):
+                raise ValueError(f"reference_points: [row, col] outside the {rows} x {cols} grid")
+            ref = ref[:, 0] * cols + ref[:, 1]
+        elif ref.shape != (self.n_grains,):
+            raise ValueError(f"reference_points must hold one point per grain: shape ({self.n_grains},) "
+                             f"flat indices or ({self.n_grains}, 2) [row, col], got {ref.shape}")
+        if np.any((ref < 0) | (ref >= rows * cols)):
+            raise ValueError(f"reference_points: flat index outside 0..{rows * cols - 1}")
+        owner = self.grain_id.ravel()[ref]
+        wrong = np.flatnonzero(owner != np.arange(self.n_grains))
+        if wrong.size:
+            k = int(wrong[0])
+            raise ValueError(f"reference_points: the reference of grain {k} (slot {int(ref[k])}) lies in "
+                             f"grain {int(owner[k])}, not in grain {k}")
+        return ref.astype(np.int64)
+
+    def truth_relative(self, reference_points) -> RelativeTruth:
+        """Each point's deformation, strain and rotation relative to its grain's reference point.
+
+        Parameters
+        ----------
+        reference_points : array_like of int
+            The reference point of every grain, in grain order: ``(n_grains,)`` flat slot
+            indices ``r * cols + c`` or ``(n_grains, 2)`` ``[row, col]``; each must lie in its
+            grain.
+
+        Returns
+        -------
+        RelativeTruth
+            ``F_point @ inv(F_ref)`` and its strain and rotation as ``fit_strain`` defines them.
+            Strain is relative too: with a uniform strain per grain it is of order strain x
+            rotation (~1e-5), the relative rotation carries the curvature.
+        """
+        ref = self._reference_slots(reference_points)
+        rows, cols = self.grain_id.shape
+        ok = self.grain_id >= 0
+        ref_index = np.where(ok, ref[np.maximum(self.grain_id, 0)], -1)
+        flatF = self.F.reshape(-1, 3, 3)
+        flatg = self.orientation.reshape(-1, 3, 3)
+        nan = np.full((rows, cols, 3, 3), np.nan)
+        F, strain, rot, strain_c, rot_c = (nan.copy() for _ in range(5))
+        Fp = self.F[ok]
+        Fr = flatF[ref_index[ok]]
+        gr = flatg[ref_index[ok]]
+        Frel = Fp @ np.linalg.inv(Fr)
+        V, R = _polar_left(Frel)
+        eps = V - np.eye(3)
+        w = _rotation_log(R)
+        g_def = gr @ np.swapaxes(R, -1, -2)
+        F[ok], strain[ok], rot[ok] = Frel, eps, w
+        strain_c[ok] = g_def @ eps @ np.swapaxes(g_def, -1, -2)
+        rot_c[ok] = gr @ w @ np.swapaxes(gr, -1, -2)
+        return RelativeTruth(F, strain, rot, strain_c, rot_c, ref_index.astype(np.int64))
+
+    def truth_displacement(self, centres, reference_points) -> np.ndarray:
+        """(rows, cols, n, 2) true ``[dx, dy]`` px of ROI ``centres`` ((n, 2) [x, y] px) of each
+        grain's reference pattern, seen in every point's pattern (NaN at padding slots).
+
+        Uses :func:`displacement_truth` with the reference point's PC and the relative ``F``.
+        """
+        c = np.asarray(centres, dtype=np.float64)
+        rel = self.truth_relative(reference_points)
+        out = np.full(self.grain_id.shape + (len(c), 2), np.nan)
+        flat_pc = self.pc.reshape(-1, 3)
+        ref = rel.reference_index
+        for k in range(self.n_grains):
+            mask = self.grain_id == k
+            r = int(ref[mask][0])
+            out[mask] = displacement_truth(c, shape=self.patterns.shape[2:], pc_ref=flat_pc[r], pc=self.pc[mask],
+                                           F=rel.F[mask], sample_tilt=self.sample_tilt,
+                                           detector_tilt=self.detector_tilt)
+        return out
+
+    def save(self, folder, *, scan_name: str = "scan.h5", orientation_name: str = "scan.ang",
+             truth_name: str | None = "truth.h5", compression_level: int = 6, note: str | None = None):
+        """Write the scan, an orientation file and (optionally) the ground truth into ``folder``.
+
+        - ``scan_name`` (HDF5): ``/patterns`` (rows, cols, H, W), gzip + shuffle, one scan row
+          per chunk; attributes (on the root and the dataset) ``pattern_centre`` (rows, cols, 3)
+          with ``pattern_centre_convention`` ``"bruker"``, ``step_x``, ``step_y``, ``step_unit``
+          ``"um"``, ``grid_kind``, ``sample_tilt``, ``detector_tilt``, ``note``. No
+          ``euler_angles``: the orientations differ per point and live in the orientation file.
+        - ``orientation_name``: the per-point orientations (Bunge degrees, TSL/kikuchipy frame:
+          ebsdxc's), phase 1 "Ni" (m-3m, space group 225), image quality, confidence index 1,
+          the TSL pattern centre of ``pc_ref``; an EDAX/TSL .ang file (``ebsdxc.io.ang``).
+        - ``truth_name`` (HDF5, skipped when ``None``): every truth array of this object, the
+          conventions (``POLYCRYSTAL_CONVENTIONS``) and the parameters.
+
+        Files are written without time stamps, so the same object gives the same bytes.
+        Returns the paths ``(scan, orientations, truth or None)``.
+        """
+        import json
+
+        import h5py
+
+        if not (isinstance(compression_level, (int, np.integer)) and 0 <= compression_level <= 9):
+            raise ValueError(f"compression_level must be an integer 0..9, got {compression_level!r}")
+        os.makedirs(folder, exist_ok=True)
+        rows, cols = self.grain_id.shape
+        note = note or ("Simulated polycrystal (not measured): kikuchipy's EMsoft nickel master pattern "
+                        "projected with ebsdxc.simulate.simulate_polycrystal, Poisson noise.")
+        step_y, step_x = self.grid.step
+        attrs = {
+            "pattern_centre": self.pc,
+            "pattern_centre_convention": "bruker",
+            "step_x": float(step_x),
+            "step_y": float(step_y),
+            "step_unit": "um",
+            "grid_kind": self.grid.kind,
+            "sample_tilt": float(self.sample_tilt),
+            "detector_tilt": float(self.detector_tilt),
+            "note": note,
+        }
+        scan = os.path.join(folder, scan_name)
+        with h5py.File(scan, "w", track_order=True) as f:
+            ds = f.create_dataset("patterns", data=self.patterns, chunks=(1, cols) + self.patterns.shape[2:],
+                                  compression="gzip", compression_opts=int(compression_level), shuffle=True,
+                                  track_times=False)
+            for target in (f.attrs, ds.attrs):
+                for key, value in attrs.items():
+                    target[key] = value
+            ds.attrs["dims"] = "scan_row, scan_col, pattern_row (y), pattern_col (x)"
+        orientations = os.path.join(folder, orientation_name)
+        self._write_orientations(orientations)
+        truth = None
+        if truth_name is not None:
+            truth = os.path.join(folder, truth_name)
+            arrays = {
+                "grain_id": self.grain_id, "orientation": self.orientation, "euler_deg": self.euler_deg,
+                "F": self.F, "lattice_rotation": self.lattice_rotation, "nye_tensor": self.nye,
+                "pattern_centre": self.pc, "pattern_centre_ref": self.pc_ref,
+                "image_quality": self.image_quality, "grains/orientation": self.grain_orientation,
+                "grains/strain": self.grain_strain, "grains/curvature": self.grain_curvature,
+                "grains/centre": self.grain_centre, "grains/seed": self.seeds,
+            }
+            with h5py.File(truth, "w", track_order=True) as f:
+                for name, data in arrays.items():
+                    f.create_dataset(name, data=data, track_times=False)
+                f.attrs["sample_tilt"] = float(self.sample_tilt)
+                f.attrs["detector_tilt"] = float(self.detector_tilt)
+                f.attrs["detector_shape"] = np.asarray(self.patterns.shape[2:], dtype=np.int64)
+                f.attrs["grid_kind"] = self.grid.kind
+                f.attrs["step"] = np.asarray(self.grid.step, dtype=np.float64)
+                f.attrs["step_unit"] = "um"
+                f.attrs["conventions"] = POLYCRYSTAL_CONVENTIONS
+                f.attrs["parameters"] = json.dumps(self.parameters or {}, sort_keys=True)
+                f.attrs["note"] = note
+        return scan, orientations, truth
+
+    def _write_orientations(self, path) -> None:
+        from .geometry import convert_pc
+        from .io.ang import write_ang
+        from .io.orientation_map import OrientationMap, PhaseInfo
+
+        ok = self.grain_id >= 0
+        nickel = PhaseInfo(id=1, name="Ni", laue="m-3m", lattice=(3.524, 3.524, 3.524, 90.0, 90.0, 90.0),
+                           formula="Ni", space_group=225)
+        star = convert_pc(self.pc_ref, from_convention="bruker", to_convention="tsl",
+                          shape=self.patterns.shape[2:])
+        omap = OrientationMap(
+            path=os.fspath(path), grid=self.grid, euler_deg=self.euler_deg,
+            phase=np.where(ok, 0, -1).astype(np.int16), phases=(nickel,),
+            quality={"iq": self.image_quality, "ci": ok.astype(np.float32)}, frame="tsl",
+            metadata={"pattern_centre": np.asarray(star, dtype=np.float64).tolist(),
+                      "pattern_centre_convention": "tsl", "scan_id": "ebsdxc simulated polycrystal"},
+        )
+        write_ang(path, omap, overwrite=True)
+
+
+def simulate_polycrystal(rows: int, cols: int, *, n_grains: int = 4, shape=(128, 128),
+                         counts: float | None = 1000, strain: float = 1e-3, curvature: float = 2e3,
+                         step=0.5, grid_kind: str = "square", seed: int = 1,
+                         pc_ref=(0.5, 0.45, 0.6), pc_shift_px: float = 0.9, master=None,
+                         orientations=None, sample_tilt: float = 70.0, detector_tilt: float = 0.0,
+                         min_misorientation: float = MIN_GRAIN_MISORIENTATION_DEG,
+                         min_grain_points: int | None = None) -> SimulatedPolycrystal:
+    """A nickel polycrystal scan: Voronoi grains, a uniform strain and a lattice curvature per grain.
+
+    Conventions, and the exact definition of every truth array, are in
+    ``POLYCRYSTAL_CONVENTIONS`` (also written into the truth file by
+    :meth:`SimulatedPolycrystal.save`).
+
+    Parameters
+    ----------
+    rows, cols : int
+        Scan grid (slots; on a hexagonal grid odd rows hold ``cols - 1`` points).
+    n_grains : int
+        Number of grains (Voronoi cells of random seeds, each connected and holding at least
+        ``min_grain_points`` points).
+    shape : (int, int)
+        Pattern (H, W).
+    counts : float or None
+        Mean counts per pixel of the Poisson noise; ``None`` for noise-free float32 patterns
+        (intensities x 1000).
+    strain : float
+        Largest principal value of each grain's random deviatoric strain (sample frame); the
+        volumetric part makes ``sigma_33 = 0`` (nickel). In [0, 0.05].
+    curvature : float
+        Frobenius norm of each grain's curvature tensor ``K`` in rad/m (0: unbent grains, for
+        the GND noise floor).
+    step : float or (float, float)
+        Scan step in micrometres: ``step_x``; ``step_y`` equals it on a square grid and is
+        ``step * sqrt(3) / 2`` on a hexagonal one (as EDAX/TSL). Or ``(step_y, step_x)``.
+    grid_kind : {"square", "hexagonal"}
+    seed : int
+        Seed of everything random (grains, orientations, strains, curvatures; the noise uses
+        the stream ``[seed, 1]``, so ``counts`` changes the noise only).
+    pc_ref : (float, float, float)
+        Bruker PC at the map centre.
+    pc_shift_px : float
+        How far PCx moves, in pixels, at the map's left and right edges; the beam moves the PC
+        as :func:`ebsdxc.geometry.extrapolate_pc` says, with the detector pixel size this
+        implies (0: a fixed PC).
+    master : (2, n, n) array, optional
+        Master pattern; default :func:`load_nickel_master_pattern`.
+    orientations : array_like, optional
+        Mean grain orientations instead of random ones: ``(n_grains, 3)`` Bunge degrees or
+        ``(n_grains, 3, 3)`` matrices (sample -> crystal), used as given (not checked against
+        ``min_misorientation``).
+    sample_tilt, detector_tilt : float
+        Degrees.
+    min_misorientation : float
+        Random grain orientations are at least this far apart (degrees, m-3m symmetry).
+    min_grain_points : int, optional
+        Fewest scan points of a grain; default ``max(4, n_points // (4 n_grains))``.
+
+    Returns
+    -------
+    SimulatedPolycrystal
+    """
+    from .crystal import euler_to_matrix
+    from .io import ScanGrid
+    from .materials import parse_material, stiffness_tensor
+
+    rows, cols, n_grains = int(rows), int(cols), int(n_grains)
+    if rows < 1 or cols < 1:
+        raise ValueError(f"rows and cols must be positive, got {rows}, {cols}")
+    if n_grains < 1:
+        raise ValueError(f"n_grains must be at least 1, got {n_grains}")
+    H, W = check_shape(shape)
+    if counts is not None and not (np.isfinite(counts) and counts > 0):
+        raise ValueError(f"counts must be a positive number or None, got {counts!r}")
+    if not (np.isfinite(strain) and 0 <= strain <= 0.05):
+        raise ValueError(f"strain must be in [0, 0.05] (a small elastic strain), got {strain!r}")
+    if not (np.isfinite(curvature) and curvature >= 0):
+        raise ValueError(f"curvature must be a finite number >= 0 (rad/m), got {curvature!r}")
+    if grid_kind not in ("square", "hexagonal"):
+        raise ValueError(f"grid_kind must be 'square' or 'hexagonal', got {grid_kind!r}")
+    step_arr = np.atleast_1d(np.asarray(step, dtype=np.float64))
+    if step_arr.shape == (1,):
+        sx = float(step_arr[0])
+        step_yx = (sx * np.sqrt(3.0) / 2.0 if grid_kind == "hexagonal" else sx, sx)
+    elif step_arr.shape == (2,):
+        step_yx = (float(step_arr[0]), float(step_arr[1]))
+    else:
+        raise ValueError(f"step must be one number or (step_y, step_x) in micrometres, got {step!r}")
+    if not all(np.isfinite(s) and s > 0 for s in step_yx):
+        raise ValueError(f"step must be positive (micrometres), got {step!r}")
+    pc_ref = np.asarray(pc_ref, dtype=np.float64)
+    if pc_ref.shape != (3,) or not np.all(np.isfinite(pc_ref)):
+        raise ValueError(f"pc_ref must be one Bruker pattern centre (PCx, PCy, PCz), got {pc_ref!r}")
+    if not (np.isfinite(pc_shift_px) and pc_shift_px >= 0):
+        raise ValueError(f"pc_shift_px must be a finite number of pixels >= 0, got {pc_shift_px!r}")
+    grid = ScanGrid(rows, cols, step=step_yx, kind=grid_kind)
+    in_grid = grid.in_grid()
+    n_points = grid.n_points
+    if min_grain_points is None:
+        min_grain_points = max(4, n_points // (4 * n_grains))
+    if n_grains * int(min_grain_points) > n_points:
+        raise ValueError(f"n_grains: {n_grains} grains of at least {min_grain_points} points do not fit "
+                         f"the {n_points} points of the scan")
+    if orientations is not None:
+        o = np.asarray(orientations, dtype=np.float64)
+        if o.shape == (n_grains, 3):
+            o = euler_to_matrix(o)
+        elif o.shape == (n_grains, 3, 3):
+            o = np.array([_check_rotation(m) for m in o])
+        else:
+            raise ValueError(f"orientations must be ({n_grains}, 3) Bunge degrees or ({n_grains}, 3, 3) "
+                             f"matrices for n_grains={n_grains}, got shape {o.shape}")
+
+    rng = np.random.default_rng(seed)
+    positions = _slot_positions(rows, cols, step_yx, grid_kind)
+    seeds, gid = _voronoi_grains(np.where(in_grid[..., None], positions, np.nan), in_grid, n_grains, rng,
+                                 grid, min_points=int(min_grain_points))
+    g0 = _distinct_orientations(n_grains, rng, min_angle_deg=min_misorientation) if orientations is None else o
+    C = stiffness_tensor(parse_material("Ni")[1])
+    eps = np.array([_grain_strain(g0[k], strain, rng, C) for k in range(n_grains)])
+    K = np.zeros((n_grains, 3, 3))
+    K[:, :, :2] = rng.normal(size=(n_grains, 3, 2))
+    K *= curvature / np.linalg.norm(K, axis=(1, 2))[:, None, None]
+    centre = np.array([positions[gid == k].mean(axis=0) for k in range(n_grains)])
+
+    ok = gid >= 0
+    k = np.maximum(gid, 0)
+    d = np.zeros(gid.shape + (3,))
+    d[..., :2] = (positions - centre[k]) * 1e-6  # map offset, metres
+    theta = np.einsum("...ij,jk,...k->...i", K[k], _MAP_AXES, d)
+    R = _rotation_matrices(theta)
+    g = g0[k] @ np.swapaxes(R, -1, -2)
+    F = (np.eye(3) + eps[k]) @ R
+    trK = np.trace(K, axis1=-2, axis2=-1)
+    nye_grain = np.swapaxes(K, -1, -2) - trK[:, None, None] * np.eye(3)
+    nye = nye_grain[k]
+    for a in (theta, g, F, nye):
+        a[~ok] = np.nan
+
+    # PC moving with the beam as extrapolate_pc (Singh et al. 2017), about the map centre
+    lo, hi = positions[in_grid].min(axis=0), positions[in_grid].max(axis=0)
+    half = 0.5 * (hi - lo)
+    lead = half[0] if half[0] > 0 else half[1]
+    um_per_px = lead / pc_shift_px if pc_shift_px > 0 and lead > 0 else np.inf
+    dX, dY = np.moveaxis(0.5 * (lo + hi) - positions, -1, 0)  # (x0 - x, y0 - y)
+    alpha = np.deg2rad(90.0 - sample_tilt + detector_tilt)
+    pc = np.empty((rows, cols, 3))
+    pc[..., 0] = pc_ref[0] + dX / (um_per_px * W)
+    pc[..., 1] = pc_ref[1] + dY * np.cos(alpha) / (um_per_px * H)
+    pc[..., 2] = pc_ref[2] - dY * np.sin(alpha) / (um_per_px * H)
+
+    master = _check_master(load_nickel_master_pattern() if master is None else master)
+    master = master.astype(np.float64)  # once, not per pattern
+    bg = _background((H, W))
+    noise_rng = np.random.default_rng([seed, 1])
+    noisy = counts is not None
+    pats = np.zeros((rows, cols, H, W), dtype=np.uint16 if noisy else np.float32)
+    iq = np.zeros((rows, cols), dtype=np.float32)
+    tilts = {"sample_tilt": sample_tilt, "detector_tilt": detector_tilt}
+    for i, j in zip(*np.nonzero(ok)):
+        p = simulate_pattern(master, shape=(H, W), pc=pc[i, j], orientation=g0[gid[i, j]], F=F[i, j],
+                             background=False, **tilts)
+        iq[i, j] = p.std() / p.mean()
+        p = p * bg
+        pats[i, j] = poisson_noise(p, counts=counts, rng=noise_rng) if noisy else p * 1000
+    if noisy and pats.max() >= np.iinfo(np.uint16).max:
+        raise ValueError("counts: patterns would clip at 65535 counts; lower counts")
+
+    params = {
+        "rows": rows, "cols": cols, "n_grains": n_grains, "shape": [H, W],
+        "counts": None if counts is None else float(counts), "strain": float(strain),
+        "curvature": float(curvature), "step_yx_um": list(step_yx), "grid_kind": grid_kind,
+        "seed": int(seed), "pc_ref": pc_ref.tolist(), "pc_shift_px": float(pc_shift_px),
+        "orientations_given": orientations is not None, "sample_tilt": float(sample_tilt),
+        "detector_tilt": float(detector_tilt), "min_misorientation_deg": float(min_misorientation),
+        "min_grain_points": int(min_grain_points), "material": "Ni",
+    }
+    return SimulatedPolycrystal(
+        patterns=pats, grid=grid, grain_id=gid, orientation=g, F=F, lattice_rotation=theta, nye=nye, pc=pc,
+        image_quality=iq, grain_orientation=g0, grain_strain=eps, grain_curvature=K, grain_centre=centre,
+        seeds=seeds, pc_ref=pc_ref, sample_tilt=float(sample_tilt), detector_tilt=float(detector_tilt),
+        parameters=params,
+    )

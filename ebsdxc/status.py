@@ -11,6 +11,7 @@ NOT_FINITE = 3  # NaN or Inf in the subregion
 NOT_PROCESSED = 4  # the scan point has not been processed (yet)
 MISSING_PATTERN = 5  # no pattern: a hexagonal grid's padding slot, a point never stored, or all zeros
 OUTSIDE_MASK = 6  # the subregion reaches outside the detector mask (e.g. off the phosphor screen)
+NO_REFERENCE = 7  # a reference per grain: the point lies in no grain, or its grain has no usable reference
 
 DESCRIPTIONS = {
     OK: "ok",
@@ -20,4 +21,5 @@ DESCRIPTIONS = {
     NOT_PROCESSED: "scan point not processed",
     MISSING_PATTERN: "no pattern at this scan point (not in the grid, not stored, or all zeros)",
     OUTSIDE_MASK: "subregion reaches outside the detector mask",
+    NO_REFERENCE: "no reference: the point lies in no grain, or its grain has no usable reference point",
 }

@@ -223,8 +223,9 @@ def fit_strain(displacement, peak_height, roi_status, *, centres, shape, pc, pc_
         Detector shape (H, W).
     pc : (3,) or (B, 3) array
         Pattern centre of each scan point (Bruker, :mod:`ebsdxc.geometry`).
-    pc_ref : (3,) array
-        Pattern centre of the reference pattern.
+    pc_ref : (3,) or (B, 3) array
+        Pattern centre of the reference pattern (of each point's reference, when the points of
+        a batch use different references: a reference per grain).
     stiffness : (3, 3, 3, 3) array
         Crystal-frame stiffness tensor (:func:`ebsdxc.materials.stiffness_tensor`), GPa.
     orientation : (3, 3) or (B, 3, 3) array
@@ -260,7 +261,8 @@ def fit_strain(displacement, peak_height, roi_status, *, centres, shape, pc, pc_
     xy1 = c + q
     used = (st == 0) & (h >= options.min_peak_height) & xp.isfinite(xy1).all(axis=-1)
     xy1 = xp.where(used[..., None], xy1, c)  # keep the arithmetic finite; unused rows carry weight 0
-    r0 = geometry.pixel_directions(c, shape, pc_ref, **tilts)  # (n, 3)
+    # (n, 3), or (B, n, 3) when each point has its own reference
+    r0 = geometry.pixel_directions(c, shape, pc_ref if pc_ref.ndim == 1 else pc_ref[:, None, :], **tilts)
     r1 = geometry.pixel_directions(xy1, shape, pc[:, None, :], **tilts)  # (B, n, 3)
     up = xp.asarray(geometry.detector_axes(sample_tilt, detector_tilt)[:, 1])
     ea = _unit(_cross(r1, up, xp), xp)
@@ -310,8 +312,8 @@ def fit_strain(displacement, peak_height, roi_status, *, centres, shape, pc, pc_
     rot_c = g @ rot @ xp.swapaxes(g, -1, -2)
 
     status = xp.full(B, FIT_OK, dtype=xp.uint8)
-    # status 4 = NOT_PROCESSED, 5 = MISSING_PATTERN: no measurement to fit, not a failed fit
-    processed = xp.isfinite(q).any(axis=(1, 2)) | ((st != 4) & (st != 5)).any(axis=1)
+    # status 4 = NOT_PROCESSED, 5 = MISSING_PATTERN, 7 = NO_REFERENCE: no measurement to fit, not a failed fit
+    processed = xp.isfinite(q).any(axis=(1, 2)) | ((st != 4) & (st != 5) & (st != 7)).any(axis=1)
     finite = xp.isfinite(F).all(axis=(1, 2)) & xp.isfinite(scale) & (scale > 0)
     status[~finite] = FIT_FAILED
     status[~enough] = FIT_TOO_FEW_ROIS

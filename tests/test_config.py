@@ -14,6 +14,7 @@ import pytest
 from ebsdxc.config import (
     TABLES,
     ClusterConfig,
+    GrainsConfig,
     ProcessConfig,
     RoiConfig,
     RunConfig,
@@ -26,7 +27,7 @@ from ebsdxc.hrebsd import StrainConfig
 from ebsdxc.preprocess import PreprocessConfig
 
 CLASSES = {"roi": RoiConfig, "preprocess": PreprocessConfig, "correlation": EngineConfig, "strain": StrainConfig,
-           "run": RunConfig, "cluster": ClusterConfig}
+           "grains": GrainsConfig, "run": RunConfig, "cluster": ClusterConfig}
 
 # A value other than the default for every field of every table, as a recipe writes it.
 EVERY_KEY = {
@@ -42,7 +43,10 @@ EVERY_KEY = {
     "strain": {"material": "Ni", "pc": [0.5, 0.4, 0.6], "pc_ref": [0.5, 0.45, 0.6], "pc_convention": "tsl",
                "pc_map": "constant", "pixel_size": 40.0, "binning": 2, "orientation": [10.0, 20.0, 30.0],
                "sample_tilt": 69.0, "detector_tilt": 2.0, "remap_threshold_deg": 0.5, "min_peak_height": 0.4,
-               "outlier_sigma": 3.0, "residual_floor_px": 0.2, "min_rois": 6},
+               "outlier_sigma": 3.0, "residual_floor_px": 0.2, "min_rois": 6, "step": 0.5, "gnd": False,
+               "slip_systems": "slip.csv"},
+    "grains": {"per_grain": True, "tolerance_deg": 3.0, "min_size": 8, "rule": "centre", "min_boundary_distance": 1,
+               "similarity_threshold": 0.6},
     "run": {"device": "cpu", "batch": 16, "threads": 2, "executor": "threads"},
     "cluster": {"address": "slurm", "workers": 3, "retries": 1, "rows_per_task": 4, "job": {"cores": 1}},
 }
@@ -77,7 +81,7 @@ def recipe(tmp_path, tables, name="r.toml"):
 
 def section(pcfg, rcfg, table):
     return {"roi": pcfg.roi, "preprocess": pcfg.preprocess, "correlation": pcfg.correlation,
-            "strain": pcfg.strain, "run": rcfg, "cluster": rcfg.cluster}[table]
+            "strain": pcfg.strain, "grains": pcfg.grains, "run": rcfg, "cluster": rcfg.cluster}[table]
 
 
 def as_recipe(v):
@@ -102,7 +106,7 @@ def test_every_key_of_every_table_reaches_its_field(tmp_path):
         obj = section(pcfg, rcfg, table)
         for key, value in values.items():
             got = as_recipe(getattr(obj, key))
-            if key in ("centres", "static_background"):  # relative to the recipe's folder
+            if key in ("centres", "static_background", "slip_systems"):  # relative to the recipe's folder
                 value = str(tmp_path / value)
             assert got == value, (table, key, got, value)
     # and nothing differs from the defaults but what the recipe says

@@ -16,6 +16,11 @@ most specific first: the generic ``hdf5`` reader would accept any HDF5 file, so 
 and uses the first that recognises the file. Reader modules are imported only when needed, so
 importing :mod:`ebsdxc.io` stays cheap.
 
+Orientation maps (per-point Euler angles, phases and quality measures, see
+:mod:`ebsdxc.io.orientation_map`) are read by :func:`read_orientation_map` from ``.ang``,
+``.ctf`` and the vendor h5 files, detected by content in the order of
+:data:`ORIENTATION_FORMATS`, and written by :func:`write_ang` and :func:`write_ctf`.
+
 Every problem with a user's file is raised as :class:`ebsdxc.errors.InputError`, whose
 message starts with the file's path.
 """
@@ -29,21 +34,34 @@ import numpy as np
 
 from ..errors import InputError
 from . import registry
+from .ang import write_ang
+from .ctf import write_ctf
+from .orientation_map import OrientationMap, PhaseInfo
 from .source import ArraySource, PatternSource, ScanGrid
 
 __all__ = [
+    "ORIENTATION_FORMATS",
     "SCAN_FORMATS",
     "ArraySource",
+    "OrientationMap",
     "PatternSource",
+    "PhaseInfo",
     "ScanGrid",
     "describe_formats",
     "formats_help",
     "get_reader",
     "open_scan",
+    "read_orientation_map",
     "read_reference",
     "read_reference_metadata",
     "reference_from_scan",
+    "write_ang",
+    "write_ctf",
 ]
+
+#: Orientation-map formats :func:`read_orientation_map` reads, in the order it tries them
+#: (the HDF5 ones by their content first, then the text formats by their header).
+ORIENTATION_FORMATS = ("edax_h5", "bruker_h5", "oxford_h5oina", "ang", "ctf")
 
 #: Names of the scan formats, in the order :func:`open_scan` tries them (a tuple, read from
 #: :mod:`ebsdxc.io.registry` on every access, so it lists readers registered later too).
@@ -154,6 +172,63 @@ def open_scan(path, *, dataset: str | int | None = None, format: str | None = No
     raise InputError(
         f"not a scan format ebsdxc can read ({_what_is_it(path)}); it reads "
         f"{registry.reads_list('and')}; force a reader with --format", path)
+
+
+def read_orientation_map(path, *, dataset: str | int | None = None,
+                         format: str | None = None) -> OrientationMap:  # noqa: A002
+    """Read the per-point orientations, phases and quality measures a file stores.
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+        An EDAX/TSL ``.ang``, an Oxford ``.ctf``, or an EDAX OIM, Bruker Esprit or Oxford
+        H5OINA h5 file (with or without patterns; ``--orientations FILE``). The format is
+        judged from the file's content, not its extension.
+    dataset : str or int, optional
+        The scan (EDAX, Bruker: ``"Scan 1"`` or ``1``) or slice (H5OINA: ``"1"``) of an h5
+        file holding several; the first by default. Text files hold one map.
+    format : str, optional
+        Force a reader, one of :data:`ORIENTATION_FORMATS`.
+
+    Returns
+    -------
+    OrientationMap
+        Euler angles as the file stores them (as orix reads them), in the vendor's sample
+        frame (:attr:`OrientationMap.frame`).
+
+    Raises
+    ------
+    InputError
+        Missing file, a format that holds no orientations, or a file whose content does not
+        fit its format (see the reader modules).
+    """
+    from . import ang, bruker_h5, ctf, edax_h5, oxford_h5oina
+
+    path = _check_file(path)
+    readers = {
+        "edax_h5": (edax_h5.detect, edax_h5.read_orientation_map),
+        "bruker_h5": (bruker_h5.detect, bruker_h5.read_orientation_map),
+        "oxford_h5oina": (oxford_h5oina.detect, oxford_h5oina.read_orientation_map),
+        "ang": (ang.detect, ang.read_ang),
+        "ctf": (ctf.detect, ctf.read_ctf),
+    }
+    if format is not None:
+        key = str(format).strip().lower()
+        if key not in readers:
+            raise InputError(f"unknown orientation map format {format!r}; choose one of "
+                             f"{', '.join(ORIENTATION_FORMATS)}", path)
+        chosen = key
+    else:
+        chosen = next((name for name in ORIENTATION_FORMATS if readers[name][0](path)), None)
+    if chosen is None:
+        raise InputError("holds no orientation map ebsdxc can read (it reads EDAX/TSL .ang, Oxford "
+                         ".ctf and EDAX, Bruker and Oxford H5OINA h5 files)", path)
+    if chosen in ("ang", "ctf"):
+        if dataset is not None:
+            raise InputError(f"dataset {dataset!r} chooses a scan of an h5 file; a .{chosen} file "
+                             "holds one map", path)
+        return readers[chosen][1](path)
+    return readers[chosen][1](path, dataset=dataset)
 
 
 def read_reference(path) -> np.ndarray:

@@ -62,6 +62,14 @@ from .edax_h5 import (
     text,
 )
 from .hdf5 import HDF5Source, dataset_metadata, file_matches, open_file, top_groups_holding
+from .orientation_map import (
+    OrientationMap,
+    PhaseInfo,
+    build_map,
+    laue_group_name,
+    phase_indices,
+    quality_name,
+)
 from .source import ScanGrid, choose_grid, header_grid
 
 NAME = "bruker_h5"
@@ -158,6 +166,12 @@ class BrukerSource(HDF5Source):
         """phi1, PHI, phi2 per slot, ``(rows, cols, 3)`` Bunge degrees (NaN where no pattern
         is stored), or ``None``."""
         return self._per_point(_EULER)
+
+    def orientation_map(self):
+        """The scan's :class:`~ebsdxc.io.orientation_map.OrientationMap` (Euler angles, phases,
+        MAD, radon quality, ...) on the source's grid, or ``None`` when it stores no
+        orientations (see :func:`scan_orientation_map`)."""
+        return scan_orientation_map(self.dataset.file[self.scan], self.path, self.grid, self._records)
 
     def static_background(self) -> np.ndarray | None:
         """The header's ``StaticBackground`` ``(H, W)``, or ``None``."""
@@ -294,3 +308,118 @@ def open(path, *, dataset=None, grid_shape=None) -> BrukerSource:  # noqa: A001 
     except BaseException:
         f.close()
         raise
+
+
+# --------------------------------------------------------------------------- orientation maps
+
+# Per-point datasets that are neither orientations nor quality measures (positions, PCs).
+_NOT_QUALITY = {"phi1", "PHI", "phi2", "Phase", "PCX", "PCY", "DD", "X BEAM", "Y BEAM",
+                "X SAMPLE", "Y SAMPLE", "Z SAMPLE"}
+_QUALITY_NAMES = {"MAD": "mad", "MADPhase": "mad_phase", "NIndexedBands": "n_indexed_bands",
+                  "RadonBandCount": "radon_band_count", "RadonQuality": "radon_quality"}
+
+
+def _phases(header, path) -> list[PhaseInfo]:
+    group = header.get("Phases")
+    if not isinstance(group, h5py.Group):
+        return []
+    phases = []
+    for key in group:
+        block = group[key]
+        if not isinstance(block, h5py.Group) or not key.strip().isdigit():
+            continue
+        name = text(block, "Name") or ""
+        where = f"{block.name}: phase {key.strip()}" + (f" ({name})" if name else "")
+        it = number(block, "IT")
+        if it is None:
+            raise InputError(f"{where} gives no space group number (IT)", path)
+        try:
+            laue = laue_group_name(space_group=it)
+        except ValueError as e:
+            raise InputError(f"{where}: {e}", path) from None
+        lattice = entry(block, "LatticeConstants")
+        lattice = np.asarray(lattice if lattice is not None else [], dtype=np.float64).reshape(-1)
+        if lattice.size != 6:
+            raise InputError(f"{where}: LatticeConstants must be 6 numbers", path)
+        phases.append(PhaseInfo(id=int(key.strip()), name=name, laue=laue, lattice=tuple(lattice),
+                                formula=text(block, "Formula") or "", space_group=int(it)))
+    return sorted(phases, key=lambda p: p.id)
+
+
+def scan_orientation_map(group, path, grid, records) -> OrientationMap | None:
+    """The orientation map of Esprit scan group ``group`` on ``grid`` (slot -> record map
+    ``records``), or ``None`` when it stores no Euler angles.
+
+    Bunge angles in degrees as stored, in Bruker's sample frame (``frame = "bruker"``, as
+    orix reads them); phase 0 is not indexed.
+    """
+    data = group.get(_DATA)
+    header = group.get(_HEADER)
+    arrays = [data.get(k) for k in _EULER] if isinstance(data, h5py.Group) else [None]
+    if not all(isinstance(a, h5py.Dataset) and a.ndim == 1 for a in arrays):
+        return None
+    n = min(a.shape[0] for a in arrays)
+    euler = np.stack([a[:n] for a in arrays], axis=1).astype(np.float64)
+    phases = _phases(header, path)
+    stored = data.get("Phase")
+    if not isinstance(stored, h5py.Dataset) or stored.ndim != 1 or stored.shape[0] < n:
+        raise InputError(f"{data.name}/Phase is missing or shorter than the {n} points", path)
+    index = phase_indices(stored[:n], phases, path)
+    quality = {}
+    for key in data:
+        obj = data[key]
+        if (key in _NOT_QUALITY or not isinstance(obj, h5py.Dataset) or obj.ndim != 1
+                or obj.shape[0] < n or obj.dtype.kind not in "iuf"):
+            continue
+        quality[_QUALITY_NAMES.get(key, quality_name(key))] = obj[:n]
+    records = np.where(records < n, records, -1)
+    return build_map(path, grid, records, euler_deg=euler, phase_index=index, phases=phases,
+                     quality=quality, frame="bruker", metadata={"scan": group.name.strip("/")})
+
+
+def read_orientation_map(path, *, dataset=None) -> OrientationMap:
+    """The orientation map of one scan of a Bruker Esprit h5 file, with or without patterns.
+
+    The grid and a region of interest (``EBSD/SEM/IY``, ``IX``) are those :func:`open` gives.
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+    dataset : str or int, optional
+        The scan group (``"Scan 0"``, ``0``); the first scan holding Euler angles by default.
+
+    Raises
+    ------
+    InputError
+        Not a Bruker h5 file, an unknown version, no scan with Euler angles, a grid the points
+        do not fit, or a phase without a space group.
+    """
+    with open_file(path) as f:
+        if not is_bruker(f):
+            raise InputError("not a Bruker Esprit h5 file (it needs a root 'Manufacturer' = "
+                             "'Bruker Nano' and a group /<scan>/EBSD/Header with NCOLS)", path)
+        _check_version(f, path)
+        names = top_groups_holding(f, f"{_DATA}/{_EULER[0]}", _HEADER)
+        if not names:
+            raise InputError("holds no scan with orientations (no /<scan>/EBSD/Data/phi1 with "
+                             "/<scan>/EBSD/Header)", path)
+        scan = choose_group(names, dataset, path, pattern_path=_DATA)
+        group, header = f[scan], f[f"/{scan}/{_HEADER}"]
+        n = int(f[f"/{scan}/{_DATA}/{_EULER[0]}"].shape[0])
+        grid_type = text(header, "Grid Type")
+        if grid_type is not None and grid_type.lower() not in _SQUARE:
+            raise InputError(f"header says a {grid_type!r} grid; ebsdxc reads Bruker files of "
+                             "square ('isometric') grids only", path)
+        rows, cols = integer(header, "NROWS", path), integer(header, "NCOLS", path)
+        sx, sy = number(header, "XSTEP"), number(header, "YSTEP")
+        step = (sy, sx) if sx is not None and sy is not None else None
+        coords = _coordinates(group, n, path)
+        if coords is not None:
+            grid, records, _ = _region_grid(*coords, rows, cols, step, path)
+        else:
+            grid = header_grid(rows, cols, None, n, path, step=step)
+            if n > grid.n_points:
+                raise InputError(f"header says {grid.rows} x {grid.cols} scan points but "
+                                 f"/{scan}/{_DATA}/{_EULER[0]} holds {n}", path)
+            records = grid.slot_to_record()
+        return scan_orientation_map(group, path, grid, records)

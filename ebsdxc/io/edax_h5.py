@@ -60,6 +60,14 @@ from .hdf5 import (
     to_jsonable,
     top_groups_holding,
 )
+from .orientation_map import (
+    OrientationMap,
+    PhaseInfo,
+    build_map,
+    laue_group_name,
+    phase_indices,
+    quality_name,
+)
 from .source import grid_kind, header_grid
 
 NAME = "edax_h5"
@@ -334,6 +342,12 @@ class EDAXSource(HDF5Source):
         euler = np.degrees(np.stack([a[()] for a in arrays], axis=1).astype(np.float64))
         return per_slot(euler, self._records).reshape(self.grid.rows, self.grid.cols, 3)
 
+    def orientation_map(self):
+        """The scan's :class:`~ebsdxc.io.orientation_map.OrientationMap` (Euler angles, phases,
+        IQ, CI, fit, ...), or ``None`` when it stores no orientations (see
+        :func:`scan_orientation_map`)."""
+        return scan_orientation_map(self.dataset.file, self.scan, self.path, self.grid, self._records)
+
 
 # --------------------------------------------------------------------------- open
 
@@ -422,3 +436,121 @@ def open(path, *, dataset=None, grid_shape=None) -> EDAXSource:  # noqa: A001 - 
     except BaseException:
         f.close()
         raise
+
+
+# --------------------------------------------------------------------------- orientation maps
+
+# Per-point datasets that are not quality measures; the others are (IQ, CI, Fit, SEM Signal, ...).
+_NOT_QUALITY = {"phi1", "phi", "phi2", "phase", "x position", "y position", "pattern"}
+_QUALITY_NAMES = {"iq": "iq", "ci": "ci", "fit": "fit", "sem signal": "detector_signal"}
+
+
+def _phases(header, path) -> list[PhaseInfo]:
+    group = header.get("Phase")
+    if not isinstance(group, h5py.Group):
+        return []
+    phases = []
+    for key in group:
+        block = group[key]
+        if not isinstance(block, h5py.Group) or not key.strip().lstrip("-").isdigit():
+            continue
+        name = text(block, "MaterialName") or ""
+        where = f"phase {key.strip()}" + (f" ({name})" if name else "")
+        code, point_group = number(block, "Symmetry"), text(block, "Point Group")
+        try:
+            if code is not None:
+                laue = laue_group_name(tsl_code=code)
+            elif point_group:
+                laue = laue_group_name(point_group=point_group)
+            else:
+                raise ValueError("it gives no Symmetry")
+        except ValueError as e:
+            raise InputError(f"{block.name}: {where}: {e}", path) from None
+        lattice = [number(block, f"Lattice Constant {k}") for k in ("a", "b", "c", "alpha", "beta", "gamma")]
+        if any(v is None for v in lattice):
+            raise InputError(f"{block.name}: {where} lacks a 'Lattice Constant' entry", path)
+        phases.append(PhaseInfo(id=int(key.strip()), name=name, laue=laue, lattice=tuple(lattice),
+                                formula=text(block, "Formula") or ""))
+    return sorted(phases, key=lambda p: p.id)
+
+
+def scan_orientation_map(f, scan, path, grid, records) -> OrientationMap | None:
+    """The orientation map of scan group ``scan`` of open EDAX file ``f`` on ``grid`` (slot ->
+    record map ``records``), or ``None`` when the scan stores no Euler angles.
+
+    As in an ``.ang`` file: radians, TSL frame, phase 0 of a single-phase scan is its phase,
+    CI -1 marks points that are not indexed (see :mod:`ebsdxc.io.ang`).
+    """
+    data, header = f[f"/{scan}/{_DATA}"], f[f"/{scan}/{_HEADER}"]
+    arrays = [data.get(k) for k in _EULER]
+    if not all(isinstance(a, h5py.Dataset) and a.ndim == 1 for a in arrays):
+        return None
+    n = min(a.shape[0] for a in arrays)
+    euler = np.degrees(np.stack([a[:n] for a in arrays], axis=1).astype(np.float64))
+    phases = _phases(header, path)
+    stored = data.get("Phase")
+    numbers = stored[:n] if isinstance(stored, h5py.Dataset) and stored.ndim == 1 else np.zeros(n)
+    if numbers.shape[0] < n:
+        raise InputError(f"{data.name}/Phase holds {numbers.shape[0]} values for {n} points", path)
+    index = phase_indices(numbers, phases, path, zero_is_single_phase=True)
+    quality = {}
+    for key in data:
+        obj = data[key]
+        name = key.strip().lower()
+        if (name in _NOT_QUALITY or not isinstance(obj, h5py.Dataset) or obj.ndim != 1
+                or obj.shape[0] < n or obj.dtype.kind not in "iuf"):
+            continue
+        quality[_QUALITY_NAMES.get(name, quality_name(key))] = obj[:n]
+    if "ci" in quality:
+        index[np.asarray(quality["ci"]) == -1] = -1
+    meta = {"scan": scan}
+    pcal = header.get("Pattern Center Calibration")
+    star = ([number(pcal, k) for k in ("x-star", "y-star", "z-star")]
+            if isinstance(pcal, h5py.Group) else [None] * 3)
+    if all(v is not None for v in star) and star[2] > 0:
+        meta["pattern_centre"] = star
+        meta["pattern_centre_convention"] = "tsl"
+    records = np.where(records < n, records, -1)
+    return build_map(path, grid, records, euler_deg=euler, phase_index=index, phases=phases,
+                     quality=quality, frame="tsl", metadata=meta)
+
+
+def read_orientation_map(path, *, dataset=None) -> OrientationMap:
+    """The orientation map of one scan of an EDAX/TSL OIM h5 file, with or without patterns.
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+    dataset : str or int, optional
+        The scan group (``"Scan 2"``, ``2``); the first scan holding Euler angles by default.
+
+    Raises
+    ------
+    InputError
+        Not an EDAX h5 file, an OIM version this reader does not know, no scan with Euler
+        angles, a header grid the points do not fit, or an unknown symmetry code or phase.
+    """
+    with open_file(path) as f:
+        if not is_edax(f):
+            raise InputError("not an EDAX OIM h5 file (it needs a root 'Manufacturer' = 'EDAX' "
+                             "and a group /<scan>/EBSD/Header with nColumns)", path)
+        _check_version(f, path)
+        names = top_groups_holding(f, f"{_DATA}/{_EULER[0]}", _HEADER)
+        if not names:
+            raise InputError("holds no scan with orientations (no /<scan>/EBSD/Data/Phi1 with "
+                             "/<scan>/EBSD/Header)", path)
+        scan = choose_group(names, dataset, path, pattern_path=_DATA)
+        header = f[f"/{scan}/{_HEADER}"]
+        n = int(f[f"/{scan}/{_DATA}/{_EULER[0]}"].shape[0])
+        try:
+            kind = grid_kind(text(header, "Grid Type") or "")
+        except ValueError as e:
+            raise InputError(f"header: {e}", path) from None
+        sx, sy = number(header, "Step X"), number(header, "Step Y")
+        step = (sy, sx) if sx is not None and sy is not None else None
+        grid = header_grid(integer(header, "nRows", path), integer(header, "nColumns", path),
+                           None, n, path, step=step, kind=kind)
+        if n > grid.n_points:
+            raise InputError(f"header says {grid.rows} x {grid.cols} scan points ({grid.n_points} on "
+                             f"its grid) but /{scan}/{_DATA}/{_EULER[0]} holds {n}", path)
+        return scan_orientation_map(f, scan, path, grid, grid.slot_to_record())

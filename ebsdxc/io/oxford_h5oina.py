@@ -58,6 +58,14 @@ from .edax_h5 import (
     text,
 )
 from .hdf5 import HDF5Source, dataset_metadata, file_matches, open_file
+from .orientation_map import (
+    OrientationMap,
+    PhaseInfo,
+    build_map,
+    laue_group_name,
+    phase_indices,
+    quality_name,
+)
 from .source import header_grid
 
 NAME = "oxford_h5oina"
@@ -201,6 +209,12 @@ class OxfordSource(HDF5Source):
         euler = np.degrees(obj[()].astype(np.float64))
         return per_slot(euler, self._records).reshape(self.grid.rows, self.grid.cols, 3)
 
+    def orientation_map(self):
+        """The slice's :class:`~ebsdxc.io.orientation_map.OrientationMap` (Euler angles, phases,
+        band contrast, MAD, ...), or ``None`` when it stores no orientations (see
+        :func:`slice_orientation_map`)."""
+        return slice_orientation_map(self.dataset.file[self.slice], self.path, self.grid, self._records)
+
     def static_background(self) -> np.ndarray | None:
         """The static background stored for the patterns read (processed or unprocessed),
         ``(H, W)``, or ``None``."""
@@ -307,3 +321,123 @@ def open(path, *, dataset=None, grid_shape=None) -> OxfordSource:  # noqa: A001 
     except BaseException:
         f.close()
         raise
+
+
+# --------------------------------------------------------------------------- orientation maps
+
+# Per-point datasets that are neither orientations nor quality measures (positions, PCs).
+_NOT_QUALITY = {"Euler", "Phase", "X", "Y", "Beam Position X", "Beam Position Y", *_PC}
+_QUALITY_NAMES = {"Band Contrast": "bc", "Band Slope": "bs", "Mean Angular Deviation": "mad"}
+
+
+def _phases(header, path) -> list[PhaseInfo]:
+    group = header.get("Phases")
+    if not isinstance(group, h5py.Group):
+        return []
+    phases = []
+    for key in group:
+        block = group[key]
+        if not isinstance(block, h5py.Group) or not key.strip().isdigit():
+            continue
+        name = text(block, "Phase Name") or ""
+        where = f"{block.name}: phase {key.strip()}" + (f" ({name})" if name else "")
+        laue_ds, space_group = block.get("Laue Group"), number(block, "Space Group")
+        symbol = laue_ds.attrs.get("Symbol") if isinstance(laue_ds, h5py.Dataset) else None
+        if isinstance(symbol, bytes):
+            symbol = symbol.decode("utf-8", errors="replace")
+        try:
+            # the symbol names the group; the index is in .ctf's numbering (1 -1 .. 11 m-3m)
+            if symbol is not None and str(np.asarray(symbol).reshape(-1)[0]).strip():
+                laue = laue_group_name(point_group=str(np.asarray(symbol).reshape(-1)[0]))
+            elif space_group:
+                laue = laue_group_name(space_group=space_group)
+            elif number(block, "Laue Group") is not None:
+                laue = laue_group_name(ctf_number=number(block, "Laue Group"))
+            else:
+                raise ValueError("it gives no Laue Group")
+        except ValueError as e:
+            raise InputError(f"{where}: {e}", path) from None
+        sides, angles = (entry(block, k) for k in ("Lattice Dimensions", "Lattice Angles"))
+        if sides is None or angles is None or np.size(sides) != 3 or np.size(angles) != 3:
+            raise InputError(f"{where} lacks 3 Lattice Dimensions and 3 Lattice Angles", path)
+        lattice = (*np.asarray(sides, dtype=np.float64).reshape(-1),
+                   *np.degrees(np.asarray(angles, dtype=np.float64).reshape(-1)))
+        phases.append(PhaseInfo(id=int(key.strip()), name=name, laue=laue, lattice=lattice,
+                                space_group=int(space_group or 0)))
+    return sorted(phases, key=lambda p: p.id)
+
+
+def slice_orientation_map(group, path, grid, records) -> OrientationMap | None:
+    """The orientation map of H5OINA slice group ``group`` on ``grid`` (slot -> record map
+    ``records``), or ``None`` when it stores no ``Euler`` angles.
+
+    Bunge angles stored in radians, returned in degrees in Oxford's sample frame
+    (``frame = "oxford"``); phase 0 and NaN angles (outside an irregular map's area) are not
+    indexed; the mean angular deviation ``mad`` is turned into degrees, as ``.ctf`` has it.
+    """
+    data, header = group.get(_DATA), group.get(_HEADER)
+    stored = data.get("Euler") if isinstance(data, h5py.Group) else None
+    if not isinstance(stored, h5py.Dataset) or stored.ndim != 2 or stored.shape[1] != 3:
+        return None
+    n = int(stored.shape[0])
+    euler = np.degrees(stored[()].astype(np.float64))
+    phases = _phases(header, path)
+    numbers = data.get("Phase")
+    if not isinstance(numbers, h5py.Dataset) or numbers.shape[0] < n:
+        raise InputError(f"{data.name}/Phase is missing or shorter than the {n} points", path)
+    values = numbers[:n].astype(np.float64).reshape(-1)
+    index = phase_indices(np.nan_to_num(values, nan=0.0), phases, path)
+    quality = {}
+    for key in data:
+        obj = data[key]
+        if (key in _NOT_QUALITY or key.startswith("LAM ") or not isinstance(obj, h5py.Dataset)
+                or obj.ndim != 1 or obj.shape[0] < n or obj.dtype.kind not in "iuf"):
+            continue
+        values = obj[:n].astype(np.float64)
+        name = _QUALITY_NAMES.get(key, quality_name(key))
+        quality[name] = np.degrees(values) if name == "mad" else values
+    records = np.where(records < n, records, -1)
+    return build_map(path, grid, records, euler_deg=euler, phase_index=index, phases=phases,
+                     quality=quality, frame="oxford", metadata={"slice": group.name.strip("/")})
+
+
+def read_orientation_map(path, *, dataset=None) -> OrientationMap:
+    """The orientation map of one slice of an H5OINA file, with or without patterns.
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+    dataset : str or int, optional
+        The slice (``"1"``, ``1``); the first slice holding Euler angles by default.
+
+    Raises
+    ------
+    InputError
+        Not an H5OINA file, an unknown format version, no slice with Euler angles, a grid the
+        points do not fit, or an unknown Laue group or phase.
+    """
+    with open_file(path) as f:
+        if not is_h5oina(f):
+            raise InputError("not an Oxford Instruments H5OINA file (it needs a root 'Format "
+                             "Version' and a slice group /1/EBSD)", path)
+        _check_version(f, path)
+        slices = [s for s in _slice_candidates(f)
+                  if isinstance(f[s].get(f"{_DATA}/Euler"), h5py.Dataset)
+                  and isinstance(f[s].get(_HEADER), h5py.Group)]
+        if not slices:
+            raise InputError("holds no EBSD orientations (no /<slice>/EBSD/Data/Euler with "
+                             "/<slice>/EBSD/Header)", path)
+        sl = slices[0] if dataset is None else str(dataset).strip().strip("/")
+        if sl not in slices:
+            raise InputError(f"has no slice {str(dataset)!r} with orientations; its slices with "
+                             f"orientations are {', '.join(repr(s) for s in slices)}", path)
+        header = f[f"/{sl}/{_HEADER}"]
+        n = int(f[f"/{sl}/{_DATA}/Euler"].shape[0])
+        sx, sy = number(header, "X Step"), number(header, "Y Step")
+        step = (sy, sx) if sx is not None and sy is not None else None
+        grid = header_grid(integer(header, "Y Cells", path), integer(header, "X Cells", path),
+                           None, n, path, step=step)
+        if n > grid.n_points:
+            raise InputError(f"header says {grid.rows} x {grid.cols} cells but /{sl}/{_DATA}/Euler "
+                             f"holds {n} points", path)
+        return slice_orientation_map(f[sl], path, grid, grid.slot_to_record())

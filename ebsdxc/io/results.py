@@ -27,7 +27,7 @@ SCHEMA = 1
 GROUP = "ebsdxc"
 
 __all__ = ["ResultsHandle", "ResultsWriter", "RunRecord", "require_results", "read_record", "read_results",
-           "is_results_file", "input_record", "SCHEMA"]
+           "is_results_file", "input_record", "write_gnd", "SCHEMA"]
 
 
 def input_record(path) -> dict:
@@ -177,12 +177,17 @@ class ResultsWriter(ResultsHandle):
 
     def mark_missing(self, missing) -> None:
         """Flag (rows, cols) bool ``missing`` points ``MISSING_PATTERN`` and done, without data."""
-        missing = np.asarray(missing, dtype=bool)
+        self.mark_status(missing, st.MISSING_PATTERN)
+
+    def mark_status(self, points, code: int) -> None:
+        """Flag (rows, cols) bool ``points`` with status ``code`` in every ROI, and done, without data
+        (points there is nothing to correlate for: no pattern, no reference)."""
+        missing = np.asarray(points, dtype=bool)
         g = self._g
         for r in np.flatnonzero(missing.any(axis=1)):
             cols = missing[r]
             status = g["status"][r]
-            status[cols] = st.MISSING_PATTERN
+            status[cols] = code
             g["status"][r] = status
             done = g["done"][r]
             done[cols] = True
@@ -197,6 +202,36 @@ class ResultsWriter(ResultsHandle):
                                    chunks=(1, self.cols))
         d.attrs["references"] = json.dumps(list(labels))
         d.attrs["meaning"] = "index of the reference (in the 'references' attribute) each point is correlated with"
+        self._f.flush()
+
+    def write_grains(self, grain_id, reference_point, *, reference_euler=None, phase=None, kam=None,
+                     attrs: dict | None = None) -> None:
+        """Record the grains of a reference-per-grain run.
+
+        ``grain_id`` (rows, cols) int32, ids 0..n_grains-1, -1 = no grain;
+        ``grains/reference_point`` (n_grains, 2) [row, col], (-1, -1) for a grain without a
+        usable reference; optionally ``grains/reference_euler`` (n_grains, 3) Bunge degrees,
+        ``grains/phase`` (n_grains,) and ``grains/kam`` (rows, cols) degrees. ``attrs`` (JSON-able
+        values) describe how the grains were found.
+        """
+        g = self._g
+        gid = np.asarray(grain_id, dtype=np.int32)
+        d = g.create_dataset("grain_id", data=gid, chunks=(1, self.cols))
+        d.attrs["meaning"] = "grain of each point, 0..n_grains-1; -1: no grain (not indexed, too small, no pattern)"
+        grp = g.create_group("grains")
+        d = grp.create_dataset("reference_point", data=np.asarray(reference_point, dtype=np.int64).reshape(-1, 2))
+        d.attrs["components"] = "row, col of each grain's reference point, indexed by grain id; -1, -1: none"
+        if reference_euler is not None:
+            d = grp.create_dataset("reference_euler", data=np.asarray(reference_euler, dtype=np.float64))
+            d.attrs["components"] = "phi1, Phi, phi2 (Bunge, degrees) of each grain's reference point"
+        if phase is not None:
+            grp.create_dataset("phase", data=np.asarray(phase, dtype=np.int16))
+        if kam is not None:
+            d = grp.create_dataset("kam", data=np.asarray(kam, dtype=np.float32), chunks=(1, self.cols))
+            d.attrs["units"] = "degrees"
+            d.attrs["meaning"] = "kernel average misorientation (first neighbours in the same grain)"
+        for k, v in (attrs or {}).items():
+            grp.attrs[k] = json.dumps(v)
         self._f.flush()
 
     def set_attr(self, name, value):
@@ -322,10 +357,11 @@ def read_summary(path) -> dict:
             "grid": [rows, cols],
             "grid_kind": str(a.get("grid_kind", "square")),
             "points_missing": int(counts[st.MISSING_PATTERN]) // max(n, 1),
+            "points_without_reference": int(counts[st.NO_REFERENCE]) // max(n, 1),
             "n_roi": n,
             "roi_size": g["roi/size"][...].tolist(),
-            # Points without a pattern are not measurements: they do not count against it.
-            "ok_fraction": ok / max(done * n - int(counts[st.MISSING_PATTERN]), 1),
+            # Points without a pattern or a reference are not measurements: they do not count against it.
+            "ok_fraction": ok / max(done * n - int(counts[st.MISSING_PATTERN]) - int(counts[st.NO_REFERENCE]), 1),
             "status_counts": {st.DESCRIPTIONS.get(k, str(k)): int(c) for k, c in enumerate(counts) if c},
             "median_peak_height": float(np.nanmedian(heights)) if np.isfinite(heights).any() else float("nan"),
             "created": str(a["created"]),
@@ -411,6 +447,31 @@ class StrainWriter(ResultsHandle):
         self._g.attrs["strain_complete"] = True
         self._f.flush()
 
+
+
+def write_gnd(path, nye, density, *, attrs: dict) -> None:
+    """Write ``nye_tensor`` (rows, cols, 3, 3) 1/m and ``gnd_density`` (rows, cols) 1/m^2 into a
+    results file (replacing earlier ones); ``None`` writes neither and records in ``gnd``'s
+    attributes why (``attrs["skipped"]``). ``gnd_complete`` turns true only after both."""
+    path = require_results(path)
+    with h5py.File(path, "r+") as f:
+        g = f[GROUP]
+        g.attrs["gnd_complete"] = False
+        for k in ("nye_tensor", "gnd_density"):
+            if k in g:
+                del g[k]
+        if nye is not None:
+            rows, cols = np.shape(density)
+            d = g.create_dataset("nye_tensor", data=np.asarray(nye, dtype=np.float64), chunks=(1, cols, 3, 3))
+            d.attrs["units"] = "1/m"
+            d.attrs["frame"] = "sample (kikuchipy / EDAX TSL); map x = column * step, y = row * step"
+            d.attrs["meaning"] = ("alpha = kappa^T - tr(kappa) I, kappa_ij = d theta_i / d x_j; NaN in the "
+                                  "components a 2-D map cannot measure (alpha_11, alpha_22, alpha_31, alpha_32)")
+            d = g.create_dataset("gnd_density", data=np.asarray(density, dtype=np.float64), chunks=(1, cols))
+            d.attrs["units"] = "1/m^2"
+            d.attrs["meaning"] = "total GND density, lower bound (L1 minimisation over the slip systems)"
+        g.attrs["gnd_parameters"] = json.dumps(attrs, sort_keys=True)
+        g.attrs["gnd_complete"] = nye is not None
 
 
 def read_strain(path) -> dict:

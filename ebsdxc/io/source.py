@@ -266,6 +266,18 @@ class PatternSource:
         """Crystal orientation per slot, (rows, cols, 3) Bunge Euler angles in degrees, or ``None``."""
         return None
 
+    def orientation_map(self):
+        """What the file stores of the scan's indexing, or ``None``.
+
+        Returns
+        -------
+        ebsdxc.io.orientation_map.OrientationMap or None
+            Euler angles, phases and quality measures per slot of :attr:`grid`, as the
+            vendor stored them (see :mod:`ebsdxc.io.orientation_map`); ``None`` for files
+            without them. Read on each call.
+        """
+        return None
+
     def static_background(self) -> np.ndarray | None:
         """The static background pattern the vendor stored with the scan, (H, W), or ``None``."""
         return None

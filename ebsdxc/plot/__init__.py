@@ -13,15 +13,23 @@ Maps over the scan (:mod:`.maps`)
 Over the pattern (:mod:`.pattern`)
     :func:`roi_layout`, :func:`displacement_quiver`, :func:`point_detail`,
     :func:`correlation_map` (the numbers behind :func:`point_detail`)
+Polycrystals (:mod:`.polycrystal`)
+    :func:`grain_map`, :func:`gnd_density_map`, :func:`grain_strain_statistics`,
+    :func:`grain_strain_table` (the numbers behind :func:`grain_strain_statistics`)
 All at once (:mod:`.figures`)
-    :func:`write_figures` (``ebsdxc plot RESULTS -o DIR``)
+    :func:`write_figures` (``ebsdxc plot RESULTS -o DIR``), :func:`figure_jobs`
+
+Figures are laid out in inches when they are made (:mod:`.panels`), without a layout
+engine: a figure is drawn once per file written.
 """
 
-from .figures import FORMATS, write_figures
+from .figures import FORMATS, figure_jobs, write_figures
 from .maps import displacement_maps, peak_height_map, rotation_maps, status_map, strain_maps
 from .pattern import correlation_map, displacement_quiver, point_detail, roi_layout
+from .polycrystal import gnd_density_map, grain_map, grain_strain_statistics, grain_strain_table
 from .results_view import ResultsView
 
 __all__ = ["displacement_maps", "peak_height_map", "status_map", "strain_maps", "rotation_maps",
-           "roi_layout", "displacement_quiver", "point_detail", "correlation_map", "write_figures",
+           "roi_layout", "displacement_quiver", "point_detail", "correlation_map", "grain_map",
+           "gnd_density_map", "grain_strain_statistics", "grain_strain_table", "write_figures", "figure_jobs",
            "FORMATS", "ResultsView"]

@@ -7,24 +7,24 @@ with a stride that keeps them under ``max_points`` points (:class:`ResultsView`)
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 from matplotlib import colors
 from matplotlib.figure import Figure
 
 from .. import status as st
+from .panels import SMALL_FONT, figure_title, panel_grid
 from .results_view import ResultsView
+from .scanmap import draw_map, draw_small_multiples, grid_subtitle, map_panel, small_multiples_panel
 
 __all__ = ["displacement_maps", "peak_height_map", "status_map", "strain_maps", "rotation_maps"]
 
 DIVERGING = "RdBu_r"
 STATUS_COLOURS = {st.OK: "#2ca02c", st.PEAK_ON_BORDER: "#ff7f0e", st.CONSTANT_TILE: "#8c564b",
                   st.NOT_FINITE: "#d62728", st.NOT_PROCESSED: "#bbbbbb", st.MISSING_PATTERN: "#ffffff",
-                  st.OUTSIDE_MASK: "#9467bd"}
+                  st.OUTSIDE_MASK: "#9467bd", st.NO_REFERENCE: "#e377c2"}
 STATUS_NAMES = {st.OK: "ok", st.PEAK_ON_BORDER: "peak on border", st.CONSTANT_TILE: "constant",
                 st.NOT_FINITE: "NaN/Inf", st.NOT_PROCESSED: "not processed",
-                st.MISSING_PATTERN: "no pattern", st.OUTSIDE_MASK: "outside mask"}
+                st.MISSING_PATTERN: "no pattern", st.OUTSIDE_MASK: "outside mask", st.NO_REFERENCE: "no reference"}
 
 
 def _symmetric(values, floor=1e-12):
@@ -34,32 +34,17 @@ def _symmetric(values, floor=1e-12):
     return colors.Normalize(-max(lim, floor), max(lim, floor))
 
 
-def _draw_map(fig, ax, view, values, stride, *, cmap, norm, title=None, colorbar=None, fontsize=None):
-    img = view.to_image(values, stride)
-    im = ax.imshow(img, cmap=cmap, norm=norm, extent=view.extent(stride, img.shape), interpolation="nearest")
-    ax.set_xlabel(f"x ({view.units})", fontsize=fontsize)
-    ax.set_ylabel(f"y ({view.units})", fontsize=fontsize)
-    ax.set_aspect("equal")
-    if fontsize:
-        ax.tick_params(labelsize=fontsize)
-    if title:
-        ax.set_title(title, fontsize=fontsize)
-    if colorbar:
-        fig.colorbar(im, ax=ax, label=colorbar)
-    return im
-
-
-def _ordinal(n):
-    return f"{n}{'th' if 10 <= n % 100 <= 20 else {1: 'st', 2: 'nd', 3: 'rd'}.get(n % 10, 'th')}"
-
-
-def _subtitle(view, stride):
-    note = f" (every {_ordinal(stride)} row and column)" if stride > 1 else ""
-    return f"{view.rows} x {view.cols} {view.grid_kind} grid{note}"
+def _small_multiple_box(n):
+    """Inches per map when ``n`` maps share a figure: a few large, many small."""
+    return 2.3 if n <= 4 else 1.7 if n <= 16 else 1.35 if n <= 36 else 1.05
 
 
 def displacement_maps(results, *, component="magnitude", rois=None, max_points=250_000) -> Figure:
     """One map per ROI of its displacement over the scan.
+
+    The maps are small multiples with one colour scale in one axes (``ax.images[k]`` is the
+    k-th ROI's map): the ticks give the coordinates along the first column and row, the other
+    maps show the same scan.
 
     Parameters
     ----------
@@ -96,19 +81,14 @@ def displacement_maps(results, *, component="magnitude", rois=None, max_points=2
         else:
             norm, cmap, label = _symmetric(maps, 1e-6), DIVERGING, f"{component} (px)"
         n = len(rois)
-        ncol = math.ceil(math.sqrt(n))
-        nrow = math.ceil(n / ncol)
-        fig = Figure(figsize=(2.2 * ncol + 1.2, 2.0 * nrow + 0.6), layout="constrained")
-        axes = fig.subplots(nrow, ncol, squeeze=False)
-        small = 6 if n > 4 else None
-        for k, ax in enumerate(axes.flat):
-            if k >= n:
-                ax.set_visible(False)
-                continue
-            im = _draw_map(fig, ax, v, maps[:, :, k], s, cmap=cmap, norm=norm, title=f"ROI {rois[k]}",
-                           fontsize=small)
-        fig.colorbar(im, ax=axes, label=label, shrink=0.8)
-        fig.suptitle(f"Displacement {component} per ROI: {_subtitle(v, s)}")
+        tile, panel, ncol = small_multiples_panel(v, maps.shape, s, n, _small_multiple_box(n))
+        fig, (ax,), (bar,) = panel_grid(1, 1, panel, colorbar="shared", fontsize=SMALL_FONT)
+        im = draw_small_multiples(ax, v, maps, s, tile, ncol, titles=[f"ROI {k}" for k in rois], cmap=cmap,
+                                  norm=norm)
+        cb = fig.colorbar(im, cax=bar)
+        cb.set_label(label, fontsize=9)
+        cb.ax.tick_params(labelsize=SMALL_FONT)
+        figure_title(fig, f"Displacement {component} per ROI", grid_subtitle(v, s))
     return fig
 
 
@@ -127,11 +107,11 @@ def peak_height_map(results, *, roi=None, max_points=1_000_000) -> Figure:
         else:
             m = v.read_map("peak_height", (int(roi),), stride=s)
             what = f"ROI {int(roi)}"
-        fig = Figure(figsize=(6, 5), layout="constrained")
-        ax = fig.subplots()
-        _draw_map(fig, ax, v, m, s, cmap="magma", norm=colors.Normalize(min(0.0, float(np.nanmin(m, initial=0))), 1.0),
-                  colorbar="peak height (normalised cross-correlation)",
-                  title=f"Peak height, {what}: {_subtitle(v, s)}")
+        fig, (ax,), (bar,) = panel_grid(1, 1, map_panel(v, m.shape, s, (4.6, 4.2)), titles=False, colorbar="each",
+                                        bar_labels=1.0)
+        draw_map(ax, v, m, s, cmap="magma", norm=colors.Normalize(min(0.0, float(np.nanmin(m, initial=0))), 1.0),
+                  bar=bar, bar_label="peak height (normalised cross-correlation)")
+        figure_title(fig, f"Peak height, {what}", grid_subtitle(v, s))
     return fig
 
 
@@ -163,20 +143,20 @@ def status_map(results, *, roi=None, max_points=1_000_000) -> Figure:
 
             frac = v.read_map("status", stride=s, reduce=ok_fraction)
             cat = v.read_map("status", stride=s, reduce=worst)
-            fig = Figure(figsize=(11, 4.8), layout="constrained")
-            a0, a1 = fig.subplots(1, 2)
-            _draw_map(fig, a0, v, frac, s, cmap="cividis", norm=colors.Normalize(0, 1),
-                      colorbar="ROIs with status ok (fraction)", title="ROIs ok")
-            im = _draw_map(fig, a1, v, cat, s, cmap=cmap, norm=norm, title="Most frequent failure")
+            fig, (a0, a1), (b0, b1) = panel_grid(2, 2, map_panel(v, frac.shape, s, (4.2, 4.0)), colorbar="each",
+                                                 bar_labels=1.3)
+            draw_map(a0, v, frac, s, cmap="cividis", norm=colors.Normalize(0, 1), bar=b0,
+                      bar_label="ROIs with status ok (fraction)", title="ROIs ok")
+            im = draw_map(a1, v, cat, s, cmap=cmap, norm=norm, title="Most frequent failure")
         else:
             raw = v.read_map("status", (int(roi),), stride=s)
             cat = np.searchsorted(codes, raw).astype(np.float64)
-            fig = Figure(figsize=(6.5, 4.8), layout="constrained")
-            a1 = fig.subplots()
-            im = _draw_map(fig, a1, v, cat, s, cmap=cmap, norm=norm, title=f"Status of ROI {int(roi)}")
-        cb = fig.colorbar(im, ax=a1, ticks=np.arange(len(codes)), label="status")
+            fig, (a1,), (b1,) = panel_grid(1, 1, map_panel(v, cat.shape, s, (4.6, 4.2)), colorbar="each",
+                                           bar_labels=1.3)
+            im = draw_map(a1, v, cat, s, cmap=cmap, norm=norm, title=f"Status of ROI {int(roi)}")
+        cb = fig.colorbar(im, cax=b1, ticks=np.arange(len(codes)), label="status")
         cb.ax.set_yticklabels([f"{c} {STATUS_NAMES[c]}" for c in codes], fontsize=7)
-        fig.suptitle(f"Status: {_subtitle(v, s)}")
+        figure_title(fig, "Status", grid_subtitle(v, s))
     return fig
 
 
@@ -184,7 +164,7 @@ _STRAIN_PARTS = [(0, 0), (0, 1), (0, 2), (1, 1), (1, 2), (2, 2)]
 _AXES = "xyz"
 
 
-def _tensor_maps(results, name, parts, *, frame, max_points, title, figsize, shape):
+def _tensor_maps(results, name, parts, *, frame, max_points, title, ncol):
     """Maps of tensor components ``parts`` [(i, j, label), ...] of ``name`` (x 1e3), diverging
     around zero, each with its colour bar."""
     if frame not in ("sample", "crystal"):
@@ -192,12 +172,12 @@ def _tensor_maps(results, name, parts, *, frame, max_points, title, figsize, sha
     name = name if frame == "sample" else f"{name}_crystal"
     with ResultsView(results) as v:
         s = v.stride(max_points)
-        fig = Figure(figsize=figsize, layout="constrained")
-        axes = fig.subplots(*shape)
-        for ax, (i, j, label) in zip(axes.flat, parts):
-            m = v.read_map(name, (i, j), stride=s) * 1e3
-            _draw_map(fig, ax, v, m, s, cmap=DIVERGING, norm=_symmetric(m), title=label, colorbar=label)
-        fig.suptitle(f"{title}, {frame} frame: {_subtitle(v, s)}")
+        maps = [v.read_map(name, (i, j), stride=s) * 1e3 for i, j, _ in parts]
+        fig, axes, bars = panel_grid(len(parts), ncol, map_panel(v, maps[0].shape, s, (3.0, 2.8)),
+                                     colorbar="each")
+        for ax, bar, m, (_, _, label) in zip(axes, bars, maps, parts):
+            draw_map(ax, v, m, s, cmap=DIVERGING, norm=_symmetric(m), title=label, bar=bar, bar_label=label)
+        figure_title(fig, f"{title}, {frame} frame", grid_subtitle(v, s))
     return fig
 
 
@@ -208,7 +188,7 @@ def strain_maps(results, *, frame="sample", max_points=1_000_000) -> Figure:
     """
     parts = [(i, j, f"ε_{_AXES[i]}{_AXES[j]} (10⁻³)") for i, j in _STRAIN_PARTS]
     return _tensor_maps(results, "strain", parts, frame=frame, max_points=max_points, title="Elastic strain",
-                        figsize=(13, 7.5), shape=(2, 3))
+                        ncol=3)
 
 
 def rotation_maps(results, *, frame="sample", max_points=1_000_000) -> Figure:
@@ -219,4 +199,4 @@ def rotation_maps(results, *, frame="sample", max_points=1_000_000) -> Figure:
     # w is antisymmetric: the rotation about x is w[2, 1], about y w[0, 2], about z w[1, 0].
     parts = [(2, 1, "ω_x (mrad)"), (0, 2, "ω_y (mrad)"), (1, 0, "ω_z (mrad)")]
     return _tensor_maps(results, "rotation", parts, frame=frame, max_points=max_points, title="Lattice rotation",
-                        figsize=(13, 4.2), shape=(1, 3))
+                        ncol=3)

@@ -13,9 +13,11 @@ from matplotlib.figure import Figure
 from matplotlib.patches import Rectangle
 
 from .. import status as st
+from .colouring import PALETTE, distinct_colours
+from .panels import figure_title, fit_panel, panel_grid
 from .results_view import ResultsView
 
-__all__ = ["roi_layout", "displacement_quiver", "point_detail", "correlation_map"]
+__all__ = ["roi_layout", "roi_overlaps", "displacement_quiver", "point_detail", "correlation_map"]
 
 
 def _processed_reference(view: ResultsView, reference):
@@ -40,21 +42,34 @@ def _processed_reference(view: ResultsView, reference):
     return ref
 
 
-def _pattern_axes(ax, view, ref):
-    """Draw the reference (or an empty detector frame) in pixel coordinates."""
+def _pattern_axes(ax, shape, ref, *, bar=None):
+    """Draw the reference (or an empty detector frame of ``shape``) in pixel coordinates; its
+    colour bar in ``bar`` (axes) when given."""
+    h, w = shape
     if ref is not None:
-        ax.imshow(ref, cmap="gray", interpolation="nearest")
+        im = ax.imshow(ref, cmap="gray", interpolation="nearest", aspect="auto")
+        if bar is not None:
+            ax.figure.colorbar(im, cax=bar, label="reference intensity (counts)")
     else:
-        h, w = _shape(view)
-        ax.set_xlim(-0.5, w - 0.5)
-        ax.set_ylim(h - 0.5, -0.5)
         ax.set_facecolor("#dddddd")
+    ax.set_xlim(-0.5, w - 0.5)
+    ax.set_ylim(h - 0.5, -0.5)
     ax.set_xlabel("x (px)")
     ax.set_ylabel("y (px)")
-    ax.set_aspect("equal")
 
 
-def _shape(view):
+def _pattern_figure(shape, *, box=(5.6, 5.4), colorbar=True):
+    """A one-panel figure the shape of the pattern, with room for a colour bar."""
+    h, w = shape
+    panel = fit_panel((-0.5, w - 0.5, h - 0.5, -0.5), box)
+    fig, (ax,), bars = panel_grid(1, 1, panel, titles=False, colorbar="each" if colorbar else None, bar_labels=1.0)
+    return fig, ax, (bars[0] if bars else None)
+
+
+def _shape(view, ref=None):
+    """(H, W) of the pattern the ROIs were placed on."""
+    if ref is not None:
+        return ref.shape
     b = int(view.parameters.get("preprocess", {}).get("binning", 1) or 1)
     if len(view.pattern_shape) == 2:
         return view.pattern_shape[0] // b, view.pattern_shape[1] // b
@@ -62,33 +77,108 @@ def _shape(view):
     return (int(view.centres[:, 1].max() + h), int(view.centres[:, 0].max() + w))
 
 
-def _boxes(ax, view, *, highlight=None, labels=True):
+def _boxes(ax, view, *, highlight=None):
+    """Thin outlines of every ROI (one highlighted): the backdrop of the quiver and detail views."""
     w, h = view.roi_size
     for k, (cx, cy) in enumerate(view.centres):
         hot = k == highlight
-        ax.add_patch(Rectangle((cx - w / 2, cy - h / 2), w, h, fill=False, lw=2.0 if hot else 0.8,
-                               ec="#ffcc00" if hot else "#33aaff"))
-        if labels:
-            ax.text(cx - w / 2 + 1, cy - h / 2 + 1, str(k), color="#ffcc00" if hot else "#33aaff",
-                    fontsize=7, va="top", ha="left")
+        ax.add_patch(Rectangle((cx - w / 2, cy - h / 2), w, h, fill=False, lw=2.0 if hot else 0.6,
+                               ec="#ffcc00" if hot else "#33aaff", alpha=1.0 if hot else 0.7, zorder=3 if hot else 2))
+
+
+def roi_overlaps(centres, size) -> np.ndarray:
+    """Pairs of ROIs that overlap or touch: (P, 2) indices, each pair once."""
+    c = np.asarray(centres, dtype=np.float64)
+    w, h = size
+    i, j = np.triu_indices(len(c), k=1)
+    near = (np.abs(c[i, 0] - c[j, 0]) <= w) & (np.abs(c[i, 1] - c[j, 1]) <= h)
+    return np.stack([i[near], j[near]], axis=1)
+
+
+def _coverage(centres, size, shape) -> np.ndarray:
+    """How many ROIs cover each pattern pixel (summed-area table of the ROI corners)."""
+    w, h = size
+    H, W = shape
+    acc = np.zeros((H + 1, W + 1), dtype=np.int32)
+    x0 = np.clip(np.rint(centres[:, 0] - (w - 1) / 2).astype(np.int64), 0, W)
+    y0 = np.clip(np.rint(centres[:, 1] - (h - 1) / 2).astype(np.int64), 0, H)
+    x1, y1 = np.clip(x0 + w, 0, W), np.clip(y0 + h, 0, H)
+    for a, b, sign in ((y0, x0, 1), (y0, x1, -1), (y1, x0, -1), (y1, x1, 1)):
+        np.add.at(acc, (a, b), sign)
+    return acc.cumsum(axis=0).cumsum(axis=1)[:H, :W]
+
+
+LABEL_PAD = 0.25  # em: the label box's padding around its text
+LABEL_FONT = (4.5, 9.0)  # points: the smallest and largest ROI numbers
+
+
+def _label_size(texts) -> tuple[np.ndarray, float]:
+    """Width of each label box and the boxes' height, in ems (points at a 1 pt font)."""
+    from matplotlib.font_manager import FontProperties
+    from matplotlib.textpath import TextToPath
+
+    prop, t = FontProperties(size=100), TextToPath()
+    widths = np.array([t.get_text_width_height_descent(s, prop, ismath=False)[0] / 100 for s in texts])
+    height = t.get_text_width_height_descent("lp", prop, ismath=False)[1] / 100  # matplotlib's line box
+    return widths + 2 * LABEL_PAD, height + 2 * LABEL_PAD
+
+
+def _label_font(xy, widths, height) -> float:
+    """The largest font (pt) at which boxes ``widths`` x ``height`` (ems) centred on ``xy``
+    (points) do not overlap: two boxes are apart when their centres are far enough apart on x
+    or on y."""
+    if len(xy) < 2:
+        return float("inf")
+    i, j = np.triu_indices(len(xy), k=1)
+    dx, dy = np.abs(xy[i, 0] - xy[j, 0]), np.abs(xy[i, 1] - xy[j, 1])
+    fits = np.maximum(dx / ((widths[i] + widths[j]) / 2), dy / height)
+    return 0.9 * float(fits.min())  # 10% room: hinting and rounding at draw time
 
 
 def roi_layout(results, *, reference=None) -> Figure:
-    """The ROIs (numbered) on the reference pattern.
+    """The ROIs on the reference pattern, readable when they overlap.
+
+    Each ROI's outline and its number, on a box at its centre, share a colour that differs
+    from every ROI it overlaps or touches. The numbers are sized so that no two overlap (ROIs
+    with the same centre share one label); the figure grows for dense layouts rather than
+    the numbers becoming unreadable. The title gives the ROI size and how many ROIs overlap
+    at most.
 
     ``reference``: an (H, W) array or a TIFF path; default the reference the results record
     (if the file is still there), else an empty detector frame.
     """
     with ResultsView(results) as v:
         ref = _processed_reference(v, reference)
-        fig = Figure(figsize=(6.5, 6), layout="constrained")
-        ax = fig.subplots()
-        _pattern_axes(ax, v, ref)
-        if ref is not None:
-            fig.colorbar(ax.images[0], ax=ax, label="reference intensity (counts)", shrink=0.8)
-        _boxes(ax, v)
+        H, W = _shape(v, ref)
         w, h = v.roi_size
-        ax.set_title(f"{v.n_roi} ROIs of {w} x {h} px")
+        centres = np.asarray(v.centres, dtype=np.float64)
+    n = len(centres)
+    # one label per distinct centre: ROIs at one place share it
+    places, where = np.unique(centres, axis=0, return_inverse=True)
+    where = where.ravel()
+    texts = [",".join(str(k) for k in np.flatnonzero(where == p)) for p in range(len(places))]
+    widths, height = _label_size(texts)
+    box = (5.6, 5.4)
+    panel = fit_panel((-0.5, W - 0.5, H - 0.5, -0.5), box)
+    font = _label_font(places * (72 * panel[0] / W), widths, height)
+    if font < LABEL_FONT[0]:  # dense: a larger figure, up to 3 times, keeps the numbers legible
+        grow = min(3.0, LABEL_FONT[0] / font)
+        box, font = (box[0] * grow, box[1] * grow), font * grow
+    font = min(font, LABEL_FONT[1])
+    fig, ax, bar = _pattern_figure((H, W), box=box, colorbar=ref is not None)
+    _pattern_axes(ax, (H, W), ref, bar=bar)
+    colour = np.asarray(PALETTE)[distinct_colours(n, roi_overlaps(centres, (w, h)))]
+    for k, (cx, cy) in enumerate(centres):
+        ax.add_patch(Rectangle((cx - w / 2, cy - h / 2), w, h, fill=False, edgecolor=colour[k], lw=1.2,
+                               label=f"ROI {k}"))
+    for p, (cx, cy) in enumerate(places):
+        first = int(np.flatnonzero(where == p)[0])
+        ax.text(cx, cy, texts[p], ha="center", va="center", fontsize=font, color="white", fontweight="bold",
+                bbox={"boxstyle": f"round,pad={LABEL_PAD}", "fc": colour[first], "ec": "none", "alpha": 0.85},
+                gid=f"roi-label-{p}")
+    most = int(_coverage(centres, (w, h), (H, W)).max())
+    detail = f"up to {most} ROIs overlap at a pixel" if most > 1 else "no two overlap"
+    figure_title(fig, f"{n} ROIs of {w} x {h} px", detail)
     return fig
 
 
@@ -110,10 +200,10 @@ def displacement_quiver(results, point, *, reference=None, scale=None) -> Figure
         d = v.point("displacement", i).astype(np.float64)
         s = v.point("status", i)
         ref = _processed_reference(v, reference)
-        fig = Figure(figsize=(7, 6), layout="constrained")
-        ax = fig.subplots()
-        _pattern_axes(ax, v, ref)
-        _boxes(ax, v, labels=False)
+        shape = _shape(v, ref)
+        fig, ax, bar = _pattern_figure(shape, box=(5.8, 5.4))
+        _pattern_axes(ax, shape, ref)
+        _boxes(ax, v)
         mag = np.hypot(d[:, 0], d[:, 1])
         ok = np.isfinite(mag)
         if scale is None:
@@ -121,15 +211,15 @@ def displacement_quiver(results, point, *, reference=None, scale=None) -> Figure
             scale = 0.5 * min(v.roi_size) / top if top > 0 else 1.0
         c = v.centres
         q = ax.quiver(c[ok, 0], c[ok, 1], d[ok, 0] * scale, d[ok, 1] * scale, mag[ok], angles="xy",
-                      scale_units="xy", scale=1, cmap="plasma", width=0.006)
-        fig.colorbar(q, ax=ax, label="|d| (px)", shrink=0.8)
+                      scale_units="xy", scale=1, cmap="plasma", width=0.006, zorder=4)
+        fig.colorbar(q, cax=bar, label="|d| (px)")
         bad = ~ok
         if bad.any():
             ax.plot(c[bad, 0], c[bad, 1], "x", color="red", ms=8, mew=2, label="no displacement (status)")
             ax.legend(loc="lower right", fontsize=8)
         r, col = divmod(i, v.cols)
         n_ok = int((s == st.OK).sum())
-        ax.set_title(f"Point ({r}, {col}): displacement x {scale:.3g} ({n_ok}/{v.n_roi} ROIs ok)")
+        figure_title(fig, f"Point ({r}, {col}): displacement x {scale:.3g}", f"{n_ok}/{v.n_roi} ROIs ok")
     return fig
 
 
@@ -253,20 +343,20 @@ def point_detail(results, point, *, roi=0, scan=None, reference=None, zoom=None)
     with ResultsView(results) as v:
         i = v.flat_index(point)
         row, col = divmod(i, v.cols)
-        fig = Figure(figsize=(15, 4.4), layout="constrained")
-        a0, a1, a2, a3 = fig.subplots(1, 4)
+        fig, (a0, a1, a2, a3), bars = panel_grid(4, 4, (3.0, 3.0), colorbar="each", bar_labels=0.9)
+        fig.delaxes(bars[0])  # the pattern's grey levels need no scale
         a0.imshow(c["pattern"], cmap="gray", interpolation="nearest")
         a0.set_xlabel("x (px)")
         a0.set_ylabel("y (px)")
-        _boxes(a0, v, highlight=int(roi), labels=False)
-        a0.set_title(f"Point ({row}, {col}), preprocessed")
-    for ax, tile, name in ((a1, c["reference_tile"], "reference"), (a2, c["scan_tile"], "scan")):
+        _boxes(a0, v, highlight=int(roi))
+        a0.set_title("preprocessed pattern", fontsize=9)
+    for ax, bar, tile, name in ((a1, bars[1], c["reference_tile"], "reference"), (a2, bars[2], c["scan_tile"], "scan")):
         lim = float(np.abs(tile).max()) or 1.0
         im = ax.imshow(tile, cmap="gray", vmin=-lim, vmax=lim, interpolation="nearest")
         ax.set_title(f"ROI {int(roi)}, {name}", fontsize=9)
         ax.set_xlabel("x (px)")
         ax.set_ylabel("y (px)")
-        fig.colorbar(im, ax=ax, label="intensity (a.u.)", shrink=0.7)
+        fig.colorbar(im, cax=bar, label="intensity (a.u.)")
     m, (cy, cx) = c["map"], c["centre"]
     dx, dy = c["displacement"]
     peak = np.unravel_index(int(np.nanargmax(m)), m.shape)
@@ -282,7 +372,8 @@ def point_detail(results, point, *, roi=0, scan=None, reference=None, zoom=None)
     a3.set_xlabel("dx (px)")
     a3.set_ylabel("dy (px)")
     a3.legend(loc="lower left", fontsize=7)
-    a3.set_title(f"Correlation: {st.DESCRIPTIONS.get(c['status'], c['status'])}, height {c['peak_height']:.3f}",
-                 fontsize=9)
-    fig.colorbar(im, ax=a3, label="normalised cross-correlation", shrink=0.7)
+    a3.set_title(f"Correlation, peak height {c['peak_height']:.3f}", fontsize=9)
+    fig.colorbar(im, cax=bars[3], label="normalised cross-correlation")
+    figure_title(fig, f"Point ({row}, {col}), ROI {int(roi)}",
+                 f"status: {st.DESCRIPTIONS.get(c['status'], c['status'])}")
     return fig

@@ -80,6 +80,29 @@ class ResultsView(ResultsHandle):
             return (-sx / 2, -sx / 2 + w * sx / 2, (h - 0.5) * sy, -sy / 2)  # bricks: half-step columns
         return (-sx / 2, (w - 0.5) * sx, (h - 0.5) * sy, -sy / 2)
 
+    def image_shape(self, map_shape, stride: int) -> tuple[int, int]:
+        """Shape of :meth:`to_image` of a ``map_shape`` (rows', cols') map."""
+        h, w = (int(v) for v in map_shape[:2])
+        return (h, 2 * w + 1) if self.grid_kind == "hexagonal" and stride == 1 else (h, w)
+
+    def padding(self, map_shape, stride: int) -> np.ndarray:
+        """(rows', cols') bool: slots of a map read with ``stride`` that are no scan point (the
+        last slot of every odd row of a hexagonal grid)."""
+        pad = np.zeros(tuple(int(v) for v in map_shape[:2]), dtype=bool)
+        if self.grid_kind == "hexagonal" and stride == 1:
+            pad[1::2, -1] = True
+        return pad
+
+    def xy(self, rows, cols) -> np.ndarray:
+        """(n, 2) [x, y] map coordinates of scan points (rows, cols): x = column x step (odd
+        rows of a hexagonal grid half a step further), y = row x step, as ``/ebsdxc/positions``."""
+        sy, sx = self.step if self.step is not None else (1.0, 1.0)
+        r = np.asarray(rows, dtype=np.float64).ravel()
+        c = np.asarray(cols, dtype=np.float64).ravel()
+        if self.grid_kind == "hexagonal":
+            c = c + 0.5 * (r % 2)
+        return np.stack([c * sx, r * sy], axis=-1)
+
     def to_image(self, values: np.ndarray, stride: int) -> np.ndarray:
         """A (rows', cols') map as an image: hexagonal grids read whole become 'bricks', two
         image columns per point with odd rows shifted by one (half a step), so every point

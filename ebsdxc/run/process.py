@@ -16,11 +16,13 @@ import numpy as np
 from .. import io as scan_io
 from ..backend import select_backend
 from ..errors import InputError
-from ..hrebsd import binned_geometry, compute_strain, resolve_geometry, scan_metadata
+from ..hrebsd import binned_geometry, compute_strain, grain_geometry, resolve_geometry, scan_metadata
 from ..io.results import ResultsWriter, input_record
 from ..progress import NullProgress, Progress
 from ..rois import layout_for
+from ..status import NO_REFERENCE
 from .executors import Executor, InlineExecutor
+from .grain_references import grain_references
 from .inputs import check_averaging, read_points, reference_set, static_background
 from .output import check_output, default_output, on_disk
 from .pipeline import Pipeline
@@ -32,7 +34,8 @@ __all__ = ["process"]
 
 def process(scan, *, ref=None, ref_index=None, reference_index=None, output=None, config=None, run=None,
             executor: Executor | None = None, dataset=None, format=None, grid_shape=None,  # noqa: A002
-            resume=False, overwrite=False, progress: Progress | None = None, command_line: str = "") -> str:
+            resume=False, overwrite=False, progress: Progress | None = None, command_line: str = "",
+            orientations=None, grain_ids=None, grain_refs=None) -> str:
     """Correlate every pattern of ``scan`` with its reference and write a results file.
 
     Parameters
@@ -63,6 +66,14 @@ def process(scan, *, ref=None, ref_index=None, reference_index=None, output=None
     resume, overwrite : bool
         Continue an interrupted run / replace an existing results file.
     progress : Progress
+    orientations : str, optional
+        With a reference per grain (``config.grains.per_grain``): the orientation map
+        (.ang, .ctf or a vendor h5 file); default: the one the scan file stores, else the
+        grains are found from the patterns themselves.
+    grain_ids : str, optional
+        A file of grain ids (rows, cols) to use instead of a segmentation.
+    grain_refs : str, optional
+        A file of one ``row,col`` reference point per grain instead of ``config.grains.rule``.
 
     Returns
     -------
@@ -82,8 +93,9 @@ def process(scan, *, ref=None, ref_index=None, reference_index=None, output=None
     if own:
         executor = _local_executor(run)
     try:
+        grain_inputs = {"orientations": orientations, "grain_ids": grain_ids, "grain_refs": grain_refs}
         return _process(source, ref, ref_index, reference_index, output, config, run, executor, resume, overwrite,
-                        progress, command_line)
+                        progress, command_line, grain_inputs)
     finally:
         if own:
             executor.close()
@@ -102,8 +114,10 @@ def _local_executor(run) -> Executor:
     raise InputError(f"run.executor {kind!r} needs an executor object (a Dask run: ebsdxc.cluster.DaskExecutor)")
 
 
-def _reference_params(references, ref) -> dict:
+def _reference_params(references, ref, grains=None) -> dict:
     # Parameters are compared across resumes: keep what identifies the references.
+    if grains is not None:
+        return {"reference_per_grain": True, **grains.parameters()}
     if ref is not None:
         return {"reference": os.path.basename(os.fspath(ref))}
     points = [lab["point"] for lab in references.labels]
@@ -113,40 +127,54 @@ def _reference_params(references, ref) -> dict:
     return {"reference_index": points, "reference_map": digest}
 
 
+def _check_grain_inputs(config, ref, ref_index, reference_index, grain_inputs) -> bool:
+    per_grain = config.grains.per_grain
+    given = [k for k, v in grain_inputs.items() if v is not None]
+    if per_grain and (ref is not None or ref_index is not None or reference_index is not None):
+        raise InputError("a reference per grain (grains.per_grain) excludes ref and ref_index: give one or the other")
+    if given and not per_grain:
+        raise InputError(f"{given[0]} is used with a reference per grain: set grains.per_grain")
+    return per_grain
+
+
 def _process(source, ref, ref_index, reference_index, output, config, run, executor, resume, overwrite, progress,
-             command_line):
+             command_line, grain_inputs):
     pre = config.preprocess
     check_averaging(pre, source)
-    references = reference_set(source, pre, ref=ref, ref_index=ref_index, index=reference_index)
-    if references.count > 1 and config.strain.enabled:
-        raise InputError("strain against several references is not available yet: process without a material, "
-                         "or with one reference")
+    per_grain = _check_grain_inputs(config, ref, ref_index, reference_index, grain_inputs)
+    references = None
+    if not per_grain:
+        references = reference_set(source, pre, ref=ref, ref_index=ref_index, index=reference_index)
+        if references.count > 1 and config.strain.enabled:
+            raise InputError("strain against several references needs a reference per grain (grains.per_grain): "
+                             "process without a material, or with one reference")
     shape = processed_shape(pre.binning, source.pattern_shape, source.path)
     layout = layout_for(config.roi, shape, path=source.path)
     static_bg = None
     if pre.static_background != "mean":  # checked before anything is written
         static_bg = static_background(pre.static_background, source)
     out = check_output(output or default_output(source.path), resume=resume, overwrite=overwrite,
-                       inputs=[source.path, ref] + ([pre.static_background]
-                                                    if pre.static_background not in (None, "mean", "file") else []))
-    geom = None
-    if config.strain.enabled:  # before the long correlation pass: bad geometry fails at once
-        scfg, meta = binned_geometry(pre.binning, config.strain, scan_metadata(source))
-        geom = resolve_geometry(scfg, shape=shape, grid=source.grid, scan_meta=meta, scan_path=source.path,
-                                ref_index=ref_index, ref_path=ref,
-                                ref_meta=scan_io.read_reference_metadata(ref) if ref else None)
+                       inputs=[source.path, ref] + [v for v in grain_inputs.values() if v is not None]
+                       + ([pre.static_background] if pre.static_background not in (None, "mean", "file") else []))
     backend = select_backend(run.device, threads=run.threads)
     with backend.use():
         if pre.static_background == "mean":
             static_bg = static_background("mean", source, backend)
+        grains = None
+        if per_grain:
+            grains = grain_references(source, config, backend, static_background=static_bg, **grain_inputs)
+            references = grains.references
+        geom = None
+        if config.strain.enabled:  # before the long correlation pass: bad geometry fails at once
+            geom = _strain_geometry(config, source, shape, ref, ref_index, grains)
         pipeline = Pipeline(backend, config, layout, references, static_background=static_bg, batch=run.batch)
         try:
             job = Job(scan=source.path, dataset=source.metadata.get("dataset"), format=source.format,
                       grid=(source.grid.rows, source.grid.cols), config=config, layout=layout,
                       references=references, static_background=static_bg, device=run.device,
                       threads=run.threads, batch=run.batch, local={"source": source, "pipeline": pipeline})
-            _run(job, executor, source, ref, _reference_params(references, ref), out, config, resume, overwrite,
-                 progress, command_line, pipeline)
+            _run(job, executor, source, ref, _reference_params(references, ref, grains), out, config, resume,
+                 overwrite, progress, command_line, pipeline, grains, grain_inputs)
             if geom is not None:
                 compute_strain(out, config.strain, geom, backend=backend, pipeline=pipeline,
                                read_points=lambda flat: read_points(source, pre, flat),
@@ -154,6 +182,22 @@ def _process(source, ref, ref_index, reference_index, output, config, run, execu
             return out
         finally:
             pipeline.close()
+
+
+def _strain_geometry(config, source, shape, ref, ref_index, grains):
+    pre = config.preprocess
+    scfg, meta = binned_geometry(pre.binning, config.strain, scan_metadata(source))
+    if grains is None:
+        return resolve_geometry(scfg, shape=shape, grid=source.grid, scan_meta=meta, scan_path=source.path,
+                                ref_index=ref_index, ref_path=ref,
+                                ref_meta=scan_io.read_reference_metadata(ref) if ref else None)
+    cols = source.grid.cols
+    flat = grains.reference_flat(cols)
+    first = int(flat[flat >= 0][0])
+    geom = resolve_geometry(scfg, shape=shape, grid=source.grid, scan_meta=meta, scan_path=source.path,
+                            ref_index=first, per_grain=True)
+    return grain_geometry(geom, scfg, reference_flat=flat, orientations=grains.orientations, phase=grains.phase,
+                          phases=grains.phases, path=grains.source if grains.source != "scan file" else source.path)
 
 
 def _as_recorded(out, params, config):
@@ -178,11 +222,13 @@ def _as_recorded(out, params, config):
     return stored if same else params
 
 
-def _run(job, executor, source, ref, ref_param, out, config, resume, overwrite, progress, command_line, pipeline):
+def _run(job, executor, source, ref, ref_param, out, config, resume, overwrite, progress, command_line, pipeline,
+         grains=None, grain_inputs=None):
     scan_on_disk = on_disk(source.path)
     inputs = [input_record(scan_on_disk)] if os.path.exists(scan_on_disk) else []
-    if ref is not None:
-        inputs.append(input_record(ref))
+    for path in [ref, *(grain_inputs or {}).values()]:
+        if path is not None:
+            inputs.append(input_record(path))
     params = {**config.parameters(), "scan": os.path.basename(source.path),
               "dataset": source.metadata.get("dataset"), **ref_param}
     if resume:
@@ -201,6 +247,11 @@ def _run(job, executor, source, ref, ref_param, out, config, resume, overwrite, 
         if not resume:
             if source.present is not None:
                 writer.mark_missing(~source.present)
+            if grains is not None:
+                writer.write_grains(grains.grain_id, grains.reference_point, reference_euler=grains.reference_euler(),
+                                    phase=grains.grain_phase(),
+                                    kam=None if grains.kam is None else np.degrees(grains.kam), attrs=grains.attrs())
+                writer.mark_status(grains.no_reference, NO_REFERENCE)
             if job.references.count > 1:
                 writer.write_references(job.references.index.reshape(source.grid.rows, source.grid.cols),
                                         job.references.labels)
