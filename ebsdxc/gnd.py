@@ -45,7 +45,7 @@ The measured components constrain ``sum_t rho_t (b_t (x) l_t)`` expressed in the
 ``sum_t w_t |rho_t|`` is a lower bound of the GND content (Wilkinson & Randman 2010, Phil. Mag.
 90, 1159; Pantleon 2008). ``w_t = 1`` minimises the total line length (default); ``"energy"``
 weights by the line energy ``|b|^2`` (screw) and ``|b|^2 / (1 - nu)`` (edge). The linear
-programmes (5 equations, 2T bounded variables) are solved all at once by a two-phase simplex
+programmes (5 equations, 2T non-negative variables) are solved all at once by a two-phase simplex
 vectorised over points (NumPy or CuPy), exact like any simplex (the tests compare it with
 scipy's HiGHS).
 """
@@ -234,7 +234,7 @@ def lattice_curvature(rotation, *, step, grid_kind: str = "square", grain_id=Non
         nb_x = xp.asarray(nb)
         use = ok & ok[nb_x] & xp.asarray(inside)
         if gid is not None:
-            pass
+            use &= gid[nb_x] == gid
         dtheta = _rotation_vector(R[nb_x] @ Rt, xp)
         if max_angle is not None:
             use &= xp.sqrt((dtheta * dtheta).sum(-1)) <= max_angle
@@ -767,7 +767,8 @@ def gnd_density(nye, orientation, *, dislocations, weighting: str = "length", po
         Components that constrain the densities: the five a map measures (default); all nine
         for 3-D data.
     chunk : int
-        Points solved per batch (memory: about ``chunk * 50 * T`` bytes).
+        Points solved per batch (working memory about ``chunk * 300 * T`` bytes: 90 MB for
+        hcp's 33 types at the default).
     xp : module, optional
 
     Returns

@@ -247,7 +247,8 @@ def grain_geometry(geom: StrainGeometry, cfg: StrainConfig, *, reference_flat, o
         flat_g = np.asarray(orientations, dtype=np.float64).reshape(-1, 3, 3)
         g = np.full((rows, cols, 3, 3), np.nan)
         g[has] = flat_g[ref[has]]
-        ph = np.where(has, np.asarray(phase).reshape(-1)[np.clip(ref, 0, None)].reshape(rows, cols), -1)
+        phase = np.zeros((rows, cols), np.int64) if phase is None else np.asarray(phase)
+        ph = np.where(has, phase.reshape(-1)[np.clip(ref, 0, None)].reshape(rows, cols), -1)
     specs = _phase_materials(cfg.material, phases, path)
     present = sorted({int(p) for p in np.unique(ph[has]) if p >= 0})
     materials, stiffness = [None] * len(specs), [None] * len(specs)

@@ -225,6 +225,23 @@ def test_dislocation_types(name, n_edge, n_screw, b):
         assert (d.min(axis=1) < 1e-9 * np.abs(K).max()).all()
 
 
+def test_line_energy_weights():
+    ti = materials.material("Ti")
+    t = gnd.dislocation_types(ti)
+    ca = ti.a**2 + ti.c**2  # |b|^2 of <c+a>, the largest
+    nu = 0.32
+    w = t.weights("energy", poisson=nu)
+    blen2 = (t.burgers**2).sum(1)
+    is_a = np.isclose(blen2, ti.a**2, rtol=1e-9, atol=0)
+    np.testing.assert_allclose(w[t.screw & is_a], ti.a**2 / ca)
+    np.testing.assert_allclose(w[t.screw & ~is_a], 1.0)
+    np.testing.assert_allclose(w[~t.screw & is_a], ti.a**2 / ca / (1 - nu))
+    np.testing.assert_allclose(w[~t.screw & ~is_a], 1 / (1 - nu))
+    assert (t.weights() == 1).all()
+    with pytest.raises(ValueError, match="Poisson"):
+        t.weights("energy", poisson=0.5)
+
+
 def test_bcc_with_112_planes():
     t = gnd.bcc_dislocations(2.8664e-10, planes=("110", "112"))
     assert len(t) == 28 and t.screw.sum() == 4

@@ -58,8 +58,8 @@ from .orientation_map import (
     phase_indices,
     quality_name,
     read_table,
-    rows_text,
     tsl_symmetry_code,
+    write_rows,
     writing,
 )
 from .source import ScanGrid, grid_kind
@@ -158,10 +158,13 @@ def _phase_info(block, path) -> PhaseInfo:
     if not sym:
         raise InputError(f"{where} declares no Symmetry", path)
     try:
-        laue = (laue_group_name(tsl_code=int(sym[0])) if sym[0].lstrip("-").isdigit()
-                else laue_group_name(point_group=sym[0]))
+        laue = laue_group_name(tsl_code=sym[0])
     except ValueError as e:
-        raise InputError(f"{where}: {e}", path) from None
+        # orix writes point group names where OIM has no code ("112" for 2/m)
+        try:
+            laue = laue_group_name(point_group=sym[0])
+        except ValueError:
+            raise InputError(f"{where}: {e}", path) from None
     lattice = (1.0, 1.0, 1.0, 90.0, 90.0, 90.0)
     if "latticeconstants" in block:
         try:
@@ -377,7 +380,7 @@ def write_ang(path, omap: OrientationMap, *, overwrite=False) -> str:
     formats = ["%9.5f", "%9.5f", "%9.5f", "%12.5f", "%12.5f", "%.5f", "%.5f", "%d", "%.5f", "%.5f"]
     with writing(path, overwrite) as fh:
         fh.write(_header(omap, sx, sy))
-        fh.write(rows_text(columns, formats))
+        write_rows(fh, columns, formats)
     return path
 
 

@@ -54,7 +54,7 @@ from .orientation_map import (
     phase_indices,
     quality_name,
     read_table,
-    rows_text,
+    write_rows,
     writing,
 )
 from .source import ScanGrid
@@ -296,7 +296,7 @@ def write_ctf(path, omap: OrientationMap, *, overwrite=False) -> str:
     formats = "\t".join(["%d", "%.5f", "%.5f", "%d", "%d", "%.5f", "%.5f", "%.5f", "%.5f", "%d", "%d"])
     with writing(path, overwrite) as fh:
         fh.write(_header(omap, path))
-        fh.write(rows_text(columns, formats))
+        write_rows(fh, columns, formats)
     return path
 
 

@@ -17,17 +17,21 @@ Orientations
 
 Sample frames (``frame``)
     Each vendor refers its Euler angles to its own sample frame, and orix keeps them as they
-    are: ``"tsl"`` for EDAX/TSL (``.ang``, OIM h5; also kikuchipy, EMsoft and orix), whose
-    sample axes kikuchipy uses (x along the map's columns, y along its rows, z into the
-    sample); ``"oxford"`` for Oxford Instruments (``.ctf``, H5OINA) and ``"bruker"`` for
-    Bruker Esprit h5. kikuchipy's reference-frame tutorial brings Oxford and Bruker
-    orientations to its own (TSL) frame with ``G_tsl = G_vendor * Rz(-90 deg)`` (orix
-    notation), that is ``phi1_tsl = phi1_vendor + 90 deg`` with ``Phi, phi2`` unchanged (the
-    same 90 degrees EMsoft adds when converting Oxford angles to TSL ones).
-    :meth:`OrientationMap.in_frame` applies it; the writers put each format's own frame in
-    its files. The crystal frame is the file's too: for hexagonal phases orix, EMsoft and
-    EDAX put ``a1`` along x; Oxford's documentation of its hexagonal setting differs between
-    sources, and nothing here changes it.
+    are (orix 0.15 applies no change of frame to .ang, .ctf or Bruker h5 angles): ``"tsl"``
+    for EDAX/TSL (``.ang``, OIM h5), the frame kikuchipy, EMsoft and orix-written files use;
+    ``"oxford"`` for Oxford Instruments (``.ctf``, H5OINA) and ``"bruker"`` for Bruker
+    Esprit h5. kikuchipy's reference-frame tutorial brings Oxford and Bruker orientations to
+    its own (TSL) frame with ``G_tsl = G_vendor * Rz(-90 deg)`` (orix notation), that is
+    ``phi1_tsl = phi1_vendor + 90 deg`` with ``Phi, phi2`` unchanged (the 90 degrees EMsoft
+    issue 155 adds to phi1 to turn Oxford angles into TSL ones). :meth:`OrientationMap.in_frame`
+    applies it; the writers put each format's own frame in its files.
+
+Crystal frames
+    Also the file's: orix, EMsoft and :mod:`ebsdxc.crystal` put ``a1`` along x for hexagonal
+    and trigonal phases, while the H5OINA specification puts Oxford's x perpendicular to b
+    and c (along ``a*``, 30 degrees about c from ``a1``). Nothing here converts it, as orix
+    does not; misorientation angles of ``6/mmm`` and ``6/m`` phases do not depend on it,
+    those of ``-3m`` phases and crystal-frame tensors do.
 
 Phases
     ``phase`` (rows, cols) int16 indexes ``phases`` (0-based), ``-1`` where a point is not
@@ -487,9 +491,11 @@ def writing(path, overwrite: bool):
         raise
 
 
-def rows_text(columns, formats) -> str:
-    """Data lines from equal-length ``columns`` printed with ``formats`` (one per column), in
-    the order given, each line ending in a newline."""
-    fmt = formats if isinstance(formats, str) else " ".join(formats)
+def write_rows(fh, columns, formats, *, chunk: int = 65536) -> None:
+    """Write data lines of equal-length ``columns`` printed with ``formats`` (one per column,
+    or one format string for the whole line) to text file ``fh``, ``chunk`` lines at a time
+    so that a scan of millions of points never sits in memory as text."""
+    fmt = (formats if isinstance(formats, str) else " ".join(formats)) + "\n"
     table = np.column_stack([np.asarray(c, dtype=np.float64) for c in columns])
-    return "".join(fmt % tuple(row) + "\n" for row in table.tolist())
+    for start in range(0, table.shape[0], chunk):
+        fh.write("".join(fmt % tuple(row) for row in table[start:start + chunk].tolist()))

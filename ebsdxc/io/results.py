@@ -27,7 +27,7 @@ SCHEMA = 1
 GROUP = "ebsdxc"
 
 __all__ = ["ResultsHandle", "ResultsWriter", "RunRecord", "require_results", "read_record", "read_results",
-           "is_results_file", "input_record", "write_gnd", "SCHEMA"]
+           "is_results_file", "input_record", "read_grains", "write_gnd", "SCHEMA"]
 
 
 def input_record(path) -> dict:
@@ -447,6 +447,23 @@ class StrainWriter(ResultsHandle):
         self._g.attrs["strain_complete"] = True
         self._f.flush()
 
+
+
+def read_grains(path) -> dict | None:
+    """The grains a reference-per-grain results file records, or None: ``grain_id``,
+    ``reference_point``, ``reference_euler`` and ``phase`` (None where not recorded) and the
+    ``grains`` group's attributes (JSON-decoded)."""
+    path = require_results(path)
+    with h5py.File(path, "r") as f:
+        g = f[GROUP]
+        if "grain_id" not in g or "grains" not in g:
+            return None
+        grp = g["grains"]
+        out = {"grain_id": g["grain_id"][...], "reference_point": grp["reference_point"][...]}
+        for k in ("reference_euler", "phase"):
+            out[k] = grp[k][...] if k in grp else None
+        out["attrs"] = {k: json.loads(v) for k, v in grp.attrs.items()}
+    return out
 
 
 def write_gnd(path, nye, density, *, attrs: dict) -> None:

@@ -24,7 +24,7 @@ from ..preprocess import PatternPreprocessor
 from ..references import ReferenceSet
 from .inputs import read_points, scan_reference
 
-__all__ = ["GrainReferences", "grain_references", "read_orientations"]
+__all__ = ["GrainReferences", "grain_reference_set", "grain_references", "read_orientations"]
 
 SIMILARITY_BLOCK = 1024  # neighbour pairs whose patterns are correlated together
 
@@ -215,25 +215,35 @@ def grain_references(source, config, backend, *, orientations=None, grain_ids=No
                                                        min_boundary_distance=gc.min_boundary_distance,
                                                        min_grain_size=gc.min_size)
     ref_points = np.asarray(ref_points, dtype=np.int64).reshape(-1, 2)
-    has = ref_points[:, 0] >= 0
-    if not has.any():
-        raise InputError("no grain has a usable reference point (grains too small, or no point of good pattern "
-                         "quality): lower grains.min_size, or give the reference points in a file", source.path)
-    slot = np.full(len(ref_points), -1, dtype=np.int64)
-    slot[has] = np.arange(int(has.sum()))
-    gid_safe = np.clip(grain_id, 0, None)
-    point_slot = np.where(grain_id >= 0, slot[gid_safe] if len(slot) else -1, -1)
-    no_reference = in_grid & (point_slot < 0)
-    patterns = np.stack([scan_reference(source, (int(r), int(c)), config.preprocess) for r, c in ref_points[has]])
-    labels = tuple({"point": [int(r), int(c)], "grain": int(k)} for k, (r, c) in zip(np.flatnonzero(has),
-                                                                                        ref_points[has]))
-    refs = ReferenceSet(patterns, np.where(point_slot >= 0, point_slot, 0).reshape(-1).astype(np.int32), labels)
+    refs, no_reference = grain_reference_set(source, config.preprocess, grain_id, ref_points)
     return GrainReferences(refs, grain_id.astype(np.int32), ref_points, tuple(reasons), no_reference, method,
                            orientations=g, phase=phase,
                            phases=tuple({"name": p.name, "laue": laue} for p, laue in zip(omap.phases, laues))
                            if omap is not None else (),
                            kam=kam if omap is not None else None, source=orientations or (
                                "scan file" if omap is not None else None))
+
+
+def grain_reference_set(source, preprocess, grain_id, reference_point) -> tuple[ReferenceSet, np.ndarray]:
+    """The references of the grains that have one, each point's index into them, and the
+    (rows, cols) points that have none (in no grain, or in a grain without a reference)."""
+    grid = source.grid
+    in_grid = grid.in_grid()
+    if source.present is not None:
+        in_grid = in_grid & source.present.reshape(grid.rows, grid.cols)
+    has = reference_point[:, 0] >= 0
+    if not has.any():
+        raise InputError("no grain has a usable reference point (grains too small, or no point of good pattern "
+                         "quality): lower grains.min_size, or give the reference points in a file", source.path)
+    slot = np.full(len(reference_point), -1, dtype=np.int64)
+    slot[has] = np.arange(int(has.sum()))
+    point_slot = np.where(grain_id >= 0, slot[np.clip(grain_id, 0, None)], -1)
+    no_reference = in_grid & (point_slot < 0)
+    patterns = np.stack([scan_reference(source, (int(r), int(c)), preprocess) for r, c in reference_point[has]])
+    labels = tuple({"point": [int(r), int(c)], "grain": int(k)}
+                   for k, (r, c) in zip(np.flatnonzero(has), reference_point[has]))
+    index = np.where(point_slot >= 0, point_slot, 0).reshape(-1).astype(np.int32)
+    return ReferenceSet(patterns, index, labels), no_reference
 
 
 def neighbour_similarity(source, preprocess, backend, *, static_background=None) -> np.ndarray:

@@ -14,10 +14,11 @@ import numpy as np
 from .. import io as scan_io
 from ..backend import select_backend
 from ..errors import InputError
-from ..hrebsd import StrainConfig, binned_geometry, compute_strain, resolve_geometry, scan_metadata
-from ..io.results import input_record, read_record
+from ..hrebsd import StrainConfig, binned_geometry, compute_strain, grain_geometry, resolve_geometry, scan_metadata
+from ..io.results import input_record, read_grains, read_record
 from ..progress import NullProgress, Progress
 from ..rois import layout_for
+from .grain_references import grain_reference_set
 from .inputs import read_points, scan_reference, static_background
 from .output import on_disk
 from .pipeline import Pipeline
@@ -58,9 +59,10 @@ def strain(results, *, config: StrainConfig | None = None, scan=None, ref=None, 
     if not rec.any_done:
         raise InputError("holds no processed points", results)
     params = rec.parameters
-    if isinstance(params.get("reference_index"), list) and "reference_map" in params:
-        raise InputError("was processed against several references; strain for such runs is not available yet",
-                         results)
+    grains = read_grains(results) if params.get("reference_per_grain") else None
+    if grains is None and isinstance(params.get("reference_index"), list) and "reference_map" in params:
+        raise InputError("was processed against several reference points without grains; strain needs one "
+                         "reference, or a reference per grain", results)
     scan_format = rec.scan_format if rec.scan_format in scan_io.SCAN_FORMATS else None
     remap = cfg.remap_threshold_deg > 0
     scan_path = scan or rec.input_path("scan")
@@ -79,7 +81,10 @@ def strain(results, *, config: StrainConfig | None = None, scan=None, ref=None, 
         ref_index = params.get("reference_index")
         ref_index = tuple(ref_index) if isinstance(ref_index, list) else ref_index
         ref_path = None
-        if ref_index is None:
+        if grains is not None:
+            flat = _reference_flat(grains, rec.cols)
+            ref_index = int(flat[flat >= 0][0])
+        elif ref_index is None:
             ref_path = ref or rec.input_path("reference")
             if ref_path and not os.path.isfile(ref_path):
                 if remap:
@@ -105,7 +110,10 @@ def strain(results, *, config: StrainConfig | None = None, scan=None, ref=None, 
         gcfg, meta = binned_geometry(pre.binning, cfg, meta)
         geom = resolve_geometry(gcfg, shape=binned, grid=grid, scan_meta=meta, scan_path=scan_path or results,
                                 ref_index=ref_index, ref_path=ref_path,
-                                ref_meta=scan_io.read_reference_metadata(ref_path) if ref_path else None)
+                                ref_meta=scan_io.read_reference_metadata(ref_path) if ref_path else None,
+                                per_grain=grains is not None)
+        if grains is not None:
+            geom = _grain_geometry(geom, gcfg, grains, results)
         backend = select_backend(device)
         with backend.use():
             if not remap:
@@ -114,10 +122,13 @@ def strain(results, *, config: StrainConfig | None = None, scan=None, ref=None, 
             if not np.allclose(layout.centres, rec.centres):
                 raise InputError("the recorded ROI layout cannot be rebuilt (ROI file changed?): switch remapping "
                                  "off (strain.remap_threshold_deg = 0)", results)
-            reference = (scan_reference(source, ref_index, pre) if ref_index is not None
-                         else scan_io.read_reference(ref_path))
+            if grains is not None:
+                reference = grain_reference_set(source, pre, grains["grain_id"], grains["reference_point"])[0]
+            else:
+                reference = np.asarray(scan_reference(source, ref_index, pre) if ref_index is not None
+                                       else scan_io.read_reference(ref_path))
             static_bg = static_background(pre.static_background, source, backend)
-            pipeline = Pipeline(backend, pconf, layout, np.asarray(reference), static_background=static_bg)
+            pipeline = Pipeline(backend, pconf, layout, reference, static_background=static_bg)
             try:
                 return compute_strain(results, cfg, geom, backend=backend, pipeline=pipeline,
                                       read_points=lambda flat: read_points(source, pre, flat),
@@ -127,6 +138,32 @@ def strain(results, *, config: StrainConfig | None = None, scan=None, ref=None, 
     finally:
         if source is not None:
             source.close()
+
+
+def _reference_flat(grains, cols) -> np.ndarray:
+    ref = grains["reference_point"]
+    flat = np.where(ref[:, 0] >= 0, ref[:, 0] * cols + ref[:, 1], -1)
+    gid = grains["grain_id"]
+    return np.where(gid >= 0, flat[np.clip(gid, 0, None)], -1)
+
+
+def _grain_geometry(geom, cfg, grains, results):
+    """Per-grain geometry from what the results file records of its grains."""
+    from ..crystal import euler_to_matrix
+
+    rows, cols = grains["grain_id"].shape
+    ref = grains["reference_point"]
+    has = ref[:, 0] >= 0
+    orientations = phase = None
+    if grains["reference_euler"] is not None:
+        orientations = np.full((rows, cols, 3, 3), np.nan)
+        orientations[ref[has, 0], ref[has, 1]] = euler_to_matrix(grains["reference_euler"][has])
+    if grains["phase"] is not None:
+        phase = np.full((rows, cols), -1, dtype=np.int64)
+        phase[ref[has, 0], ref[has, 1]] = grains["phase"][has]
+    phases = tuple(grains["attrs"].get("phases") or ())
+    return grain_geometry(geom, cfg, reference_flat=_reference_flat(grains, cols), orientations=orientations,
+                          phase=phase, phases=phases, path=results)
 
 
 def _check_unchanged(path, record, given, results):

@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import io
 import os
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -146,13 +147,17 @@ def test_orix_ang_through_ebsdxc_back_to_orix(tmp_path, rng):
     assert (~a.rotations[a.is_indexed] * b.rotations[b.is_indexed]).angle.max() < ANG_ATOL
     np.testing.assert_allclose(a.prop["iq"], b.prop["iq"], atol=1e-5)
     np.testing.assert_allclose(a.prop["ci"], b.prop["ci"], atol=1e-5)
-    assert [a.phases[i].point_group.name for i in a.phases.ids] == [b.phases[i].point_group.name for i in b.phases.ids]
+    def groups(xmap):
+        return [xmap.phases[i].point_group.name for i in xmap.phases.ids if i >= 0]
+
+    assert groups(a) == groups(b) == ["432", "622"]
 
 
 def test_ang_marks_points_not_indexed_as_oim_does(tmp_path, rng):
     omap = random_map(rng, 3, 4, phases=(NICKEL,), n_unindexed=2)
     omap = OrientationMap(omap.path, omap.grid, omap.euler_deg, omap.phase, omap.phases)  # no quality
-    path = write_ang(tmp_path / "out.ang", omap)
+    path = tmp_path / "out.ang"
+    write_ang(path, omap)
     table = np.loadtxt(path)
     indexed = omap.indexed.reshape(-1)
     np.testing.assert_allclose(table[~indexed, :3], 4 * np.pi, atol=1e-5)
@@ -210,14 +215,17 @@ def test_ctf_round_trip_through_ebsdxc(tmp_path, rng):
     # and a second round gives the same file
     again = write_ctf(tmp_path / "again.ctf", back)
     assert again != os.fspath(tmp_path / "out.ctf")
-    strip = lambda p: [ln for ln in open(p).read().splitlines() if not ln.startswith("Prj")]  # noqa: E731
+    def strip(p):
+        return [ln for ln in Path(p).read_text().splitlines() if not ln.startswith("Prj")]
+
     assert strip(again) == strip(tmp_path / "out.ctf")
 
 
 def test_ctf_without_quality_marks_unindexed_points(tmp_path, rng):
     full = random_map(rng, 2, 5, phases=(NICKEL,), n_unindexed=3)
     omap = OrientationMap(full.path, full.grid, full.euler_deg, full.phase, full.phases)
-    path = write_ctf(tmp_path / "out.ctf", omap)
+    path = tmp_path / "out.ctf"
+    write_ctf(path, omap)
     lines = path.read_text().splitlines()
     start = lines.index("Phase\tX\tY\tBands\tError\tEuler1\tEuler2\tEuler3\tMAD\tBC\tBS") + 1
     table = np.loadtxt(lines[start:])
@@ -269,10 +277,11 @@ def test_a_failed_write_leaves_the_old_file(tmp_path, rng, monkeypatch, module):
     write(path, omap)
     before = path.read_bytes()
 
-    def broken(*args, **kwargs):
+    def broken(fh, *args, **kwargs):
+        fh.write("half a file")
         raise OSError("disk full")
 
-    monkeypatch.setattr(mod, "rows_text", broken)
+    monkeypatch.setattr(mod, "write_rows", broken)
     with pytest.raises(OSError, match="disk full"):
         write(path, random_map(rng, 2, 3), overwrite=True)
     assert path.read_bytes() == before

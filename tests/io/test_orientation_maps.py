@@ -319,6 +319,23 @@ def test_tsl_symmetry_codes_match_orix(tmp_path, code):
     assert omap.phases[0].laue == xmap.phases[1].point_group.laue.name
 
 
+def test_orix_written_phases_of_every_laue_group(tmp_path, rng2):
+    from orix.quaternion import symmetry
+
+    groups = [symmetry.Ci, symmetry.C2h, symmetry.D2h, symmetry.C4h, symmetry.D4h, symmetry.S6,
+              symmetry.D3d, symmetry.C6h, symmetry.D6h, symmetry.Th, symmetry.Oh]
+    n = len(groups)
+    pl = PhaseList(ids=list(range(n)), names=[f"p{i}" for i in range(n)], point_groups=groups,
+                   structures=[Structure(lattice=Lattice(3, 4, 5, 90, 90, 90)) for _ in range(n)])
+    xmap = CrystalMap(rotations=Rotation.from_euler(random_euler_rad(rng2, 2 * n)), phase_id=np.arange(2 * n) % n,
+                      x=np.arange(2 * n) * 1.0, y=np.zeros(2 * n), phase_list=pl)
+    path = tmp_path / "laue.ang"
+    orix_io.save(os.fspath(path), xmap)
+    omap = read_orientation_map(path)
+    assert [p.laue for p in omap.phases] == [g.laue.name for g in groups] == list(LAUE_GROUPS)
+    assert_same_as_orix(omap, orix_load(path))
+
+
 def test_laue_tables_agree_with_orix_and_crystal():
     from ebsdxc.crystal import LAUE_GROUPS as CRYSTAL_LAUE
     from ebsdxc.crystal import laue_group

@@ -61,14 +61,25 @@ def check_figure(fig, *, colorbar_units=()):
 
 
 def test_displacement_maps(results):
+    with h5py.File(results, "r") as f:
+        d = f["ebsdxc/displacement"][...].astype(np.float64)
     for component, unit in (("magnitude", "|d| (px)"), ("dx", "dx (px)"), ("dy", "dy (px)")):
         plots, bars = check_figure(plot.displacement_maps(results, component=component), colorbar_units=[unit])
-        assert len(plots) == 25  # one map per ROI of the hrebsd layout
+        # small multiples in one axes: one map per ROI of the hrebsd layout, one colour scale
+        assert len(plots) == 1 and len(plots[0].images) == 25 and len(bars) == 1
+        assert [t.get_text() for t in plots[0].texts] == [f"ROI {k}" for k in range(25)]
+        assert len({id(im.norm) for im in plots[0].images}) == 1
+        want = {"magnitude": np.hypot(d[..., 0], d[..., 1]), "dx": d[..., 0], "dy": d[..., 1]}[component]
+        for k in (0, 13, 24):
+            np.testing.assert_allclose(np.asarray(plots[0].images[k].get_array()), want[:, :, k], rtol=1e-6)
         if component != "magnitude":
             norm = plots[0].images[0].norm
             assert norm.vmin == -norm.vmax and plots[0].images[0].get_cmap().name == "RdBu_r"
     plots, _ = check_figure(plot.displacement_maps(results, rois=[0, 7]))
-    assert [ax.get_title() for ax in plots] == ["ROI 0", "ROI 7"]
+    assert [t.get_text() for t in plots[0].texts] == ["ROI 0", "ROI 7"]
+    # the first map sits at the scan's coordinates, the next one a whole map plus a gap to the right
+    (l0, r0, b0, t0), (l1, r1, b1, t1) = (im.get_extent() for im in plots[0].images)
+    assert (l0, t0) == (-12.5, -12.5) and (b1, t1) == (b0, t0) and l1 > r0 and r1 - l1 == r0 - l0
     with pytest.raises(ValueError, match="ROIs must be in 0..24"):
         plot.displacement_maps(results, rois=[25])
     with pytest.raises(ValueError, match="component"):

@@ -105,6 +105,42 @@ def test_nye_tensor_and_gnd_density(poly, result):
     assert np.median(rho) >= 0.5 * np.median(got[ok]) / 2.49e-10
 
 
+def test_unindexed_scan_is_segmented_from_its_patterns(poly, tmp_path):
+    sim, folder = poly
+    out = tmp_path / "sim.h5"
+    process(os.path.join(folder, "scan.h5"), output=str(out), config=ProcessConfig(grains=GrainsConfig(per_grain=True)),
+            run=RunConfig(device="cpu"))
+    with h5py.File(out, "r") as f:
+        g = f["ebsdxc"]
+        gid, ref = g["grain_id"][...], g["grains/reference_point"][...]
+        assert json.loads(g["grains"].attrs["method"]) == "similarity"
+        assert "reference_euler" not in g["grains"]
+    assert _agreement(gid, sim.grain_id) >= 0.98
+    assert all(gid[r, c] == k for k, (r, c) in enumerate(ref) if r >= 0)
+    # strain needs each grain's orientation, which patterns alone do not give
+    with pytest.raises(InputError, match="needs each grain's orientation"):
+        process(os.path.join(folder, "scan.h5"), output=str(tmp_path / "s.h5"),
+                config=_config(), run=RunConfig(device="cpu"))
+    assert not (tmp_path / "s.h5").exists()
+
+
+def test_strain_pass_again_on_the_results_file_gives_the_same(result, tmp_path):
+    import shutil
+
+    from ebsdxc.run import strain
+
+    out, d = result
+    copy = tmp_path / "again.h5"
+    shutil.copy(out, copy)
+    counts = strain(str(copy), config=StrainConfig(material="Ni", remap_threshold_deg=1.0), device="cpu",
+                    overwrite=True)
+    assert counts["fitted"] == int((d["fit_status"] == 0).sum())
+    with h5py.File(copy, "r") as f:
+        g = f["ebsdxc"]
+        np.testing.assert_allclose(g["strain"][...], d["strain"], atol=1e-12, equal_nan=True)
+        np.testing.assert_allclose(g["nye_tensor"][...], d["nye_tensor"], atol=1e-6, equal_nan=True)
+
+
 def test_export_is_read_back_with_the_orientations_we_wrote(poly, result, tmp_path):
     from ebsdxc.crystal import euler_to_matrix, misorientation_angle
     from ebsdxc.io import read_orientation_map
@@ -211,3 +247,40 @@ def test_a_reference_per_grain_excludes_a_reference(poly, tmp_path):
     with pytest.raises(InputError, match="orientations is used with a reference per grain"):
         process(os.path.join(folder, "scan.h5"), ref_index=0, orientations=os.path.join(folder, "scan.ang"),
                 output=str(tmp_path / "o.h5"), run=RunConfig(device="cpu"))
+
+
+# --------------------------------------------------------------------------- real patterns
+
+
+def _kikuchipy_file(*parts):
+    import importlib.util
+
+    spec = importlib.util.find_spec("kikuchipy")
+    if spec is None:
+        pytest.skip("kikuchipy (its shipped Ni patterns) is not installed")
+    path = os.path.join(os.path.dirname(spec.origin), "data", *parts)
+    if not os.path.exists(path):
+        pytest.skip(f"kikuchipy does not ship {path}")
+    return path
+
+
+@pytest.mark.parametrize("parts, how", [(("edax_h5ebsd", "patterns.h5"), "misorientation"),
+                                        (("kikuchipy_h5ebsd", "patterns.h5"), "similarity")])
+def test_real_nickel_scan_is_one_grain_and_equals_the_one_reference_run(tmp_path, parts, how):
+    """kikuchipy's 3x3 Ni patterns (EDAX h5 with its indexing; kikuchipy h5 without any): one
+    grain either way, and correlating against the grain's reference is exactly the run against
+    that point as the one reference."""
+    scan = _kikuchipy_file(*parts)
+    grains_out, one_out = tmp_path / "grains.h5", tmp_path / "one.h5"
+    cfg = ProcessConfig(grains=GrainsConfig(per_grain=True, min_size=2))
+    process(scan, output=str(grains_out), config=cfg, run=RunConfig(device="cpu"))
+    with h5py.File(grains_out, "r") as f:
+        g = f["ebsdxc"]
+        gid, ref = g["grain_id"][...], g["grains/reference_point"][...]
+        method = json.loads(g["grains"].attrs["method"])
+        disp = g["displacement"][...]
+    assert method == how
+    assert (gid == 0).all() and ref.shape == (1, 2)
+    process(scan, ref_index=tuple(int(v) for v in ref[0]), output=str(one_out), run=RunConfig(device="cpu"))
+    with h5py.File(one_out, "r") as f:
+        np.testing.assert_array_equal(f["ebsdxc/displacement"][...], disp)
