@@ -508,12 +508,12 @@ def compute_strain(results_path, cfg: StrainConfig, geom: StrainGeometry, *, bac
                     pc_ref, orient = geom.pc_ref[r0:r1].reshape(m, 3), grains.orientation[r0:r1].reshape(m, 3, 3)
                     ph = grains.phase[r0:r1].reshape(m)
                     groups = [(np.flatnonzero(ph == p), int(p)) for p in np.unique(ph) if p >= 0]
-                    groups.append((np.flatnonzero(ph < 0), -1))  # no reference: fitted as not processed
+                    # points without a reference keep the empty fit: not processed
                 out = _empty_fit(m, n)
                 for sel, phase in groups:
                     if sel.size == 0:
                         continue
-                    C = stiffness[max(phase, 0)] if phase >= 0 or grains is None else _first(stiffness)
+                    C = stiffness[phase]
                     pr = pc_ref if np.ndim(pc_ref) == 1 else pc_ref[sel]
                     go = orient if np.ndim(orient) == 2 else np.nan_to_num(orient[sel])
                     common = dict(centres=centres, shape=geom.shape, pc_ref=xp.asarray(pr), stiffness=C,
@@ -570,10 +570,6 @@ def _empty_fit(m, n) -> dict:
     out["used"] = np.zeros((m, n), bool)
     out["remapped"] = np.zeros(m, bool)
     return out
-
-
-def _first(items):
-    return next(c for c in items if c is not None)
 
 
 def _remap_pass(pipeline, read_points, flat, F1, pc, ref_flat, pc_ref, orientation, geom, xp, common, tilts):

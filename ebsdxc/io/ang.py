@@ -241,7 +241,7 @@ def _grid(info, n, x, y, path, first_line) -> ScanGrid:
         raise InputError(f"holds {n} points but its header's grid ({said}) has "
                          f"{grid.n_points} ({hint})", path)
     check_positions(x, y, grid, path, first_line=first_line,
-                    header=f"{said}, XSTEP {sx:g}, YSTEP {sy:g}" if sx is not None else said)
+                    header=f"{said}, XSTEP {sx:g}, YSTEP {sy or 0:g}" if sx is not None else said)
     return grid
 
 

@@ -356,7 +356,8 @@ class HDF5Source(PatternSource):
             if tuple(ds.shape[:2]) != (grid.rows, grid.cols):
                 raise ValueError(f"grid {grid.rows} x {grid.cols} does not match {ds.shape}")
             if grid.kind != "square":
-                raise ValueError("a 4-D pattern dataset holds a square grid")
+                # slots as they lie on the grid: a hexagonal grid's padding slots are not points
+                self.set_present(grid.in_grid().reshape(-1))
         else:
             stored = int(ds.shape[0]) if n_stored is None else min(int(n_stored), int(ds.shape[0]))
             self.use_records(stored)
@@ -482,8 +483,14 @@ def open(path, *, dataset=None, grid_shape=None) -> HDF5Source:  # noqa: A001 - 
         check_filters(ds, path)
         step = _step(ds)
         if ds.ndim == 4:
-            grid = choose_grid(ScanGrid(int(ds.shape[0]), int(ds.shape[1]), step=step), grid_shape,
-                               0, path)
+            # (rows, cols) slots as they lie on the grid; a hexagonal grid's padding slots hold zeros
+            kind = _find_attr(ds, "grid_kind")
+            kind = kind.decode() if isinstance(kind, bytes) else str(kind or "square")
+            try:
+                said = ScanGrid(int(ds.shape[0]), int(ds.shape[1]), step=step, kind=kind)
+            except ValueError as e:
+                raise InputError(f"grid_kind attribute: {e}", path) from None
+            grid = choose_grid(said, grid_shape, 0, path)
         else:
             n = int(ds.shape[0])
             rows, cols = _grid_3d(ds, n, path)

@@ -119,7 +119,10 @@ def write_figures(results, out_dir, *, formats=("png",), point=None, dpi=150, ov
     # the largest figures first, so that no process is left drawing a long one at the end
     order = sorted(range(len(jobs)), key=lambda i: not jobs[i][0].startswith("displacement"))
     # a process that dies (killed for memory) fails its figure with BrokenProcessPool, never hangs
-    with ProcessPoolExecutor(n, mp_context=multiprocessing.get_context("fork")) as pool:
+    pool = ProcessPoolExecutor(n, mp_context=multiprocessing.get_context("fork"))
+    try:
         pending = {i: pool.submit(_draw_and_save, jobs[i], out_dir, formats, dpi) for i in order}
         done = {i: f.result() for i, f in pending.items()}
+    finally:  # a figure failed: the ones not started yet are not drawn
+        pool.shutdown(wait=True, cancel_futures=True)
     return [p for i in range(len(jobs)) for p in done[i]]

@@ -11,11 +11,9 @@ from __future__ import annotations
 
 import math
 
-import numpy as np
 from matplotlib.figure import Figure
 
-__all__ = ["panel_grid", "fit_panel", "figure_title", "hide_ticks", "equal_extent", "grid_columns", "FONT",
-           "SMALL_FONT"]
+__all__ = ["panel_grid", "fit_panel", "figure_title", "hide_ticks", "FONT", "SMALL_FONT"]
 
 FONT = 10  # points: labels of a figure of a few panels
 SMALL_FONT = 7  # small multiples (a map per ROI)
@@ -133,18 +131,3 @@ def hide_ticks(ax) -> None:
     """No ticks or tick labels (a small multiple whose coordinates the labelled corner panel gives)."""
     ax.set_xticks([])
     ax.set_yticks([])
-
-
-def equal_extent(ax, extent) -> None:
-    """Limits of ``ax`` exactly ``extent`` (left, right, bottom, top); the panel's shape
-    already has the data's aspect (:func:`fit_panel`), so scales are equal without letting
-    matplotlib shrink the box."""
-    left, right, bottom, top = extent
-    ax.set_xlim(left, right)
-    ax.set_ylim(bottom, top)
-    ax.set_aspect("auto")
-
-
-def grid_columns(n: int, *, aspect: float = 1.0) -> int:
-    """Columns of a near-square grid of ``n`` panels each ``aspect`` = height / width."""
-    return max(1, min(n, int(np.ceil(np.sqrt(n * max(aspect, 1e-3))))))

@@ -154,8 +154,9 @@ def roi_layout(results, *, reference=None) -> Figure:
         centres = np.asarray(v.centres, dtype=np.float64)
     n = len(centres)
     # one label per distinct centre: ROIs at one place share it
-    places, where = np.unique(centres, axis=0, return_inverse=True)
-    where = where.ravel()
+    _, first, where = np.unique(centres, axis=0, return_index=True, return_inverse=True)
+    rank = np.argsort(np.argsort(first))  # places in the order of their first ROI
+    places, where = centres[np.sort(first)], rank[where.ravel()]
     texts = [",".join(str(k) for k in np.flatnonzero(where == p)) for p in range(len(places))]
     widths, height = _label_size(texts)
     box = (5.6, 5.4)

@@ -78,8 +78,7 @@ def grain_map(results, *, max_points=1_000_000, labels=None) -> Figure:
         refs = v.g["grains/reference_point"][...] if v.has("grains/reference_point") else np.full((n, 2), -1)
         kind = v.grid_kind if s == 1 else "square"  # every other row of a hexagonal grid is a square grid
         palette = grain_colours(gid, n, kind=kind)
-        cmap = colors.ListedColormap([NO_GRAIN, *palette])
-        cmap.set_bad((0, 0, 0, 0))
+        cmap = colors.ListedColormap([NO_GRAIN, *palette]).with_extremes(bad=(0, 0, 0, 0))
         norm = colors.BoundaryNorm(np.arange(-1.5, n), cmap.N)
         fig, (ax,), (room,) = panel_grid(1, 1, map_panel(v, gid.shape, s, (5.2, 4.8)), titles=False,
                                          colorbar="each", bar_labels=1.6)
@@ -216,7 +215,7 @@ def grain_strain_statistics(results, *, frame="sample", max_points=1_000_000) ->
     a0.set_ylabel("points")
     for q, ax in enumerate(axes[1:]):
         ax.axhline(0, color="#999999", lw=0.6, zorder=0)
-        ax.vlines(ids, t["p5"][:, q], t["p95"][:, q], color="#888888", lw=0.8, label="5th–95th percentile")
+        ax.vlines(ids, t["p5"][:, q], t["p95"][:, q], color="#b9cbe6", lw=5, label="5th–95th percentile")
         ax.errorbar(ids, t["mean"][:, q], yerr=t["std"][:, q], fmt="o", ms=3, capsize=2, lw=1.0, color="#1f4e99",
                     label="mean ± std")
         ax.set_ylabel(t["quantities"][q])

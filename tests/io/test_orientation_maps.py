@@ -269,6 +269,17 @@ def test_emsoft_ang_columns(tmp_path, rng2):
     assert_same_as_orix(omap, orix_load(path))
 
 
+def test_ang_without_grid_header_takes_the_grid_from_positions(tmp_path, rng2):
+    euler, phase, iq, ci, _ = scan_data(rng2, 3, 5)
+    path = tsl_ang(tmp_path / "nogrid.ang", euler, phase, iq, ci, rows=3, cols=5, phases=[NICKEL, TITANIUM],
+                   step=(2.0, 0.5))
+    path.write_text("\n".join(ln for ln in path.read_text().splitlines()
+                              if not ln.startswith(("# NROWS", "# NCOLS"))) + "\n")
+    omap = read_orientation_map(path)
+    assert omap.grid == ScanGrid(3, 5, step=(2.0, 0.5))
+    assert_same_as_orix(omap, orix_load(path))
+
+
 # ----------------------------------------------------------------------------- .ctf vs orix
 
 

@@ -124,6 +124,24 @@ def test_unindexed_scan_is_segmented_from_its_patterns(poly, tmp_path):
     assert not (tmp_path / "s.h5").exists()
 
 
+def test_hexagonal_grid(tmp_path):
+    sim = simulate.simulate_polycrystal(14, 14, n_grains=3, shape=(128, 128), grid_kind="hexagonal", seed=2)
+    scan, ang, _ = sim.save(tmp_path)
+    out = process(scan, orientations=ang, output=str(tmp_path / "o.h5"), config=_config(), run=RunConfig(device="cpu"))
+    with h5py.File(out, "r") as f:
+        g = f["ebsdxc"]
+        gid, nye, st = g["grain_id"][...], g["nye_tensor"][...], g["status"][...]
+        assert g.attrs["complete"] and g.attrs["gnd_complete"]
+    pad = ~sim.grid.in_grid()
+    assert (gid[pad] == -1).all() and (st[pad] == 5).all()  # padding slots: no grain, no pattern
+    assert _agreement(gid, sim.grain_id) >= 0.98
+    measured = [(0, 1), (0, 2), (1, 0), (1, 2), (2, 2)]
+    got = np.sqrt(sum(nye[..., i, j] ** 2 for i, j in measured))
+    want = np.sqrt(sum(sim.nye[..., i, j] ** 2 for i, j in measured))
+    ok = np.isfinite(got) & (want > 0)
+    assert abs(np.median(got[ok]) / np.median(want[ok]) - 1) <= 0.25
+
+
 def test_strain_pass_again_on_the_results_file_gives_the_same(result, tmp_path):
     import shutil
 
