@@ -12,9 +12,9 @@ from matplotlib import colors
 from matplotlib.figure import Figure
 
 from .. import status as st
-from .panels import SMALL_FONT, figure_title, panel_grid
+from .panels import SMALL_FONT, figure_title, outer_labels, panel_grid
 from .results_view import ResultsView
-from .scanmap import draw_map, draw_small_multiples, grid_subtitle, map_panel, small_multiples_panel
+from .scanmap import colour_bar, draw_map, draw_small_multiples, grid_subtitle, map_panel, small_multiples_panel
 
 __all__ = ["displacement_maps", "peak_height_map", "status_map", "strain_maps", "rotation_maps"]
 
@@ -85,9 +85,7 @@ def displacement_maps(results, *, component="magnitude", rois=None, max_points=2
         fig, (ax,), (bar,) = panel_grid(1, 1, panel, colorbar="shared", fontsize=SMALL_FONT)
         im = draw_small_multiples(ax, v, maps, s, tile, ncol, titles=[f"ROI {k}" for k in rois], cmap=cmap,
                                   norm=norm)
-        cb = fig.colorbar(im, cax=bar)
-        cb.set_label(label, fontsize=9)
-        cb.ax.tick_params(labelsize=SMALL_FONT)
+        colour_bar(im, bar, label, fontsize=SMALL_FONT)
         figure_title(fig, f"Displacement {component} per ROI", grid_subtitle(v, s))
     return fig
 
@@ -173,10 +171,11 @@ def _tensor_maps(results, name, parts, *, frame, max_points, title, ncol):
     with ResultsView(results) as v:
         s = v.stride(max_points)
         maps = [v.read_map(name, (i, j), stride=s) * 1e3 for i, j, _ in parts]
-        fig, axes, bars = panel_grid(len(parts), ncol, map_panel(v, maps[0].shape, s, (3.0, 2.8)),
+        fig, axes, bars = panel_grid(len(parts), ncol, map_panel(v, maps[0].shape, s, (3.0, 2.8)), labels="outer",
                                      colorbar="each")
-        for ax, bar, m, (_, _, label) in zip(axes, bars, maps, parts):
-            draw_map(ax, v, m, s, cmap=DIVERGING, norm=_symmetric(m), title=label, bar=bar, bar_label=label)
+        for ax, bar, m, (_, _, label), shown in zip(axes, bars, maps, parts, outer_labels(len(parts), ncol)):
+            draw_map(ax, v, m, s, cmap=DIVERGING, norm=_symmetric(m), title=label, bar=bar, bar_label=label,
+                     labels=shown)
         figure_title(fig, f"{title}, {frame} frame", grid_subtitle(v, s))
     return fig
 

@@ -12,8 +12,9 @@ from __future__ import annotations
 import math
 
 from matplotlib.figure import Figure
+from matplotlib.ticker import MaxNLocator
 
-__all__ = ["panel_grid", "fit_panel", "figure_title", "hide_ticks", "FONT", "SMALL_FONT"]
+__all__ = ["panel_grid", "fit_panel", "figure_title", "few_ticks", "hide_ticks", "outer_labels", "FONT", "SMALL_FONT"]
 
 FONT = 10  # points: labels of a figure of a few panels
 SMALL_FONT = 7  # small multiples (a map per ROI)
@@ -56,9 +57,10 @@ def panel_grid(n: int, ncol: int, panel, *, labels: str = "each", titles: bool =
         Panels, and panels per row.
     panel : (float, float)
         Size of each panel's plotting area, inches.
-    labels : {"each", "corner"}
-        Room for tick labels and axis labels beside every panel, or only beside the
-        bottom-left one (small multiples that share their coordinates).
+    labels : {"each", "outer"}
+        Room for tick labels and axis labels beside every panel, or only left of the first
+        column and below the lowest panel of each column (panels that share their
+        coordinates: :func:`outer_labels` says which axes of which panel to label).
     titles : bool
         Room for a one-line title above every panel.
     colorbar : {None, "each", "shared"}
@@ -83,8 +85,8 @@ def panel_grid(n: int, ncol: int, panel, *, labels: str = "each", titles: bool =
     n, ncol = int(n), int(ncol)
     if n < 1 or ncol < 1:
         raise ValueError(f"a panel grid needs n >= 1 and ncol >= 1, got n={n}, ncol={ncol}")
-    if labels not in ("each", "corner"):
-        raise ValueError(f"labels must be 'each' or 'corner', got {labels!r}")
+    if labels not in ("each", "outer"):
+        raise ValueError(f"labels must be 'each' or 'outer', got {labels!r}")
     if colorbar not in (None, "each", "shared"):
         raise ValueError(f"colorbar must be None, 'each' or 'shared', got {colorbar!r}")
     ncol = min(ncol, n)
@@ -127,7 +129,19 @@ def figure_title(fig: Figure, what: str, detail: str | None = None):
     return fig.suptitle(text, y=1 - EDGE / h, va="top", fontsize=11, linespacing=1.3)
 
 
+def outer_labels(n: int, ncol: int) -> list[tuple[bool, bool]]:
+    """For ``n`` panels in rows of ``ncol`` laid out with ``labels="outer"``: whether each
+    panel labels its x axis (no panel below it) and its y axis (first column)."""
+    return [(i + ncol >= n, i % ncol == 0) for i in range(n)]
+
+
+def few_ticks(axis, n: int = 4) -> None:
+    """At most about ``n`` + 1 round ticks on ``axis`` (an x or y axis): each tick is several
+    artists to make and draw, and a map needs few."""
+    axis.set_major_locator(MaxNLocator(nbins=n, steps=[1, 2, 2.5, 5, 10]))
+
+
 def hide_ticks(ax) -> None:
-    """No ticks or tick labels (a small multiple whose coordinates the labelled corner panel gives)."""
+    """No ticks or tick labels (a panel whose coordinates another one gives)."""
     ax.set_xticks([])
     ax.set_yticks([])

@@ -14,8 +14,9 @@ from matplotlib.patches import Rectangle
 
 from .. import status as st
 from .colouring import PALETTE, distinct_colours
-from .panels import figure_title, fit_panel, panel_grid
+from .panels import few_ticks, figure_title, fit_panel, panel_grid
 from .results_view import ResultsView
+from .scanmap import colour_bar
 
 __all__ = ["roi_layout", "roi_overlaps", "displacement_quiver", "point_detail", "correlation_map"]
 
@@ -49,13 +50,15 @@ def _pattern_axes(ax, shape, ref, *, bar=None):
     if ref is not None:
         im = ax.imshow(ref, cmap="gray", interpolation="nearest", aspect="auto")
         if bar is not None:
-            ax.figure.colorbar(im, cax=bar, label="reference intensity (counts)")
+            colour_bar(im, bar, "reference intensity (counts)")
     else:
         ax.set_facecolor("#dddddd")
     ax.set_xlim(-0.5, w - 0.5)
     ax.set_ylim(h - 0.5, -0.5)
     ax.set_xlabel("x (px)")
     ax.set_ylabel("y (px)")
+    few_ticks(ax.xaxis)
+    few_ticks(ax.yaxis)
 
 
 def _pattern_figure(shape, *, box=(5.6, 5.4), colorbar=True):
@@ -213,7 +216,7 @@ def displacement_quiver(results, point, *, reference=None, scale=None) -> Figure
         c = v.centres
         q = ax.quiver(c[ok, 0], c[ok, 1], d[ok, 0] * scale, d[ok, 1] * scale, mag[ok], angles="xy",
                       scale_units="xy", scale=1, cmap="plasma", width=0.006, zorder=4)
-        fig.colorbar(q, cax=bar, label="|d| (px)")
+        colour_bar(q, bar, "|d| (px)")
         bad = ~ok
         if bad.any():
             ax.plot(c[bad, 0], c[bad, 1], "x", color="red", ms=8, mew=2, label="no displacement (status)")

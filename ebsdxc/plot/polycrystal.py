@@ -9,14 +9,14 @@ grain), ``grains/reference_point`` (n_grains, 2) [row, col] (-1, -1: none), ``gn
 from __future__ import annotations
 
 import numpy as np
-from matplotlib import colormaps, colors
+from matplotlib import colormaps, colors, ticker
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 
 from ..grains import neighbour_pairs
 from .colouring import PALETTE, distinct_colours, label_pairs
-from .panels import figure_title, panel_grid
+from .panels import few_ticks, figure_title, panel_grid
 from .results_view import ResultsView
 from .scanmap import draw_map, grid_subtitle, map_panel
 
@@ -138,11 +138,36 @@ def gnd_density_map(results, *, max_points=1_000_000) -> Figure:
         cmap = colormaps["viridis"].with_extremes(bad=(0, 0, 0, 0))
         fig, (ax,), (bar,) = panel_grid(1, 1, map_panel(v, rho.shape, s, (5.2, 4.8)), titles=False, colorbar="each")
         draw_map(ax, v, rho, s, cmap=cmap, norm=colors.LogNorm(lo, hi), bar=bar, bar_label="GND density (1/m²)")
+        _log_ticks(bar.yaxis, lo, hi)
         bad = int((~np.isfinite(rho) & ~v.padding(rho.shape, s)).sum())
         zero = int((np.isfinite(rho) & (rho <= 0)).sum())
         notes = [f"{bad} points without a value"] * bool(bad) + [f"{zero} at zero (not drawn)"] * bool(zero)
         figure_title(fig, "GND density" + (f" ({', '.join(notes)})" if notes else ""), grid_subtitle(v, s))
     return fig
+
+
+_SUPERSCRIPT = str.maketrans("-0123456789", "⁻⁰¹²³⁴⁵⁶⁷⁸⁹")
+
+
+def _power_of_ten(value, _pos=None) -> str:
+    """``3×10¹²``: plain text, not mathtext (whose parser costs a tenth of a second to build)."""
+    if not value > 0:
+        return ""
+    exponent = int(np.floor(np.log10(value) + 1e-9))
+    mantissa = value / 10.0 ** exponent
+    power = f"10{str(exponent).translate(_SUPERSCRIPT)}"
+    return power if abs(mantissa - 1) < 1e-6 else f"{mantissa:.3g}×{power}"
+
+
+def _log_ticks(axis, lo, hi) -> None:
+    """Labelled ticks of a log scale from ``lo`` to ``hi``: powers of ten over many decades,
+    1, 2 and 5 times them over a few, every integer multiple within one."""
+    decades = np.log10(hi / lo)
+    subs = (1.0,) if decades > 3 else (1.0, 3.0) if decades > 1.5 else (1.0, 2.0, 5.0) if decades > 0.8 \
+        else np.arange(1.0, 10.0)
+    axis.set_major_locator(ticker.LogLocator(subs=subs))
+    axis.set_major_formatter(ticker.FuncFormatter(_power_of_ten))
+    axis.set_minor_locator(ticker.NullLocator())
 
 
 def grain_strain_table(results, *, frame="sample", max_points=1_000_000) -> dict:
@@ -219,6 +244,7 @@ def grain_strain_statistics(results, *, frame="sample", max_points=1_000_000) ->
         ax.errorbar(ids, t["mean"][:, q], yerr=t["std"][:, q], fmt="o", ms=3, capsize=2, lw=1.0, color="#1f4e99",
                     label="mean ± std")
         ax.set_ylabel(t["quantities"][q])
+        few_ticks(ax.yaxis)
     for ax in axes:
         ax.set_xlabel("grain id")
         ax.set_xlim(-0.6, max(n, 1) - 0.4)

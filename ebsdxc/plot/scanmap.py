@@ -4,13 +4,15 @@ panel of the map's own shape."""
 from __future__ import annotations
 
 import numpy as np
+from matplotlib import colors
 from matplotlib.collections import PatchCollection
 from matplotlib.patches import Rectangle
 from matplotlib.ticker import MaxNLocator
 
-from .panels import FONT, SMALL_FONT, fit_panel, hide_ticks
+from .panels import FONT, SMALL_FONT, few_ticks, fit_panel, hide_ticks
 
-__all__ = ["draw_map", "map_panel", "grid_subtitle", "ordinal", "small_multiples_panel", "draw_small_multiples"]
+__all__ = ["draw_map", "colour_bar", "map_panel", "grid_subtitle", "ordinal", "small_multiples_panel",
+           "draw_small_multiples"]
 
 
 def map_panel(view, shape, stride, box):
@@ -20,23 +22,40 @@ def map_panel(view, shape, stride, box):
 
 def draw_map(ax, view, values, stride, *, cmap, norm, title=None, bar=None, bar_label=None, fontsize=FONT,
              labels=True):
-    """``values`` as an image at the scan positions; ``bar``: the axes of its colour bar."""
+    """``values`` as an image at the scan positions; ``bar``: the axes of its colour bar.
+
+    ``labels``: coordinates on both axes (True), none (False), or (x, y) flags, as
+    :func:`~ebsdxc.plot.panels.outer_labels` gives for panels sharing them.
+    """
     img = view.to_image(values, stride)
     im = ax.imshow(img, cmap=cmap, norm=norm, extent=view.extent(stride, img.shape), interpolation="nearest",
                    aspect="auto")  # the panel already has the map's aspect (fit_panel)
-    if labels:
-        ax.set_xlabel(f"x ({view.units})", fontsize=fontsize)
-        ax.set_ylabel(f"y ({view.units})", fontsize=fontsize)
-        ax.tick_params(labelsize=fontsize)
+    show_x, show_y = (labels, labels) if isinstance(labels, bool) else labels
+    if show_x or show_y:
+        few_ticks(ax.xaxis)
+        few_ticks(ax.yaxis)
+        ax.tick_params(labelsize=fontsize, labelbottom=show_x, labelleft=show_y)
+        if show_x:
+            ax.set_xlabel(f"x ({view.units})", fontsize=fontsize)
+        if show_y:
+            ax.set_ylabel(f"y ({view.units})", fontsize=fontsize)
     else:
         hide_ticks(ax)
     if title:
         ax.set_title(title, fontsize=fontsize, pad=3)
     if bar is not None:
-        cb = ax.figure.colorbar(im, cax=bar)
-        cb.set_label(bar_label, fontsize=max(fontsize, 8))
-        cb.ax.tick_params(labelsize=fontsize)
+        colour_bar(im, bar, bar_label, fontsize=fontsize)
     return im
+
+
+def colour_bar(mappable, cax, label, *, fontsize=FONT):
+    """A colour bar in ``cax`` labelled ``label``; a linear scale gets a few round ticks."""
+    cb = cax.figure.colorbar(mappable, cax=cax)
+    cb.set_label(label, fontsize=max(fontsize, 8))
+    cb.ax.tick_params(labelsize=fontsize)
+    if not isinstance(mappable.norm, (colors.LogNorm, colors.BoundaryNorm)):
+        few_ticks(cb.ax.yaxis, 5)
+    return cb
 
 
 def ordinal(n) -> str:

@@ -48,7 +48,14 @@ def check_figure(fig, *, colorbar_units=()):
     plots = [ax for ax in axes if ax.get_label() != "<colorbar>"]
     assert plots and bars, "a figure of maps needs axes and colour bars"
     for ax in plots:
-        assert ax.get_xlabel() and ax.get_ylabel(), f"unlabelled axes: {ax.get_title()!r}"
+        # labelled, or below/beside a panel of the same coordinates that is (shared labels)
+        box = ax.get_position()
+        assert ax.get_xlabel() or any(o.get_xlabel() and o.get_xlim() == ax.get_xlim()
+                                      and abs(o.get_position().x0 - box.x0) < 1e-6 for o in plots), \
+            f"x axis of {ax.get_title()!r} unlabelled"
+        assert ax.get_ylabel() or any(o.get_ylabel() and o.get_ylim() == ax.get_ylim()
+                                      and abs(o.get_position().y0 - box.y0) < 1e-6 for o in plots), \
+            f"y axis of {ax.get_title()!r} unlabelled"
         # something is drawn inside every axes: its pixels vary
         x0, y0, x1, y1 = ax.get_window_extent().extents.astype(int)
         h = img.shape[0]
@@ -268,3 +275,16 @@ def test_readme_figures_are_committed():
     for rel in linked:
         with open(os.path.join(root, rel), "rb") as fh:
             assert fh.read(8) == b"\x89PNG\r\n\x1a\n", rel
+
+
+def test_each_figure_is_laid_out_once_and_drawn_once_per_file(results, tmp_path, monkeypatch):
+    """No layout engine, no tight bounding box: writing a file is one draw (what makes
+    `ebsdxc plot` fast; constrained layout drew twice and measured every tick label)."""
+    from matplotlib.figure import Figure
+
+    draws = []
+    draw = Figure.draw
+    monkeypatch.setattr(Figure, "draw", lambda self, renderer: (draws.append(self), draw(self, renderer))[1])
+    written = plot.write_figures(results, tmp_path, formats=("png", "svg"), workers=1, dpi=40)
+    assert len(written) == 2 * len(plot.figure_jobs(results)) == len(draws)
+    assert all(fig.get_layout_engine() is None for fig in draws)

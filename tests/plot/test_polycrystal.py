@@ -5,6 +5,7 @@ sit at the stored points, colour limits come from the data, statistics equal Num
 from __future__ import annotations
 
 import os
+import sys
 
 import h5py
 import numpy as np
@@ -188,3 +189,77 @@ def test_a_figure_failing_in_a_worker_fails_write_figures(tmp_path, build):
     with pytest.raises(Exception):  # noqa: B017 - whatever h5py/NumPy raise, it must reach the caller
         plot.write_figures(tmp_path / "r.h5", tmp_path / "f", workers=2)
     assert not [p for p in (tmp_path / "f").iterdir() if p.name.endswith(".part")]
+
+
+def test_figures_of_a_reference_per_grain_run(tmp_path, sample_dir):
+    """The polycrystal sample processed with a reference per grain: the figures show what the
+    run stored."""
+    import ebsdxc
+    from ebsdxc.config import GrainsConfig
+
+    cfg = ebsdxc.load_config("hrebsd")[0].replace(strain=ebsdxc.StrainConfig(material="Ni"),
+                                                  grains=GrainsConfig(per_grain=True))
+    out = ebsdxc.process(f"{sample_dir}/polycrystal/scan.h5", config=cfg, run=ebsdxc.RunConfig(device="cpu"),
+                         orientations=f"{sample_dir}/polycrystal/scan.ang", output=tmp_path / "r.h5")
+    written = plot.write_figures(out, tmp_path / "figs", dpi=40)
+    assert {"grain_map", "gnd_density", "grain_strain_statistics"} <= {os.path.basename(p)[:-4] for p in written}
+    with h5py.File(out, "r") as f:
+        g = f["ebsdxc"]
+        gid, refs, pos = g["grain_id"][...], g["grains/reference_point"][...], g["positions"][...]
+        exx, rho = g["strain"][:, :, 0, 0].astype(np.float64) * 1e3, g["gnd_density"][...]
+    fig = plot.grain_map(out)
+    np.testing.assert_array_equal(np.asarray(fig.axes[0].images[0].get_array()), gid)
+    stars = [ln for ln in fig.axes[0].lines if ln.get_gid() == "reference-points"][0]
+    has = refs[:, 0] >= 0
+    np.testing.assert_allclose(np.c_[stars.get_xdata(), stars.get_ydata()], pos[refs[has, 0], refs[has, 1]])
+    im = plot.gnd_density_map(out).axes[0].images[0]
+    np.testing.assert_array_equal(np.asarray(im.get_array()), rho)
+    finite = rho[np.isfinite(rho) & (rho > 0)]
+    assert (im.norm.vmin, im.norm.vmax) == (finite.min(), finite.max())
+    data = plot.grain_strain_statistics(out).axes[1].containers[0].lines[0]  # ε_xx, after the points
+    want = [np.nanmean(np.where(np.isfinite(exx), exx, np.nan)[gid == k]) for k in range(len(refs))]
+    np.testing.assert_allclose(data.get_ydata(), want, rtol=1e-10)
+
+
+def test_write_figures_draws_in_this_process_when_other_threads_run(tmp_path, build, monkeypatch):
+    """Forking a process that runs threads (a Jupyter kernel) can leave a lock held in the
+    child: then every figure is drawn here, not in forked processes."""
+    import threading
+
+    from matplotlib.figure import Figure
+
+    build.polycrystal(tmp_path / "r.h5", strain=False, gnd=False)
+    drawn_here = []
+    draw = Figure.draw
+    monkeypatch.setattr(Figure, "draw", lambda self, renderer: (drawn_here.append(1), draw(self, renderer))[1])
+    stop = threading.Event()
+    other = threading.Thread(target=stop.wait)
+    other.start()
+    try:
+        written = plot.write_figures(tmp_path / "r.h5", tmp_path / "f", dpi=20)
+    finally:
+        stop.set()
+        other.join()
+    assert len(drawn_here) == len(written) == 8
+    if sys.platform.startswith("linux") and len(os.sched_getaffinity(0)) > 1 and threading.active_count() == 1:
+        drawn_here.clear()  # without another thread, forked processes draw them
+        plot.write_figures(tmp_path / "r.h5", tmp_path / "g", dpi=20)
+        assert drawn_here == []
+
+
+def test_a_map_without_grains_or_gnd_values_still_draws(tmp_path, build):
+    build.polycrystal(tmp_path / "r.h5")
+    with h5py.File(tmp_path / "r.h5", "r+") as f:
+        g = f["ebsdxc"]
+        g["grain_id"][...] = -1
+        del g["grains/reference_point"]
+        g["grains"].create_dataset("reference_point", data=np.zeros((0, 2), np.int64))
+        g["gnd_density"][...] = np.nan
+    fig = plot.grain_map(tmp_path / "r.h5")
+    assert fig.get_suptitle().startswith("0 grains, 0 with a reference point")
+    assert (np.asarray(fig.axes[0].images[0].get_array()) == -1).all()
+    assert plot.grain_strain_table(tmp_path / "r.h5")["mean"].shape == (0, 7)
+    gnd = plot.gnd_density_map(tmp_path / "r.h5")
+    assert "168 points without a value" in gnd.get_suptitle()
+    for fig in (plot.grain_strain_statistics(tmp_path / "r.h5"), gnd):
+        build.rendered(fig, dpi=30)

@@ -15,7 +15,7 @@ from matplotlib.patches import Rectangle  # noqa: E402
 
 import ebsdxc  # noqa: E402
 from ebsdxc import plot  # noqa: E402
-from ebsdxc.rois import grid_layout, layout_for  # noqa: E402
+from ebsdxc.rois import layout_for  # noqa: E402
 
 
 def _label_boxes(fig, renderer):
@@ -86,18 +86,20 @@ def test_paper_layout_outlines_numbers_and_colours(tmp_path, build):
     assert fig.get_suptitle() == f"86 ROIs of 96 x 96 px\nup to {most} ROIs overlap at a pixel"
 
 
-def test_dense_layout_grows_the_figure_not_the_clutter(tmp_path, build):
-    """225 ROIs 9 px apart: numbers at the default size would overlap; the figure grows."""
-    layout = grid_layout((160, 160), grid=(15, 15), size=32)
-    path = build.layout(tmp_path / "dense.h5", layout.centres, layout.size, (160, 160))
-    sparse = plot.roi_layout(build.layout(tmp_path / "sparse.h5", grid_layout((160, 160), grid=(3, 3), size=32).centres,
-                                          (32, 32), (160, 160)))
-    fig = plot.roi_layout(path)
-    _check_outlines(fig, layout.centres, layout.size)
-    assert fig.get_size_inches()[0] > 1.5 * sparse.get_size_inches()[0]
+def test_close_rois_grow_the_figure_not_the_clutter(tmp_path, build):
+    """Pairs of ROIs 3 px apart on a 256 px pattern: numbers at the default size would cover
+    each other; the figure grows until they are legible."""
+    rng = np.random.default_rng(5)
+    first = rng.integers(30, 220, (15, 2)) + 0.5
+    centres = np.concatenate([first, first + 3])
+    sparse = plot.roi_layout(build.layout(tmp_path / "sparse.h5", first, (32, 32), (256, 256)))
+    fig = plot.roi_layout(build.layout(tmp_path / "close.h5", centres, (32, 32), (256, 256)))
+    _check_outlines(fig, centres, (32, 32))
+    assert fig.get_size_inches()[0] > 1.3 * sparse.get_size_inches()[0]
+    assert min(t.get_fontsize() for t in fig.axes[0].texts) >= 4.5
     renderer, _ = build.rendered(fig, dpi=72)
     boxes = _label_boxes(fig, renderer)
-    assert len(boxes) == 225 and not _overlapping(boxes)
+    assert len(boxes) == 30 and not _overlapping(boxes)
 
 
 def test_rois_at_one_place_share_a_label_and_no_overlap_is_said(tmp_path, build):

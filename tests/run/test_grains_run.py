@@ -302,3 +302,20 @@ def test_real_nickel_scan_is_one_grain_and_equals_the_one_reference_run(tmp_path
     process(scan, ref_index=tuple(int(v) for v in ref[0]), output=str(one_out), run=RunConfig(device="cpu"))
     with h5py.File(one_out, "r") as f:
         np.testing.assert_array_equal(f["ebsdxc/displacement"][...], disp)
+
+
+@pytest.mark.gpu
+def test_gpu_run_per_grain_matches_the_cpu_run(poly, result, tmp_path):
+    pytest.importorskip("cupy")
+    _, folder = poly
+    cpu_out, d = result
+    out = process(os.path.join(folder, "scan.h5"), orientations=os.path.join(folder, "scan.ang"),
+                  output=str(tmp_path / "gpu.h5"), config=_config(), run=RunConfig(device="cuda"))
+    with h5py.File(out, "r") as f, h5py.File(cpu_out, "r") as c:
+        g, h = f["ebsdxc"], c["ebsdxc"]
+        np.testing.assert_array_equal(g["grain_id"][...], d["grain_id"])
+        np.testing.assert_array_equal(g["grains/reference_point"][...], d["reference_point"])
+        np.testing.assert_allclose(g["displacement"][...], h["displacement"][...], atol=2e-3, equal_nan=True)
+        ok = (g["fit_status"][...] == 0) & (d["fit_status"] == 0)
+        np.testing.assert_allclose(g["strain"][...][ok], d["strain"][ok], atol=2e-5)
+        np.testing.assert_allclose(g["gnd_density"][...][ok], d["gnd_density"][ok], rtol=0.05)
