@@ -146,8 +146,8 @@ def _strain_options(p, *, in_process):
                    help="scan step in micrometres, for the GND density when the scan file records none")
     s.add_argument("--no-gnd", action="store_true", help="no Nye tensor and GND density")
     s.add_argument("--slip-systems", metavar="FILE",
-                   help="slip systems for the GND density (CSV of Miller-Bravais plane,direction; e.g. HCP); "
-                        "default: the material's (FCC, BCC)")
+                   help="slip systems of an HCP material for the GND density (CSV of Miller-Bravais plane, "
+                        "direction; default: pipelines/slip_systems_hcp_ti.csv); FCC and BCC use their own")
 
 
 class _Parser(argparse.ArgumentParser):

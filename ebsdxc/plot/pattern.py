@@ -89,13 +89,23 @@ def _boxes(ax, view, *, highlight=None):
                                ec="#ffcc00" if hot else "#33aaff", alpha=1.0 if hot else 0.7, zorder=3 if hot else 2))
 
 
+_BLOCK = 512  # ROIs compared with all the others at once
+LABEL_PAD = 0.25  # em: the label box's padding around its text
+LABEL_FONT = (4.5, 9.0)  # points: the smallest and largest ROI numbers
+
+
 def roi_overlaps(centres, size) -> np.ndarray:
-    """Pairs of ROIs that overlap or touch: (P, 2) indices, each pair once."""
-    c = np.asarray(centres, dtype=np.float64)
+    """Pairs of ROIs that overlap or touch: (P, 2) indices ``i < j``, each pair once."""
+    c = np.asarray(centres, dtype=np.float64).reshape(-1, 2)
     w, h = size
-    i, j = np.triu_indices(len(c), k=1)
-    near = (np.abs(c[i, 0] - c[j, 0]) <= w) & (np.abs(c[i, 1] - c[j, 1]) <= h)
-    return np.stack([i[near], j[near]], axis=1)
+    found = []
+    for a in range(0, len(c), _BLOCK):  # blocks of rows: memory O(block x n), not O(n^2)
+        i = np.arange(a, min(a + _BLOCK, len(c)))
+        near = (np.abs(c[i, None, 0] - c[None, :, 0]) <= w) & (np.abs(c[i, None, 1] - c[None, :, 1]) <= h)
+        near &= np.arange(len(c))[None, :] > i[:, None]
+        ii, jj = np.nonzero(near)
+        found.append(np.stack([i[ii], jj], axis=1))
+    return np.concatenate(found) if found else np.zeros((0, 2), dtype=np.int64)
 
 
 def _coverage(centres, size, shape) -> np.ndarray:
@@ -109,10 +119,6 @@ def _coverage(centres, size, shape) -> np.ndarray:
     for a, b, sign in ((y0, x0, 1), (y0, x1, -1), (y1, x0, -1), (y1, x1, 1)):
         np.add.at(acc, (a, b), sign)
     return acc.cumsum(axis=0).cumsum(axis=1)[:H, :W]
-
-
-LABEL_PAD = 0.25  # em: the label box's padding around its text
-LABEL_FONT = (4.5, 9.0)  # points: the smallest and largest ROI numbers
 
 
 def _label_size(texts) -> tuple[np.ndarray, float]:
@@ -132,10 +138,15 @@ def _label_font(xy, widths, height) -> float:
     or on y."""
     if len(xy) < 2:
         return float("inf")
-    i, j = np.triu_indices(len(xy), k=1)
-    dx, dy = np.abs(xy[i, 0] - xy[j, 0]), np.abs(xy[i, 1] - xy[j, 1])
-    fits = np.maximum(dx / ((widths[i] + widths[j]) / 2), dy / height)
-    return 0.9 * float(fits.min())  # 10% room: hinting and rounding at draw time
+    best = float("inf")
+    for a in range(0, len(xy) - 1, _BLOCK):
+        i = np.arange(a, min(a + _BLOCK, len(xy) - 1))
+        j = np.arange(len(xy))
+        later = j[None, :] > i[:, None]
+        dx, dy = np.abs(xy[i, None, 0] - xy[None, :, 0]), np.abs(xy[i, None, 1] - xy[None, :, 1])
+        fits = np.maximum(dx / ((widths[i, None] + widths[None, :]) / 2), dy / height)
+        best = min(best, float(fits[later].min()))
+    return 0.9 * best  # 10% room: hinting and rounding at draw time
 
 
 def roi_layout(results, *, reference=None) -> Figure:

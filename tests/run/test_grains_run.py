@@ -319,3 +319,40 @@ def test_gpu_run_per_grain_matches_the_cpu_run(poly, result, tmp_path):
         ok = (g["fit_status"][...] == 0) & (d["fit_status"] == 0)
         np.testing.assert_allclose(g["strain"][...][ok], d["strain"][ok], atol=2e-5)
         np.testing.assert_allclose(g["gnd_density"][...][ok], d["gnd_density"][ok], rtol=0.05)
+
+
+def test_resume_continues_a_per_grain_run_and_refuses_other_grains(poly, tmp_path):
+    import shutil
+
+    _, folder = poly
+    scan, ang = os.path.join(folder, "scan.h5"), os.path.join(folder, "scan.ang")
+    out = tmp_path / "r.h5"
+    cfg = ProcessConfig(grains=GrainsConfig(per_grain=True))
+    process(scan, orientations=ang, output=str(out), config=cfg, run=RunConfig(device="cpu"))
+    with h5py.File(out, "r+") as f:  # as if killed half way
+        g = f["ebsdxc"]
+        full = g["displacement"][...]
+        done = g["done"][...]
+        done[ROWS // 2:] = False
+        g["done"][...] = done
+        g.attrs["complete"] = False
+    process(scan, orientations=ang, output=str(out), config=cfg, run=RunConfig(device="cpu"), resume=True)
+    with h5py.File(out, "r") as f:
+        assert f["ebsdxc"].attrs["complete"]
+        np.testing.assert_array_equal(f["ebsdxc/displacement"][...], full)
+    other = tmp_path / "other.h5"
+    shutil.copy(out, other)
+    with pytest.raises(InputError, match="parameters"):
+        process(scan, orientations=ang, output=str(other), resume=True, run=RunConfig(device="cpu"),
+                config=ProcessConfig(grains=GrainsConfig(per_grain=True, tolerance_deg=2.0)))
+
+
+def test_grain_settings_are_named_by_their_flags(poly, tmp_path):
+    _, folder = poly
+    res = run_cli("process", os.path.join(folder, "scan.h5"), "--ref-per-grain", "--grain-tolerance", "90",
+                  "-o", str(tmp_path / "o.h5"))
+    assert_one_error(res, "--grain-tolerance", "90")
+    res = run_cli("process", os.path.join(folder, "scan.h5"), "--ref-index", "0", "--orientations",
+                  os.path.join(folder, "scan.ang"), "-o", str(tmp_path / "o.h5"))
+    assert_one_error(res, "--orientations", "--ref-per-grain")
+    assert not (tmp_path / "o.h5").exists()
