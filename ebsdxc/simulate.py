@@ -72,6 +72,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from .geometry import check_shape, pixel_directions, project
+from .gnd import MAP_AXES
+from .strain import polar_decomposition, rotation_log
 
 __all__ = [
     "load_nickel_master_pattern",
@@ -677,9 +679,6 @@ simulate_scan, so that a pipeline that ignored it would fail).
 """
 
 
-# The map's X (columns), Y (rows) and Z (into the surface) as columns in sample coordinates, as
-# ebsdxc.gnd.MAP_AXES (kept here too: stages import only the layers below them).
-_MAP_AXES = np.array([[0.0, -1.0, 0.0], [-1.0, 0.0, 0.0], [0.0, 0.0, -1.0]])
 
 
 def _quaternion_matrices(q: np.ndarray) -> np.ndarray:
@@ -809,22 +808,6 @@ def _grain_strain(g: np.ndarray, magnitude: float, rng, stiffness) -> np.ndarray
 
     c33 = rotate_stiffness(stiffness, g)[2, 2]  # sigma_33 = C_33kl eps_kl, sample frame
     return a - (np.sum(c33 * a) / np.trace(c33)) * np.eye(3)
-
-
-def _polar_left(F: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """F = V R (left polar decomposition), as ebsdxc.strain.polar_decomposition."""
-    U, S, Wt = np.linalg.svd(F)
-    return (U * S[..., None, :]) @ np.swapaxes(U, -1, -2), U @ Wt
-
-
-def _rotation_log(R: np.ndarray) -> np.ndarray:
-    """Antisymmetric w = log(R), radians, as ebsdxc.strain.rotation_log."""
-    c = np.clip((np.trace(R, axis1=-2, axis2=-1) - 1) / 2, -1.0, 1.0)
-    theta = np.arccos(c)
-    s = np.sin(theta)
-    small = s < 1e-8
-    f = np.where(small, 0.5 + theta**2 / 12, theta / (2 * np.where(small, 1.0, s)))
-    return f[..., None, None] * (R - np.swapaxes(R, -1, -2))
 
 
 @dataclass
@@ -967,9 +950,9 @@ class SimulatedPolycrystal:
         Fr = flatF[ref_index[ok]]
         gr = flatg[ref_index[ok]]
         Frel = Fp @ np.linalg.inv(Fr)
-        V, R = _polar_left(Frel)
+        V, R = polar_decomposition(Frel)
         eps = V - np.eye(3)
-        w = _rotation_log(R)
+        w = rotation_log(R)
         g_def = gr @ np.swapaxes(R, -1, -2)
         F[ok], strain[ok], rot[ok] = Frel, eps, w
         strain_c[ok] = g_def @ eps @ np.swapaxes(g_def, -1, -2)
@@ -1219,7 +1202,7 @@ def simulate_polycrystal(rows: int, cols: int, *, n_grains: int = 4, shape=(128,
     k = np.maximum(gid, 0)
     d = np.zeros(gid.shape + (3,))
     d[..., :2] = (positions - centre[k]) * 1e-6  # map offset, metres
-    theta = np.einsum("...ij,jk,...k->...i", K[k], _MAP_AXES, d)
+    theta = np.einsum("...ij,jk,...k->...i", K[k], MAP_AXES, d)
     R = _rotation_matrices(theta)
     g = g0[k] @ np.swapaxes(R, -1, -2)
     F = (np.eye(3) + eps[k]) @ R
