@@ -122,7 +122,8 @@ def _strain_options(p, *, in_process):
     s = p.add_argument_group("strain (HR-EBSD)", "computed when a material is given" if in_process else None)
     s.add_argument("--material", metavar="NAME|cubic:C11,C12,C44|FILE",
                    help="crystal stiffness: Ni, Fe, Al, Cu, Si, cubic constants in GPa, or a 6x6 Voigt matrix file; "
-                        "several phases: PHASE=MATERIAL,... (phase names as the orientation map gives them)")
+                        "several phases: PHASE=MATERIAL,... (phase names as the orientation map gives them; separate "
+                        "with ';' when a material holds commas)")
     s.add_argument("--pc", type=_triple, metavar="X,Y,Z",
                    help="pattern centre (of every point, or of the reference point with --pc-map extrapolate)")
     s.add_argument("--pc-ref", type=_triple, metavar="X,Y,Z", help="pattern centre of the reference pattern")

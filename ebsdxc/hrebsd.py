@@ -197,13 +197,15 @@ class GrainGeometry:
 
 
 def _phase_materials(spec: str, phases, path) -> list:
-    """Material spec of each phase: ``spec`` for the only phase, or ``NAME=SPEC,...`` per phase."""
+    """Material spec of each phase: ``spec`` for the only phase, or ``NAME=SPEC,...`` per phase
+    (``NAME=SPEC;...`` when a spec holds commas)."""
     names = [p["name"] for p in phases]
     text = os.fspath(spec)
     if "=" not in text:
         return [text] * len(names)
     out = [None] * len(names)
-    for item in text.split(","):
+    # ";" separates the phases when a material itself holds commas (cubic:C11,C12,C44)
+    for item in text.split(";" if ";" in text else ","):
         name, _, value = item.partition("=")
         name, value = name.strip(), value.strip()
         hits = [i for i, n in enumerate(names) if n.lower() == name.lower()]

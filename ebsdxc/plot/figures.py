@@ -99,6 +99,10 @@ def _workers(workers, n_jobs) -> int:
     workers = int(workers)
     if workers < 1:
         raise ValueError(f"workers must be at least 1, got {workers}")
+    import multiprocessing
+
+    if "fork" not in multiprocessing.get_all_start_methods():  # Windows: drawn here
+        return 1
     return max(1, min(workers, n_jobs))
 
 
@@ -133,15 +137,16 @@ def write_figures(results, out_dir, *, formats=("png",), point=None, dpi=150, ov
     n = _workers(workers, len(jobs))
     if n == 1:
         return [p for job in jobs for p in _draw_and_save(job, out_dir, formats, dpi)]
+    # imported here: only drawing in several processes needs them
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor
 
     # the longest figures first, so that no process is left drawing a long one at the end
     order = sorted(range(len(jobs)), key=lambda i: -COST.get(jobs[i][0], 1.0))
-    # a process that dies (killed for memory) fails its figure with BrokenProcessPool, never hangs
     # The forked processes share what is imported; frozen, it is left out of their collections
     # (and its memory pages are not copied by them).
     gc.freeze()
+    # a process that dies (killed for memory) fails its figure with BrokenProcessPool, never hangs
     pool = ProcessPoolExecutor(n, mp_context=multiprocessing.get_context("fork"))
     try:
         pending = {i: pool.submit(_draw_and_save, jobs[i], out_dir, formats, dpi) for i in order}

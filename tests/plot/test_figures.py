@@ -234,7 +234,7 @@ def test_library_never_uses_pyplot(results):
 def test_cli_plot_writes_every_figure(results, tmp_path):
     out = tmp_path / "figs"
     r = subprocess.run([sys.executable, "-m", "ebsdxc", "plot", str(results), "-o", str(out), "--format", "png,pdf",
-                        "--point", "2,3"], capture_output=True, text=True, timeout=600)
+                        "--point", "2,3", "--dpi", "40"], capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr
     names = {"roi_layout", "displacement_magnitude", "displacement_dx", "displacement_dy", "quiver", "peak_height",
              "status", "strain", "rotation"}

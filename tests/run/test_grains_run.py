@@ -356,3 +356,33 @@ def test_grain_settings_are_named_by_their_flags(poly, tmp_path):
                   os.path.join(folder, "scan.ang"), "-o", str(tmp_path / "o.h5"))
     assert_one_error(res, "--orientations", "--ref-per-grain")
     assert not (tmp_path / "o.h5").exists()
+
+
+def test_two_phases_need_a_material_each(poly, tmp_path):
+    from ebsdxc.io import PhaseInfo, read_orientation_map, write_ang
+
+    sim, folder = poly
+    omap = read_orientation_map(os.path.join(folder, "scan.ang"))
+    second = sim.grain_id == sim.grain_id[-1, -1]  # one grain becomes a phase of its own
+    phase = np.where(second, 1, omap.phase).astype(np.int16)
+    two = type(omap)(path="two", grid=omap.grid, euler_deg=omap.euler_deg, phase=phase,
+                     phases=(omap.phases[0], PhaseInfo(id=2, name="Nickel2", laue="m-3m",
+                                                        lattice=omap.phases[0].lattice)))
+    ang = write_ang(tmp_path / "two.ang", two)
+    scan = os.path.join(folder, "scan.h5")
+    res = run_cli("process", scan, "--ref-per-grain", "--orientations", ang, "--material", "Ni", "-o",
+                  str(tmp_path / "o.h5"), "--device", "cpu")
+    assert_one_error(res, "2 phases", "Nickel2=")
+    assert not (tmp_path / "o.h5").exists()
+    out = process(scan, orientations=ang, output=str(tmp_path / "o.h5"), run=RunConfig(device="cpu"),
+                  config=ProcessConfig(strain=StrainConfig(material=f"{omap.phases[0].name}=Ni;"
+                                                                    "Nickel2=cubic:246.5,147.3,124.7"),
+                                       grains=GrainsConfig(per_grain=True)))
+    with h5py.File(out, "r") as f:
+        g = f["ebsdxc"]
+        gid, gphase = g["grain_id"][...], g["grains/phase"][...]
+        sp = json.loads(g.attrs["strain_parameters"])
+        ok = g["fit_status"][...] == 0
+        assert ok[second].all() and ok.mean() > 0.95
+    assert set(gphase[np.unique(gid[second])]) == {1}
+    assert sp["material"] == {"0": "Ni", "1": "cubic:246.5,147.3,124.7"}
