@@ -286,7 +286,8 @@ def _parser():
     pl = sub.add_parser("plot", help="draw the maps of a results file as PNG (or PDF, SVG) files",
                         description="Write the figures of a results file to a folder: ROI layout, displacement "
                                     "maps (|d|, dx, dy per ROI), a quiver plot at one point, peak height, status "
-                                    "and, when the file holds them, strain and rotation maps.")
+                                    "and, when the file holds them, strain and rotation maps, the grain map with each "
+                                    "grain's reference, GND density and per-grain strain statistics.")
     pl.add_argument("results", help="results file written by 'ebsdxc process'")
     pl.add_argument("-o", "--out", required=True, metavar="DIR", help="folder for the figures (made if needed)")
     pl.add_argument("--format", default="png", metavar="FMT[,FMT]",
@@ -807,7 +808,14 @@ def _quiet_broken_pipe():
 
 
 def main(argv=None) -> int:
+    as_program = argv is None
     argv = list(sys.argv[1:] if argv is None else argv)
+    if as_program:
+        import atexit
+        import gc
+
+        # the process ends after the command: skip the collector's last sweep over every object
+        atexit.register(gc.freeze)
     try:
         try:
             with _cli_warnings():

@@ -521,12 +521,14 @@ def mean_neighbour_similarity(similarity, grain_id, *, kind: str = "square") -> 
 # --------------------------------------------------------------------------- references
 
 
-def boundary_distance(grain_id, *, kind: str = "square") -> np.ndarray:
+def boundary_distance(grain_id, *, kind: str = "square", map_edge: bool = False) -> np.ndarray:
     """Steps from every grain point to the nearest point of another grain or of no grain.
 
     Steps are moves between neighbours (:func:`neighbour_pairs`) inside the point's own
     grain: a point next to another grain is 1 step away, its in-grain neighbours 2, ... The
-    edge of the map is not a boundary (the grain may go on beyond it).
+    edge of the map is not a boundary (the grain may go on beyond it) unless ``map_edge``:
+    then a point on it is 1 step away too (for choosing references, whose KAM should come from
+    a full set of neighbours).
 
     Returns
     -------
@@ -546,6 +548,10 @@ def boundary_distance(grain_id, *, kind: str = "square") -> np.ndarray:
     edge_of = np.zeros(flat.size, dtype=bool)
     edge_of[a[differ]] = True
     edge_of[b[differ]] = True
+    if map_edge:
+        full = 6 if kind == "hexagonal" else 4
+        degree = np.bincount(a, minlength=flat.size) + np.bincount(b, minlength=flat.size)
+        edge_of |= degree < full
     edge_of &= flat >= 0
     out = np.where(flat >= 0, np.inf, 0.0)
     sources = np.flatnonzero(edge_of)
@@ -578,8 +584,8 @@ def choose_references(grain_id, *, rule: str = "kam", kam=None, quality=None, ki
     The candidates of a grain are its points with a usable value (a finite KAM for rule
     ``kam``, a finite quality when ``quality`` is given) and good pattern quality (quality at
     least ``quality_fraction`` times the grain's 90th percentile of quality; no filter without
-    a quality map), at least ``min_boundary_distance`` steps from the grain boundary
-    (:func:`boundary_distance`). A grain whose candidates all lie closer to its boundary (a
+    a quality map), at least ``min_boundary_distance`` steps from the grain boundary and the
+    map edge (:func:`boundary_distance` with ``map_edge``). A grain whose candidates all lie closer to its boundary (a
     small or thin grain) keeps those farthest from it rather than failing. Among the
     candidates:
 
@@ -636,7 +642,8 @@ def choose_references(grain_id, *, rule: str = "kam", kam=None, quality=None, ki
         raise ValueError("rule quality needs the quality map")
     kam = None if kam is None else _map("kam", kam, rows, cols, np.float64).reshape(-1)
     quality = None if quality is None else _map("quality", quality, rows, cols, np.float64).reshape(-1)
-    dist = boundary_distance(gid, kind=kind).reshape(-1)
+    # the map edge counts: a KAM from fewer neighbours is noisier, so its minimum is biased there
+    dist = boundary_distance(gid, kind=kind, map_edge=True).reshape(-1)
     sy, sx = _check_step(step, kind)
     pos = _grid(rows, cols, kind, step=(sy, sx)).positions().reshape(-1, 2)
 

@@ -695,3 +695,21 @@ def test_gpu_matches_numpy_float64():
     b = a + rng.random((20, 40, 40))
     np.testing.assert_allclose(cp.asnumpy(grains.pattern_similarity(cp.asarray(a), cp.asarray(b))),
                                grains.pattern_similarity(a, b), atol=1e-12)
+
+
+@pytest.mark.parametrize("kind", ["square", "hexagonal"])
+def test_references_keep_off_the_map_edge(kind):
+    # one grain covering the map with noisy, otherwise uniform KAM: the edge's fewer neighbours
+    # must not win the minimum; the map edge counts as a boundary for the reference only
+    rng = np.random.default_rng(0)
+    gid = np.zeros((9, 9), dtype=np.int32)
+    if kind == "hexagonal":
+        gid[1::2, -1] = -1
+    kam = 1.0 + 0.01 * rng.standard_normal(gid.shape)
+    kam[0, 4] = kam[4, 0] = 0.5  # the lowest KAM of the map lies on its edge
+    ref, _ = grains.choose_references(gid, kam=kam, kind=kind, min_boundary_distance=2)
+    r, c = ref[0]
+    assert 1 <= r <= 7 and 1 <= c <= 6
+    dist = grains.boundary_distance(gid, kind=kind, map_edge=True)
+    assert dist[r, c] >= 2 and dist[0, 4] == 1
+    assert np.isinf(grains.boundary_distance(gid, kind=kind)[gid >= 0]).all()

@@ -16,7 +16,6 @@ On the GPU the peak search and subpixel refinement run in the fused kernels of
 from __future__ import annotations
 
 import numpy as np
-import scipy.fft
 
 from ..peaks import (
     DFT_MAX_MOVES,
@@ -43,6 +42,8 @@ def fft_shape(tile_shape, max_lag, mode, *, circular=False):
         need = (h, w)
     else:
         need = (h + ry, w + rx)
+    import scipy.fft  # here, not at import: the CLI lists the engines without paying 0.3 s for scipy.fft
+
     return tuple(scipy.fft.next_fast_len(n, real=True) for n in need)
 
 
