@@ -26,8 +26,12 @@ ROWS, COLS = 18, 18
 @pytest.fixture(scope="module")
 def poly(tmp_path_factory):
     folder = tmp_path_factory.mktemp("poly")
+    try:
+        master = simulate.load_nickel_master_pattern()
+    except ValueError as exc:  # kikuchipy (its data file) not installed
+        pytest.skip(str(exc))
     sim = simulate.simulate_polycrystal(ROWS, COLS, n_grains=4, shape=(256, 256), counts=1500, strain=1e-3,
-                                        curvature=2e3, step=0.5, seed=3)
+                                        curvature=2e3, step=0.5, seed=3, master=master)
     sim.save(folder)
     return sim, str(folder)
 
