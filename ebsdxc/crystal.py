@@ -29,7 +29,7 @@ LAUE_GROUPS = ("-1", "2/m", "mmm", "4/m", "4/mmm", "-3", "-3m", "6/m", "6/mmm", 
 # (1..11, in LAUE_GROUPS order) and the EDAX/TSL .ang symmetry codes.
 _ALIASES = {
     "-1": ("1", "triclinic", "ctf:1", "tsl:1"),
-    "2/m": ("2", "m", "monoclinic", "ctf:2", "tsl:2", "tsl:20", "tsl:21"),
+    "2/m": ("2", "m", "112", "121", "211", "12/m1", "112/m", "monoclinic", "ctf:2", "tsl:2", "tsl:20", "tsl:21"),
     "mmm": ("222", "mm2", "orthorhombic", "ctf:3", "tsl:22"),
     "4/m": ("4", "-4", "ctf:4", "tsl:4"),
     "4/mmm": ("422", "4mm", "-42m", "-4m2", "tetragonal", "ctf:5", "tsl:42"),

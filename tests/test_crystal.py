@@ -33,6 +33,7 @@ def test_laue_group_names():
     assert crystal.laue_group("fcc") == crystal.laue_group("432") == crystal.laue_group(43) == "m-3m"
     assert crystal.laue_group("ctf:9") == crystal.laue_group("hcp") == crystal.laue_group("tsl:62") == "6/mmm"
     assert crystal.laue_group(" M-3M ") == "m-3m"
+    assert crystal.laue_group("112") == "2/m"  # as orix writes a monoclinic phase into .ang files
     with pytest.raises(ValueError, match="laue: 'quasicrystal' names no Laue group"):
         crystal.laue_group("quasicrystal")
     with pytest.raises(ValueError, match="names no Laue group"):
