@@ -556,8 +556,14 @@ def _print_summary(out, cfg):
     print(f"{out}: {s['points_done']}/{s['points']} points, {s['n_roi']} ROIs, "
           f"{s['ok_fraction']:.1%} of matches ok, median peak height {s['median_peak_height']:.3f} "
           f"({s['device']})")
+    if "grains" in s:
+        gr = s["grains"]
+        print(f"{out}: {gr['count']} grains, {gr['with_reference']} with a reference point; "
+              f"{s['points_without_reference']} points without a reference")
     if cfg.strain.enabled:
         _print_strain(out)
+        if "gnd_points" in s:
+            print(f"{out}: Nye tensor and GND density at {s['gnd_points']}/{s['points']} points")
 
 
 def _print_strain(path):

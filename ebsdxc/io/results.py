@@ -369,6 +369,10 @@ def read_summary(path) -> dict:
             "device": str(a.get("device", "")),
             "parameters": json.loads(a["parameters"]),
             **({"strain": strain} if strain else {}),
+            **({"grains": {"count": int(g["grains/reference_point"].shape[0]),
+                           "with_reference": int((g["grains/reference_point"][:, 0] >= 0).sum())}}
+               if "grains" in g else {}),
+            **({"gnd_points": int(np.isfinite(g["gnd_density"][...]).sum())} if "gnd_density" in g else {}),
         }
 
 
