@@ -8,21 +8,96 @@ specialised (see :mod:`ebsdxc.kernel_loader`).
 from __future__ import annotations
 
 import os
+import threading
+import warnings
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from .errors import InputError
 
-__all__ = ["Backend", "select_backend", "gpu_available"]
+__all__ = ["Backend", "select_backend", "gpu_available", "is_out_of_memory"]
+
+
+def _load_cupy():
+    """(cupy module or None, why not or None). ``why`` is None also when CuPy is simply not
+    installed: a CPU-only install is the expected case, not a fault."""
+    try:
+        import cupy  # whichever wheel provides it (cupy-cuda12x, cupy-cuda13x, ...)
+    except ModuleNotFoundError as e:
+        if e.name == "cupy":
+            return None, None
+        return None, f"CuPy cannot be imported ({_one_line(e)})"
+    except Exception as e:  # a CUDA library that fails to load: CuPy is there but broken
+        return None, f"CuPy cannot be imported ({_one_line(e)})"
+    return cupy, None
 
 
 def _import_cupy():
+    return _load_cupy()[0]
+
+
+def _one_line(e: BaseException) -> str:
+    text = " ".join(str(e).split())
+    return f"{type(e).__name__}: {text}" if text else type(e).__name__
+
+
+def _probe(cp, idx: int) -> str | None:
+    """Why CUDA device ``idx`` is not usable, or None when it is.
+
+    Counting devices is not enough: a driver older than the CUDA runtime, a device in
+    exclusive mode held by another process, or ``CUDA_VISIBLE_DEVICES=""`` only show
+    when a context is made, so one is made here (the run makes it next anyway).
+    """
     try:
-        import cupy  # whichever wheel provides it (cupy-cuda12x, cupy-cuda13x, ...)
-    except Exception:  # ImportError, or a CUDA library that fails to load
-        return None
-    return cupy
+        n = cp.cuda.runtime.getDeviceCount()
+    except Exception as e:
+        return f"no CUDA device is usable ({_one_line(e)})"
+    if n == 0:
+        return "no CUDA device found"
+    if idx >= n:
+        return f"only {n} CUDA device(s) found"
+    try:
+        with cp.cuda.Device(idx):
+            cp.cuda.runtime.memGetInfo()
+    except Exception as e:
+        return f"CUDA device {idx} is not usable ({_one_line(e)})"
+    return None
+
+
+_fallback_lock = threading.Lock()
+_fallback_warned = False
+
+
+def _warn_fallback(why: str) -> None:
+    # Once per process: every task of a run (and every thread's pipeline) asks for the
+    # backend again, and one line says all there is to say.
+    global _fallback_warned
+    with _fallback_lock:
+        if _fallback_warned:
+            return
+        _fallback_warned = True
+    warnings.warn(f"device auto found no usable GPU: {why}; running on the CPU (device cpu runs there "
+                  "without this warning)", UserWarning, stacklevel=3)
+
+
+def is_out_of_memory(error: BaseException) -> bool:
+    """True when ``error`` says the device (or the host) ran out of memory.
+
+    CuPy's ``OutOfMemoryError`` and NumPy's memory errors are ``MemoryError``; cuFFT and cuBLAS say
+    so with their own error codes when their internal allocations fail, and the CUDA
+    runtime with ``cudaErrorMemoryAllocation``. Matched by name, so that no caller needs
+    CuPy to ask.
+    """
+    if isinstance(error, MemoryError):
+        return True
+    kind = type(error).__name__
+    text = str(error)
+    if kind in ("CuFFTError", "CUBLASError", "CUSOLVERError"):
+        return "ALLOC_FAILED" in text
+    if kind in ("CUDARuntimeError", "CUDADriverError"):
+        return "cudaErrorMemoryAllocation" in text or "CUDA_ERROR_OUT_OF_MEMORY" in text
+    return False
 
 
 def gpu_available() -> bool:
@@ -107,16 +182,28 @@ class Backend:
 def select_backend(device: str = "auto", *, threads: int | None = None) -> Backend:
     """Pick the backend for ``device`` = ``"auto"``, ``"cpu"``, ``"cuda"`` or ``"cuda:i"``.
 
-    ``"auto"`` takes GPU 0 when CuPy sees one, else the CPU. Asking for CUDA where
-    there is none is an error (not a silent fall-back). ``threads``: CPU worker threads
-    of a CPU backend (default: all cores); a GPU backend ignores it.
+    ``"auto"`` takes GPU 0 when it is usable, else the CPU: silently where CuPy is not
+    installed (a CPU-only install), with one warning per process where CuPy is installed
+    but no GPU is usable (the user meant to use one). Asking for CUDA where none is
+    usable is an :class:`~ebsdxc.errors.InputError` saying why (not a silent fall-back).
+    ``threads``: CPU worker threads of a CPU backend (default: all cores); a GPU backend
+    ignores it.
     """
     d = (device or "auto").strip().lower()
     cpu = Backend("cpu", np) if not threads else Backend("cpu", np, workers=int(threads))
     if d == "cpu":
         return cpu
     if d == "auto":
-        return Backend("cuda", _import_cupy(), 0) if gpu_available() else cpu
+        cp, why = _load_cupy()
+        if cp is None:
+            if why is not None:
+                _warn_fallback(why)
+            return cpu
+        why = _probe(cp, 0)
+        if why is not None:
+            _warn_fallback(why)
+            return cpu
+        return Backend("cuda", cp, 0)
     if d == "cuda" or d.startswith("cuda:") or d == "gpu":
         idx = 0
         if ":" in d:
@@ -124,15 +211,14 @@ def select_backend(device: str = "auto", *, threads: int | None = None) -> Backe
                 idx = int(d.split(":", 1)[1])
             except ValueError:
                 raise InputError(f"device must be auto, cpu, cuda or cuda:N, got {device!r}") from None
-        cp = _import_cupy()
+            if idx < 0:
+                raise InputError(f"device must be auto, cpu, cuda or cuda:N, got {device!r}")
+        cp, why = _load_cupy()
         if cp is None:
-            raise InputError("device cuda asked for, but CuPy is not installed "
-                             "(pip install 'ebsdxc[gpu]')")
-        try:
-            n = cp.cuda.runtime.getDeviceCount()
-        except Exception as e:
-            raise InputError(f"device cuda asked for, but no CUDA device is usable ({e})") from None
-        if idx >= n:
-            raise InputError(f"device cuda:{idx} asked for, but only {n} CUDA device(s) found")
+            why = why or "CuPy is not installed (pip install 'ebsdxc[gpu]')"
+            raise InputError(f"device {d} asked for, but {why}; use device cpu or auto")
+        why = _probe(cp, idx)
+        if why is not None:
+            raise InputError(f"device {d} asked for, but {why}; use device cpu or auto")
         return Backend("cuda", cp, idx)
     raise InputError(f"device must be auto, cpu, cuda or cuda:N, got {device!r}")

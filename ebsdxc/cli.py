@@ -553,13 +553,21 @@ def _print_summary(out, cfg):
     from .io.results import read_summary
 
     s = read_summary(out)
-    print(f"{out}: {s['points_done']}/{s['points']} points, {s['n_roi']} ROIs, "
-          f"{s['ok_fraction']:.1%} of matches ok, median peak height {s['median_peak_height']:.3f} "
-          f"({s['device']})")
+    if s["points_measured"] > 0:
+        matches = f"{s['ok_fraction']:.1%} of matches ok, median peak height {s['median_peak_height']:.3f}"
+    else:
+        matches = "no point had a pattern and a reference to correlate"
+    skipped = [f"{s[k]} {what}" for k, what in (("points_missing", "without a pattern"),
+                                                ("points_without_reference", "without a reference")) if s[k]]
+    print(f"{out}: {s['points_done']}/{s['points']} points" + (f" ({', '.join(skipped)})" if skipped else "")
+          + f", {s['n_roi']} ROIs, {matches} ({s['device']})")
     if "grains" in s:
         gr = s["grains"]
         print(f"{out}: {gr['count']} grains, {gr['with_reference']} with a reference point; "
               f"{s['points_without_reference']} points without a reference")
+    if s["stale"]:
+        print(f"{out}: {' and '.join(s['stale'])} results are stale (fitted before the displacement changed): "
+              "run 'ebsdxc strain --overwrite' on it")
     if cfg.strain.enabled:
         _print_strain(out)
         if "gnd_points" in s:
@@ -596,7 +604,9 @@ def _cmd_strain(a, argv):
 
 def _cmd_info(a, argv):
     from .io import describe_file, open_scan
+    from .io.results import check_not_damaged
 
+    check_not_damaged(a.file)
     if a.format:
         # describe_file detects the format itself (and recognises results files): a forced
         # reader opens the scan directly.

@@ -37,7 +37,7 @@ from .errors import InputError
 from .run.executors import Executor, default_rows_per_task
 from .run.tasks import run_task
 
-__all__ = ["DaskExecutor", "connect", "run_on_worker", "tune_malloc"]
+__all__ = ["DaskExecutor", "connect", "run_on_worker", "stop_workers", "tune_malloc"]
 
 def _require_distributed():
     try:
@@ -94,13 +94,88 @@ def connect(cfg: ClusterConfig):
         import dask_jobqueue
     except ImportError:
         raise InputError(f"cluster.address {a} needs dask-jobqueue: pip install dask-jobqueue") from None
-    kind = {"slurm": dask_jobqueue.SLURMCluster, "pbs": dask_jobqueue.PBSCluster}[a]
+    kind = _workers_closed_first({"slurm": dask_jobqueue.SLURMCluster, "pbs": dask_jobqueue.PBSCluster}[a])
     try:
         cluster = kind(**cfg.job)
     except (TypeError, ValueError) as e:
         raise InputError(f"[cluster] job settings for {a} are not accepted by dask-jobqueue ({e})") from None
     cluster.scale(jobs=cfg.workers or 1)
     return distributed.Client(cluster), cluster
+
+
+def _workers_closed_first(cls):
+    """``cls``, a dask-jobqueue cluster class, whose ``close()`` stops the workers before the scheduler.
+
+    dask-jobqueue closes the scheduler and cancels the worker jobs at the same time; a worker
+    still running when its scheduler has gone logs a ``CommClosedError`` traceback into its
+    job log, after a run that went well. Here the scheduler first retires every worker (with
+    its nanny, so the job ends) and the scheduler stops once they have gone.
+    """
+
+    class WorkersFirst(cls):
+        async def _close(self):
+            from distributed.core import Status
+
+            if self.status == Status.running and self.scheduler_comm is not None:
+                await _close_workers(self.scheduler_comm)
+            await super()._close()
+
+    WorkersFirst.__name__ = WorkersFirst.__qualname__ = cls.__name__
+    WorkersFirst.__doc__ = cls.__doc__
+    return WorkersFirst
+
+
+async def _close_workers(scheduler, *, timeout: float = 20.0) -> None:
+    """Stop every worker of ``scheduler`` (an rpc to it) through its nanny, and wait for them.
+
+    The nanny stops its worker through the worker's own stop queue (the worker closes its
+    connection to the scheduler cleanly) and answers once the worker process has ended.
+    Asking the worker instead (``retire_workers(close_workers=True)``) races in Dask's
+    worker process: its stop-queue thread logs "Worker process died unexpectedly" with a
+    traceback about one time in three. Workers without a nanny are retired. Best effort
+    within ``timeout`` seconds: whatever is left is stopped by the caller afterwards.
+    """
+    import asyncio
+
+    from distributed.core import rpc
+
+    async def terminate(nanny):
+        try:
+            async with rpc(nanny, timeout=timeout) as r:
+                await r.terminate(reason="ebsdxc-finished")
+        except OSError:  # the nanny closed the connection on its way out: gone
+            pass
+
+    try:
+        workers = (await asyncio.wait_for(scheduler.identity(), timeout))["workers"]
+        nannies = [w["nanny"] for w in workers.values() if w.get("nanny")]
+        bare = [a for a, w in workers.items() if not w.get("nanny")]
+        steps = [terminate(n) for n in nannies]
+        if bare:
+            steps.append(scheduler.retire_workers(workers=bare, close_workers=True))
+        if steps:
+            await asyncio.wait_for(asyncio.gather(*steps), timeout)
+    except Exception:  # the scheduler is gone, or a worker hangs: the usual close follows
+        return
+
+
+def stop_workers(client, *, timeout: float = 20.0) -> None:
+    """Stop every worker of ``client``'s scheduler, nannies included, before the scheduler stops.
+
+    Shut a cluster down in this order (workers, then scheduler): a worker whose scheduler
+    went away first logs a ``CommClosedError`` traceback on its way out. Used by
+    ``pipelines/slurm-ebsdxc.sh`` and ``pbs-ebsdxc.sh`` at the end of a job; the clusters
+    :func:`connect` starts do it in their ``close()``.
+
+    Parameters
+    ----------
+    client : distributed.Client
+    timeout : float, optional
+        Seconds to wait for the workers to end; what is left is left to the caller.
+    """
+    if timeout <= 0:
+        raise ValueError(f"timeout must be > 0 seconds, got {timeout}")
+    client.sync(_close_workers, client.scheduler, timeout=timeout)
 
 
 def _one_worker_per_gpu(distributed, n):

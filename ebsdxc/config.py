@@ -54,6 +54,7 @@ from .engines.base import EngineConfig
 from .errors import InputError
 from .hrebsd import StrainConfig
 from .preprocess import PreprocessConfig
+from .rois import MIN_ROI_SIZE
 
 __all__ = ["RoiConfig", "ProcessConfig", "ClusterConfig", "RunConfig", "load_config", "read_recipe",
            "shipped_recipes", "jobqueue_keys", "GrainsConfig", "REF_RULES", "TABLES", "ROI_LAYOUTS", "EXECUTORS",
@@ -127,8 +128,9 @@ class RoiConfig:
         if len(grid) != 2 or not all(_whole(g) and g >= 1 for g in grid):
             raise ValueError(f"roi.grid must be two whole numbers >= 1 (rows, columns), got {self.grid!r}")
         object.__setattr__(self, "grid", (int(grid[0]), int(grid[1])))
-        if self.size is not None and not (_whole(self.size) and self.size >= 1):
-            raise ValueError(f"roi.size must be a whole number of px >= 1, got {self.size!r}")
+        if self.size is not None and not (_whole(self.size) and self.size >= MIN_ROI_SIZE):
+            raise ValueError(f"roi.size must be a whole number of px >= {MIN_ROI_SIZE} (smaller ROIs hold no "
+                             f"correlation peak), got {self.size!r}")
         if not (_whole(self.margin) and self.margin >= 0):
             raise ValueError(f"roi.margin must be a whole number of px >= 0, got {self.margin!r}")
         if not (_whole(self.n) and self.n >= 1):

@@ -28,6 +28,29 @@ Subpixel methods
 ``none``
     Integer peak only.
 
+Fits that cannot be made
+------------------------
+A subpixel peak is a maximum of the correlation within reach of its integer peak:
+at most :data:`FIT_3X3_REACH` px from it along each axis for the 3x3 fits (the
+neighbourhood they are made from), :data:`SUBPIXEL_REACH` px for the refinements
+(``dft``, ``upsampled``: an elongated, tilted peak's sampled maximum can be over a
+pixel off its continuous one). Where there is none, the methods return NaN instead of a
+position, and engines report the match as ``SUBPIXEL_FAILED``
+(:mod:`ebsdxc.status`): a 3-point parabola that is not concave (a flat ridge or a
+slope), a fit more than a pixel off, a refinement still climbing when its steps run
+out (``dft``: the last, finest stencil still reaches its edge; ``upsampled``: the
+fine maximum still on the grid edge after the last re-centring). Only an exactly
+flat axis (a tile one pixel high or wide, whose neighbours are the peak itself) has
+offset 0.
+
+This matters with window compensation: a correlation peak that is nearly flat
+along one direction (a Kikuchi band crossing a small subregion) is tilted by the
+division by the window autocorrelation, which falls away from zero shift, into a
+slope that rises away from the integer peak; without the checks the fits followed
+that slope to the end of their steps (1 px for the 3x3 fits, 2.05 px for ``dft``,
+up to 5.7 px for ``upsampled``). See ``BENCHMARKS.md``, "Subpixel fits on flat
+peaks".
+
 Window compensation
 -------------------
 Windowing both subregions multiplies their correlation by the autocorrelation of
@@ -44,11 +67,19 @@ import math
 
 import numpy as np
 
-__all__ = ["SUBPIXEL_METHODS", "integer_peak", "neighbourhood", "fit_3x3", "upsampled_dft_peak", "dft_grid",
-           "dft_refine_peak", "locate_peaks", "window_power_spectrum", "window_autocorrelation"]
+__all__ = ["SUBPIXEL_METHODS", "SUBPIXEL_REACH", "FIT_3X3_REACH", "integer_peak", "neighbourhood", "fit_3x3",
+           "upsampled_dft_peak", "dft_grid", "dft_refine_peak", "locate_peaks", "drop_far_peaks",
+           "window_power_spectrum", "window_autocorrelation"]
 
 SUBPIXEL_METHODS = ("dft", "upsampled", "quadratic", "gaussian", "parabolic", "none")
 SPECTRUM_METHODS = ("dft", "upsampled")  # need the cross-power spectrum
+#: Largest distance (px, along each axis) of a refined subpixel peak (``dft``, ``upsampled``)
+#: from its integer peak; beyond it the fit is not a measurement (NaN). The sampled maximum of
+#: an elongated, tilted peak can lie up to about 1.2 px from the continuous one (a pixel and a
+#: half is what the refinements were always tested to reach); the 3x3 fits stop at
+#: :data:`FIT_3X3_REACH`, the edge of the neighbourhood they are made from.
+SUBPIXEL_REACH = 1.5
+FIT_3X3_REACH = 1.0
 
 
 def window_power_spectrum(window_1d, n, xp=np):
@@ -121,9 +152,12 @@ def neighbourhood(corr, ly, lx, xp=np):
 
 
 def _parabolic_1d(cm, c0, cp, xp):
+    # Not concave: no maximum along this axis (NaN), except an exactly flat axis (a tile
+    # one pixel wide, whose "neighbours" are the peak itself), which has nothing to fit.
     den = cm - 2 * c0 + cp
+    flat = (cm == c0) & (cp == c0)
     with np.errstate(divide="ignore", invalid="ignore"):
-        d = xp.where(den < 0, 0.5 * (cm - cp) / xp.where(den < 0, den, -1), 0)
+        d = xp.where(den < 0, 0.5 * (cm - cp) / xp.where(den < 0, den, -1), xp.where(flat, 0.0, xp.nan))
     return d
 
 
@@ -197,8 +231,9 @@ def stencil_step(g, xp=np):
 def fit_3x3(neigh, method, xp=np):
     """Subpixel offsets (dy, dx) in px from (T, 3, 3) neighbourhoods about integer peaks.
 
-    Offsets are clipped to [-1, 1]; a fit that fails falls back as the module
-    docstring says, finally to 0.
+    A fit that fails falls back as the module docstring says; where the fallback has
+    no maximum either, or the offset exceeds :data:`FIT_3X3_REACH` along an axis,
+    both offsets are NaN (the peak cannot be fitted).
     """
     n = neigh.astype(xp.float64)
     c0 = n[:, 1, 1]
@@ -216,9 +251,15 @@ def fit_3x3(neigh, method, xp=np):
         dx, dy = xp.where(ok, qx, dx), xp.where(ok, qy, dy)
     elif method not in ("parabolic",):
         raise ValueError(f"unknown 3x3 subpixel method {method!r}")
-    dx = xp.clip(xp.nan_to_num(dx), -1, 1)
-    dy = xp.clip(xp.nan_to_num(dy), -1, 1)
-    return dy, dx
+    bad = ~((xp.abs(dx) <= FIT_3X3_REACH) & (xp.abs(dy) <= FIT_3X3_REACH))  # NaN included
+    return xp.where(bad, xp.nan, dy), xp.where(bad, xp.nan, dx)
+
+
+def drop_far_peaks(y, x, ly, lx, *, reach=SUBPIXEL_REACH, xp=np):
+    """(y, x) with NaN where a refined peak lies more than ``reach`` px from its integer
+    peak (ly, lx) along either axis, or is NaN already."""
+    far = ~((xp.abs(y - ly) <= reach) & (xp.abs(x - lx) <= reach))
+    return xp.where(far, xp.nan, y), xp.where(far, xp.nan, x)
 
 
 def _phases(c, kint, n, xp):
@@ -311,7 +352,8 @@ def upsampled_dft_peak(cross_power, ly, lx, shape, *, upsample=16, window_spectr
 
     Returns
     -------
-    y, x : (T,) float64 peak lags
+    y, x : (T,) float64 peak lags; NaN where no maximum was found: still on the grid
+        edge after the last re-centring (the correlation rises further away).
     """
     R = int(math.ceil(1.5 * upsample))
     centre = R // 2
@@ -334,6 +376,9 @@ def upsampled_dft_peak(cross_power, ly, lx, shape, *, upsample=16, window_spectr
             ar = xp.arange(t)[:, None, None]
             du, dv = fit_3x3(up[ar, (iu_c[:, None] + d)[:, :, None], (iv_c[:, None] + d)[:, None, :]],
                              "quadratic", xp)
+            # About a fine maximum the fit always succeeds; it can fail only beside one on the
+            # grid edge, which is re-centred below.
+            du, dv = xp.nan_to_num(du), xp.nan_to_num(dv)
             if it == 0:
                 y = cy + (iu_c + du - centre) / upsample
                 x = cx + (iv_c + dv - centre) / upsample
@@ -344,6 +389,9 @@ def upsampled_dft_peak(cross_power, ly, lx, shape, *, upsample=16, window_spectr
             if not bool(edge.any()):
                 break
             todo = xp.flatnonzero(edge) if it == 0 else todo[edge]
+            if it == max_recentre:  # the maximum was never inside a grid: none to report
+                y[todo], x[todo] = xp.nan, xp.nan
+                break
             cy[todo], cx[todo] = xp.rint(y[todo]), xp.rint(x[todo])
         ys.append(y)
         xs.append(x)
@@ -369,7 +417,9 @@ def dft_refine_peak(cross_power, y0, x0, shape, *, steps=DFT_STEPS, max_moves=DF
 
     Returns
     -------
-    y, x : (T,) float64 peak lags
+    y, x : (T,) float64 peak lags; NaN where the estimate was NaN or the refinement did
+        not converge: the step of the last (finest) stencil still reaches its edge, so
+        the maximum lies further on (or the correlation has none: a rising slope).
     """
     ys, xs = [], []
     for s in range(0, cross_power.shape[0], chunk):
@@ -380,14 +430,17 @@ def dft_refine_peak(cross_power, y0, x0, shape, *, steps=DFT_STEPS, max_moves=DF
             todo = xp.arange(cps.shape[0])
             for it in range(max_moves if i == 0 else 1):
                 sub = cps if it == 0 else cps[todo]  # no copy of the spectra on the first pass
-                g = dft_grid(sub, y[todo], x[todo], spacing=h, size=3, shape=shape,
-                             window_spectra=window_spectra, xp=xp)
+                with np.errstate(invalid="ignore"):  # NaN estimates (failed 3x3 starts) stay NaN
+                    g = dft_grid(sub, y[todo], x[todo], spacing=h, size=3, shape=shape,
+                                 window_spectra=window_spectra, xp=xp)
                 dy, dx, beyond = stencil_step(g, xp)
                 y[todo] += h * dy
                 x[todo] += h * dx
-                if not bool(beyond.any()):
-                    break
                 todo = todo[beyond]
+                if not todo.size:
+                    break
+        # `todo`: where the last stencil's step still reached its edge (NaN estimates too).
+        y[todo], x[todo] = xp.nan, xp.nan
         ys.append(y)
         xs.append(x)
     return xp.concatenate(ys), xp.concatenate(xs)
@@ -409,7 +462,8 @@ def locate_peaks(corr, *, max_lag, method="quadratic", cross_power=None, upsampl
 
     Returns
     -------
-    y, x : (T,) float64 lags of the peak
+    y, x : (T,) float64 lags of the peak; NaN where the peak cannot be fitted (no maximum
+        near the integer peak; see the module docstring)
     value : (T,) correlation at the integer peak
     on_border : (T,) bool
     """
@@ -421,7 +475,7 @@ def locate_peaks(corr, *, max_lag, method="quadratic", cross_power=None, upsampl
             raise ValueError("the upsampled method needs the cross-power spectrum")
         y, x = upsampled_dft_peak(cross_power, ly, lx, corr.shape[1:], upsample=upsample,
                                   window_spectra=window_spectra, xp=xp)
-        return y, x, value, on_border
+        return (*drop_far_peaks(y, x, ly, lx, xp=xp), value, on_border)
     neigh = neighbourhood(corr, ly, lx, xp)
     if window_spectra is not None:
         T, Ny, Nx = corr.shape
@@ -430,11 +484,12 @@ def locate_peaks(corr, *, max_lag, method="quadratic", cross_power=None, upsampl
         wx = integer_lag_table(window_spectra[1], xp)[_wrap_index(lx[:, None] + d, Nx, xp)]
         with np.errstate(divide="ignore", invalid="ignore"):  # flagged (all-zero) maps: 0/0
             neigh = neigh / (wy[:, :, None] * wx[:, None, :])
-    with np.errstate(invalid="ignore", divide="ignore"):  # NaN maps of flagged tiles: offsets become 0
+    with np.errstate(invalid="ignore", divide="ignore"):  # NaN maps of flagged tiles: NaN offsets
         dy, dx = fit_3x3(neigh, "quadratic" if method == "dft" else method, xp)
     y, x = ly + dy, lx + dx
     if method == "dft":
         if cross_power is None:
             raise ValueError("the dft method needs the cross-power spectrum")
         y, x = dft_refine_peak(cross_power, y, x, corr.shape[1:], window_spectra=window_spectra, xp=xp)
+        y, x = drop_far_peaks(y, x, ly, lx, xp=xp)
     return y, x, value, on_border

@@ -17,9 +17,13 @@ import numpy as np
 
 from .errors import InputError
 
-__all__ = ["RoiLayout", "grid_layout", "ring_layout", "layout_for", "layout_from_centres", "read_centres",
-           "extract_tiles"]
+__all__ = ["MIN_ROI_SIZE", "RoiLayout", "grid_layout", "ring_layout", "layout_for", "layout_from_centres",
+           "read_centres", "extract_tiles"]
 
+
+#: The smallest ROI side: a 1-3 px ROI has no contrast to match, and every match comes out
+#: "constant" (a peak and its sub-pixel neighbours need a few pixels either side).
+MIN_ROI_SIZE = 4
 
 @dataclass(frozen=True)
 class RoiLayout:
@@ -43,6 +47,9 @@ class RoiLayout:
         w, h = self.size
         if w < 1 or h < 1:
             raise ValueError(f"ROI size must be positive, got {w}x{h}")
+        if min(w, h) < MIN_ROI_SIZE:
+            raise ValueError(f"ROI size {w}x{h} is too small: a correlation peak and its neighbours need "
+                             f"at least {MIN_ROI_SIZE}x{MIN_ROI_SIZE} px")
         if len(c) == 0:
             raise ValueError("the ROI layout holds no ROI")
         origin = self.origins.astype(np.float64)

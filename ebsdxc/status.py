@@ -12,6 +12,9 @@ NOT_PROCESSED = 4  # the scan point has not been processed (yet)
 MISSING_PATTERN = 5  # no pattern: a hexagonal grid's padding slot, a point never stored, or all zeros
 OUTSIDE_MASK = 6  # the subregion reaches outside the detector mask (e.g. off the phosphor screen)
 NO_REFERENCE = 7  # a reference per grain: the point lies in no grain, or its grain has no usable reference
+# No subpixel maximum within a pixel of the integer peak: the correlation peak is flat along some
+# direction (e.g. a band crossing a small subregion) or a slope, so its position is not measured.
+SUBPIXEL_FAILED = 8
 
 DESCRIPTIONS = {
     OK: "ok",
@@ -22,4 +25,6 @@ DESCRIPTIONS = {
     MISSING_PATTERN: "no pattern at this scan point (not in the grid, not stored, or all zeros)",
     OUTSIDE_MASK: "subregion reaches outside the detector mask",
     NO_REFERENCE: "no reference: the point lies in no grain, or its grain has no usable reference point",
+    SUBPIXEL_FAILED: "subpixel fit failed: no correlation maximum within 1 px of the integer peak "
+                     "(a flat or sloping peak)",
 }

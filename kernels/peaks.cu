@@ -8,15 +8,19 @@
 #define M_GAUSSIAN 2
 #define M_QUADRATIC 3
 
+// Quiet NaN: a peak that cannot be fitted (no math_constants.h needed under NVRTC).
+#define PEAK_NAN __longlong_as_double(0x7ff8000000000000LL)
+
+// Not concave: no maximum along the axis (NaN), except an exactly flat axis (a tile one
+// pixel wide), which has nothing to fit (ebsdxc.peaks._parabolic_1d).
 __device__ __forceinline__ double parabolic(double cm, double c0, double cp) {
     const double den = cm - 2.0 * c0 + cp;
-    return den < 0.0 ? 0.5 * (cm - cp) / den : 0.0;
+    if (den < 0.0) return 0.5 * (cm - cp) / den;
+    return (cm == c0 && cp == c0) ? 0.0 : PEAK_NAN;
 }
 
-__device__ __forceinline__ double clip1(double d) {
-    if (!isfinite(d)) return 0.0;
-    return d < -1.0 ? -1.0 : (d > 1.0 ? 1.0 : d);
-}
+// Largest 3x3 subpixel offset from the integer peak (ebsdxc.peaks.FIT_3X3_REACH).
+#define FIT_3X3_REACH 1.0
 
 // Least-squares quadratic a + b x + c y + d x^2 + e xy + f y^2 on a 3x3 grid v[y][x]
 // (normal equations; ebsdxc.peaks._quadratic_coefficients).
@@ -54,8 +58,8 @@ __device__ void fit_3x3(const double v[3][3], double& dy, double& dx) {
             if (fabs(qx) <= 1.0 && fabs(qy) <= 1.0) { dx = qx; dy = qy; }
         }
     }
-    dx = clip1(dx);
-    dy = clip1(dy);
+    // Beyond reach, or no maximum: the peak cannot be fitted (NaN, engines flag it).
+    if (!(fabs(dx) <= FIT_3X3_REACH && fabs(dy) <= FIT_3X3_REACH)) { dx = PEAK_NAN; dy = PEAK_NAN; }
 }
 
 // First maximum in row-major order over the lags |dy| <= ry, |dx| <= rx of a circular
@@ -152,7 +156,8 @@ __device__ bool stencil_step(const double v[3][3], double& dy, double& dx) {
 // Refinement of peak estimates by quadratic fits to exact 3x3 DFT stencils of
 // shrinking step (ebsdxc.peaks.dft_refine_peak): one block per map, the spectrum
 // read once per stencil, stencil values and window autocorrelations summed in double.
-// The first step repeats (up to max_moves times) while a step reaches the stencil edge.
+// The first step repeats (up to max_moves times) while a step reaches the stencil edge;
+// where the last (finest) step still reaches it, the refinement did not converge: NaN.
 // Shared memory: 3 * (Ny + Nxh) float2 phases.
 __global__ void __launch_bounds__(256, 4) dft_refine(const float2* __restrict__ cps,  // (T, Ny, Nxh) half spectra
                            const float2* __restrict__ ref,  // (n_ref, Ny, Nxh) conj. reference spectra, or unused
@@ -287,5 +292,9 @@ __global__ void __launch_bounds__(256, 4) dft_refine(const float2* __restrict__ 
         if (!(st == 0 && again && moves < max_moves)) { ++st; moves = 0; }
         __syncthreads();  // `again` and the phases are rewritten next round
     }
-    if (threadIdx.x == 0) { y[t] = pos[0]; x[t] = pos[1]; }
+    if (threadIdx.x == 0) {
+        const bool stuck = again;  // the last step's `beyond`
+        y[t] = stuck ? PEAK_NAN : pos[0];
+        x[t] = stuck ? PEAK_NAN : pos[1];
+    }
 }

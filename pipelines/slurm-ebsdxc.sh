@@ -75,26 +75,41 @@ SCHED_PID=""
 WORKERS_PID=""
 
 # shellcheck disable=SC2317  # called by the EXIT trap
-cleanup() {
-    # Shut the cluster down from inside (the scheduler closes the workers, srun's step ends),
-    # then stop whatever is left. Short: SLURM kills the job some 30 s after its time-limit TERM.
-    set +e
-    local pid alive
-    if [ -s "$SCHED" ] && timeout 20 "$PYTHON" -c '
-import sys, distributed
-distributed.Client(scheduler_file=sys.argv[1], timeout="10s").shutdown()
-' "$SCHED" >/dev/null 2>&1; then
-        for _ in $(seq 20); do
-            alive=0
-            for pid in $WORKERS_PID $SCHED_PID; do
-                kill -0 "$pid" 2>/dev/null && alive=1
-            done
-            [ "$alive" = 0 ] && break
-            sleep 0.5
+gone() {
+    # Wait up to $1 s for the processes $2... to end; true when they all have.
+    local deadline=$((SECONDS + $1)) pid alive
+    shift
+    while :; do
+        alive=0
+        for pid in "$@"; do
+            kill -0 "$pid" 2>/dev/null && alive=1
         done
+        [ "$alive" = 0 ] && return 0
+        [ "$SECONDS" -ge "$deadline" ] && return 1
+        sleep 0.5
+    done
+}
+
+# shellcheck disable=SC2317  # called by the EXIT trap
+cleanup() {
+    # Workers first, while the scheduler still listens: the scheduler closes them (and their
+    # nannies, so srun's step ends), then it stops itself. The other order, the scheduler
+    # first, leaves every worker writing to a closed connection on its way out, and Dask
+    # logs that as a CommClosedError traceback in the job log of a run that went well.
+    # Short: SLURM kills the job some 30 s after its time-limit TERM.
+    set +e
+    local pid
+    if [ -n "$WORKERS_PID" ] && [ -s "$SCHED" ] && kill -0 "$SCHED_PID" 2>/dev/null; then
+        timeout 20 "$PYTHON" -c '
+import sys, distributed
+with distributed.Client(scheduler_file=sys.argv[1], timeout="10s") as client:
+    client.retire_workers(close_workers=True)
+' "$SCHED" >/dev/null 2>&1
+        gone 15 $WORKERS_PID
     fi
-    for pid in $WORKERS_PID $SCHED_PID; do
+    for pid in $WORKERS_PID $SCHED_PID; do   # the scheduler stops on TERM (and whatever is left)
         kill "$pid" 2>/dev/null
+        gone 10 "$pid" || kill -KILL "$pid" 2>/dev/null
     done
     for pid in $WORKERS_PID $SCHED_PID; do
         wait "$pid" 2>/dev/null

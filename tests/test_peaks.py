@@ -107,8 +107,8 @@ def test_quadratic_falls_back_to_parabolic_without_maximum():
     np.testing.assert_array_equal(qy, py)
 
 
-def test_offsets_clipped_to_unit_range():
-    # vertex of the parabola through (0, 1, 1.9) lies at +9.5: clipped to +1
+def test_fits_beyond_reach_are_nan_not_clipped():
+    # vertex of the parabola through (0, 1, 1.9) lies at +9.5: no maximum near the peak
     n = np.zeros((2, 3, 3))
     n[0, 1] = [0.0, 1.0, 1.9]
     n[0, :, 1] = [0.0, 1.0, 1.9]
@@ -116,16 +116,52 @@ def test_offsets_clipped_to_unit_range():
     n[1, :, 1] = [1.9, 1.0, 0.0]
     for m in ("parabolic", "gaussian"):  # (gaussian: a zero neighbour -> parabolic)
         dy, dx = peaks.fit_3x3(n, m)
-        np.testing.assert_array_equal(dx, [1.0, -1.0])
-        np.testing.assert_array_equal(dy, [1.0, -1.0])
+        assert np.isnan(dx).all() and np.isnan(dy).all(), m
     rng = np.random.default_rng(5)
     r = rng.normal(size=(2000, 3, 3))
-    r[::7] = 0.0  # degenerate, flat
+    r[::7] = 0.0  # degenerate, exactly flat: nothing to fit, offset 0
     for m in ("parabolic", "gaussian", "quadratic"):
         dy, dx = peaks.fit_3x3(r, m)
-        assert np.all(np.isfinite(dx)) and np.all(np.isfinite(dy))
-        assert np.abs(dx).max() <= 1 and np.abs(dy).max() <= 1
+        np.testing.assert_array_equal(np.isnan(dx), np.isnan(dy))  # a fit fails as a whole
+        good = np.isfinite(dx)
+        assert np.abs(dx[good]).max() <= peaks.SUBPIXEL_REACH and np.abs(dy[good]).max() <= peaks.SUBPIXEL_REACH
         np.testing.assert_array_equal(dx[::7], 0)
+        assert 0.2 < good.mean() < 1  # random surfaces: some have a maximum within reach, some not
+
+
+def test_centre_maximum_always_fits_within_half_a_pixel():
+    # An integer peak is the largest sample: the per-axis parabolas are concave (or flat) there,
+    # so the 3-point methods always fit, within half a pixel; quadratic within reach.
+    rng = np.random.default_rng(6)
+    r = rng.uniform(0.1, 1.0, size=(3000, 3, 3))
+    r[:, 1, 1] = 1.0
+    r[::11, 1, :] = 1.0  # a flat row through the peak: the x axis has nothing to fit
+    for m in ("parabolic", "gaussian", "quadratic"):
+        dy, dx = peaks.fit_3x3(r, m)
+        assert np.isfinite(dx).all() and np.isfinite(dy).all(), m
+        lim = 0.5 if m != "quadratic" else peaks.SUBPIXEL_REACH
+        assert np.abs(dx).max() <= lim and np.abs(dy).max() <= lim, m
+        np.testing.assert_array_equal(dx[::11], 0.0) if m != "quadratic" else None
+
+
+def test_non_concave_axis_is_nan():
+    # A slope rising away from the sample (what window compensation makes of a flat ridge):
+    # the x parabola is convex, so there is no maximum along x near the integer peak.
+    n = np.array([[[0.83, 0.85, 0.88], [0.98, 1.00, 1.03], [0.83, 0.85, 0.88]]])
+    for m in ("parabolic", "gaussian", "quadratic"):
+        dy, dx = peaks.fit_3x3(n, m)
+        assert np.isnan(dx).all() and np.isnan(dy).all(), m
+
+
+def test_drop_far_peaks():
+    r = peaks.SUBPIXEL_REACH
+    y = np.array([0.2, r + 0.1, -2.0, np.nan, 3.0 + r])
+    x = np.array([-0.9, 0.0, 0.0, 0.0, 3.0 - r])
+    ly, lx = np.array([0, 0, -1, 0, 3]), np.array([0, 0, 0, 0, 3])
+    yy, xx = peaks.drop_far_peaks(y, x, ly, lx)
+    np.testing.assert_array_equal(np.isnan(yy), [False, True, False, True, False])
+    np.testing.assert_array_equal(np.isnan(xx), np.isnan(yy))
+    np.testing.assert_array_equal(yy[[0, 2, 4]], y[[0, 2, 4]])
 
 
 def test_fit_3x3_unknown_method():

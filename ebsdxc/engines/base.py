@@ -186,7 +186,8 @@ def _others(pred):
 class PeakResult:
     """Per-tile match results, arrays on the engine's backend.
 
-    displacement : (B, n, 2) float32 [dx, dy] px; NaN where status != OK
+    displacement : (B, n, 2) float32 [dx, dy] px; NaN where status != OK (``SUBPIXEL_FAILED``
+        where the peak was found but no subpixel maximum near it)
     peak_height : (B, n) float32 normalised cross-correlation at the peak, in [-1, 1]
     status : (B, n) uint8 codes of :mod:`ebsdxc.status`
     """
@@ -524,9 +525,12 @@ class CorrelationEngine(ABC):
             ref_status, ref_energy = refs.status[0][None, :], refs.energy[0][None, :]
         else:
             ref_status, ref_energy = refs.status[index], refs.energy[index]
+        # A peak the subpixel fit could not place comes back as NaN (ebsdxc.peaks).
+        fitted = xp.isfinite(x) & xp.isfinite(y)
         code = xp.where(status != st.OK, status,
                         xp.where(ref_status != st.OK, ref_status,
-                                 xp.where(border, np.uint8(st.PEAK_ON_BORDER), np.uint8(st.OK))))
+                                 xp.where(border, np.uint8(st.PEAK_ON_BORDER),
+                                          xp.where(fitted, np.uint8(st.OK), np.uint8(st.SUBPIXEL_FAILED)))))
         code = code.astype(xp.uint8)
         ok = code == st.OK
         with np.errstate(divide="ignore", invalid="ignore"):

@@ -21,6 +21,7 @@ from ..peaks import (
     DFT_MAX_MOVES,
     DFT_STEPS,
     SPECTRUM_METHODS,
+    drop_far_peaks,
     integer_lag_table,
     locate_peaks,
     upsampled_dft_peak,
@@ -167,6 +168,8 @@ class FFTEngine(CorrelationEngine):
                 y, x = dft_refine(spec, y, x, shape, steps=DFT_STEPS, max_moves=DFT_MAX_MOVES,
                                   window_spectra=self._window_spectra,
                                   reference=p.reshape(refs.count, refs.n, *p.shape[1:]), reference_index=index)
+        if method in SPECTRUM_METHODS:  # the 3x3 fits stay within reach by construction
+            y, x = drop_far_peaks(y, x, ly, lx, xp=self.xp)
         return y, x, value, border
 
 

@@ -37,7 +37,7 @@ from . import registry
 from .ang import write_ang
 from .ctf import write_ctf
 from .orientation_map import OrientationMap, PhaseInfo
-from .source import ArraySource, PatternSource, ScanGrid
+from .source import READ_ERRORS, ArraySource, PatternSource, ScanGrid, damaged
 
 __all__ = [
     "ORIENTATION_FORMATS",
@@ -128,6 +128,22 @@ def _is_stack(path) -> bool:
     return os.path.isdir(text) or (not os.path.exists(text) and any(ch in text for ch in "*?["))
 
 
+def _opening(reader_open, path, **kwargs):
+    """``reader_open(path, **kwargs)``, with what a damaged file raises as one InputError.
+
+    A reader checks what it knows can go wrong; a file damaged where nobody looks (an HDF5
+    object header, a heap, a TIFF tag) fails inside h5py, tifffile or struct with their own
+    exception types (h5py a TypeError for a datatype it cannot map), and a header number
+    that is garbage makes a reader's arithmetic fail with a ValueError. All of those are the file's fault, said in one line naming it.
+    """
+    try:
+        return reader_open(path, **kwargs)
+    except InputError:
+        raise
+    except (*READ_ERRORS, ValueError, TypeError) as exc:
+        raise damaged(path if isinstance(path, (str, os.PathLike)) else str(path), exc) from exc
+
+
 def open_scan(path, *, dataset: str | int | None = None, format: str | None = None,  # noqa: A002
               grid_shape=None) -> PatternSource:
     """Open a scan for lazy reading, choosing the reader from the file's content.
@@ -158,17 +174,17 @@ def open_scan(path, *, dataset: str | int | None = None, format: str | None = No
         datasets, or a ``dataset`` that does not fit. The message names the file.
     """
     if (format is None and _is_stack(path)) or str(format).strip().lower() == "image_stack":
-        return get_reader("image_stack").open(path, dataset=dataset, grid_shape=grid_shape)
+        return _opening(get_reader("image_stack").open, path, dataset=dataset, grid_shape=grid_shape)
     path = _check_file(path)
     if format is not None:
         if registry.find(format) is None:
             raise InputError(f"unknown scan format {format!r}; choose one of "
                              f"{', '.join(registry.names())}", path)
-        return get_reader(format).open(path, dataset=dataset, grid_shape=grid_shape)
+        return _opening(get_reader(format).open, path, dataset=dataset, grid_shape=grid_shape)
     for entry in registry.entries():
         reader = entry.load()
         if reader.detect(path):
-            return reader.open(path, dataset=dataset, grid_shape=grid_shape)
+            return _opening(reader.open, path, dataset=dataset, grid_shape=grid_shape)
     raise InputError(
         f"not a scan format ebsdxc can read ({_what_is_it(path)}); it reads "
         f"{registry.reads_list('and')}; force a reader with --format", path)
@@ -227,8 +243,8 @@ def read_orientation_map(path, *, dataset: str | int | None = None,
         if dataset is not None:
             raise InputError(f"dataset {dataset!r} chooses a scan of an h5 file; a .{chosen} file "
                              "holds one map", path)
-        return readers[chosen][1](path)
-    return readers[chosen][1](path, dataset=dataset)
+        return _opening(readers[chosen][1], path)
+    return _opening(readers[chosen][1], path, dataset=dataset)
 
 
 def read_reference(path) -> np.ndarray:
@@ -257,7 +273,7 @@ def read_reference(path) -> np.ndarray:
                 if is_hdf5_file(path) else "")
         raise InputError("not a file format ebsdxc can read (reference patterns must be "
                          f"single-image TIFF files){hint}", path)
-    return read_tiff(path)
+    return _opening(read_tiff, path)
 
 
 def read_reference_metadata(path) -> dict:

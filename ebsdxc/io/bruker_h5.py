@@ -61,7 +61,7 @@ from .edax_h5 import (
     record_pattern_centre,
     text,
 )
-from .hdf5 import HDF5Source, dataset_metadata, file_matches, open_file, top_groups_holding
+from .hdf5 import HDF5Source, dataset_metadata, file_matches, open_file, read_entry, top_groups_holding
 from .orientation_map import (
     OrientationMap,
     PhaseInfo,
@@ -124,7 +124,7 @@ def _coordinates(scan_group, n, path):
         found.append(obj)
     if any(obj is None for obj in found):
         return None
-    iy, ix = (np.asarray(obj[()]).reshape(-1) for obj in found)
+    iy, ix = (np.asarray(read_entry(obj)).reshape(-1) for obj in found)
     for name, arr in (("IY", iy), ("IX", ix)):
         if arr.size != n:
             raise InputError(f"{sem.name}/{name} gives the map position of {arr.size} points but "
@@ -154,7 +154,7 @@ class BrukerSource(HDF5Source):
         arrays = [data.get(k) for k in names]
         if not all(isinstance(a, h5py.Dataset) and a.ndim == 1 for a in arrays):
             return None
-        values = np.stack([a[()].astype(np.float64) for a in arrays], axis=1)
+        values = np.stack([read_entry(a).astype(np.float64) for a in arrays], axis=1)
         return per_slot(values, self._records).reshape(self.grid.rows, self.grid.cols, 3)
 
     def pattern_centres(self) -> np.ndarray | None:
@@ -178,7 +178,7 @@ class BrukerSource(HDF5Source):
         obj = self.dataset.file[f"/{self.scan}/{_HEADER}"].get("StaticBackground")
         if not isinstance(obj, h5py.Dataset) or tuple(obj.shape) != self.pattern_shape:
             return None
-        return obj[()]
+        return read_entry(obj)
 
 
 def _check_version(f, path) -> str:

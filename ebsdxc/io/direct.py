@@ -26,6 +26,8 @@ from concurrent.futures import ThreadPoolExecutor
 import h5py
 import numpy as np
 
+from ..errors import InputError
+
 __all__ = ["DirectReader", "plan", "threads"]
 
 _FILTER_DEFLATE = 1
@@ -149,7 +151,8 @@ class DirectReader:
             while done < b - a:
                 got = os.preadv(fd, [view[done:]], base + a + done)
                 if got == 0:
-                    raise OSError(f"{self.path}: file ends before the dataset does (truncated?)")
+                    raise InputError("is truncated: the file ends before its pattern data do",
+                                     self.path)
                 done += got
 
         if n_parts == 1:
@@ -166,20 +169,31 @@ class DirectReader:
         offset, size, mask = info
         raw = os.pread(self._file(), size, offset)
         if len(raw) != size:
-            raise OSError(f"{self.path}: file ends inside a chunk of the pattern data (truncated?)")
+            raise InputError(f"is truncated: the file ends inside the chunk of the pattern data "
+                             f"at byte {offset}", self.path)
         # Filters run in reverse on reading; a bit set in `mask` means that filter was skipped.
         for i in reversed(range(len(self.filters))):
             if mask & (1 << i):
                 continue
             if self.filters[i] == _FILTER_DEFLATE:
-                raw = zlib.decompress(raw, bufsize=self._chunk_bytes)  # sized once: no regrowth
+                try:
+                    raw = zlib.decompress(raw, bufsize=self._chunk_bytes)  # sized once: no regrowth
+                except zlib.error as exc:  # a flipped bit: the adler32 check or the stream breaks
+                    raise InputError(f"is damaged: the compressed chunk of the pattern data at byte "
+                                     f"{offset} does not inflate ({exc})", self.path) from None
             else:  # shuffle: byte k of every value was stored in the k-th block
                 k = self.dtype.itemsize
+                if len(raw) % k:
+                    raise InputError(f"is damaged: the chunk of the pattern data at byte {offset} "
+                                     f"holds {len(raw)} bytes, not whole {k}-byte values", self.path)
                 raw = np.frombuffer(raw, np.uint8).reshape(k, -1).T.tobytes()
+        if len(raw) != self._chunk_bytes:
+            raise InputError(f"is damaged: the chunk of the pattern data at byte {offset} inflates "
+                             f"to {len(raw)} bytes, not {self._chunk_bytes}", self.path)
         data = np.frombuffer(raw, dtype=self.dtype)
         if data.size != int(np.prod(cshape)):
-            raise OSError(f"{self.path}: a chunk of the pattern data inflates to {data.size} values, "
-                          f"not {int(np.prod(cshape))}")
+            raise InputError(f"is damaged: the chunk of the pattern data at byte {offset} inflates "
+                             f"to {data.size} values, not {int(np.prod(cshape))}", self.path)
         return data.reshape(cshape)
 
     def _read_chunked(self, start, stop, out):

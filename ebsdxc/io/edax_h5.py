@@ -57,6 +57,7 @@ from .hdf5 import (
     dataset_metadata,
     file_matches,
     open_file,
+    read_entry,
     to_jsonable,
     top_groups_holding,
 )
@@ -114,7 +115,7 @@ def entry(group, name):
     key = _match(group.keys(), name)
     if key is not None:
         obj = group.get(key)
-        return _unwrap(obj[()]) if isinstance(obj, h5py.Dataset) else None
+        return _unwrap(read_entry(obj)) if isinstance(obj, h5py.Dataset) else None
     key = _match(group.attrs.keys(), name)
     if key is not None:
         return _unwrap(group.attrs[key])
@@ -339,7 +340,7 @@ class EDAXSource(HDF5Source):
         arrays = [data.get(k) for k in _EULER]
         if not all(isinstance(a, h5py.Dataset) and a.ndim == 1 for a in arrays):
             return None
-        euler = np.degrees(np.stack([a[()] for a in arrays], axis=1).astype(np.float64))
+        euler = np.degrees(np.stack([read_entry(a) for a in arrays], axis=1).astype(np.float64))
         return per_slot(euler, self._records).reshape(self.grid.rows, self.grid.cols, 3)
 
     def orientation_map(self):

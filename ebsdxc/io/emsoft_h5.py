@@ -47,7 +47,7 @@ from .edax_h5 import (
     per_slot,
     text,
 )
-from .hdf5 import HDF5Source, dataset_metadata, file_matches, open_file
+from .hdf5 import HDF5Source, dataset_metadata, file_matches, open_file, read_entry
 from .source import choose_grid
 
 NAME = "emsoft_h5"
@@ -100,7 +100,7 @@ class EMsoftSource(HDF5Source):
         obj = self.dataset.file.get(_EULER)
         if not isinstance(obj, h5py.Dataset) or obj.ndim != 2 or obj.shape[1] != 3:
             return None
-        euler = np.degrees(obj[()].astype(np.float64))
+        euler = np.degrees(read_entry(obj).astype(np.float64))
         return per_slot(euler, self._records).reshape(self.grid.rows, self.grid.cols, 3)
 
 

@@ -42,6 +42,7 @@ from .hdf5 import (
     dataset_metadata,
     file_matches,
     open_file,
+    read_entry,
     to_jsonable,
 )
 from .source import ScanGrid, choose_grid, grid_kind
@@ -60,7 +61,7 @@ _SEM_SCALARS = ("beam_energy", "working_distance", "magnification", "microscope"
 
 def _read_small(obj):
     """A small dataset's value (or an attribute value) as a Python scalar or array."""
-    value = obj[()] if isinstance(obj, h5py.Dataset) else obj
+    value = read_entry(obj) if isinstance(obj, h5py.Dataset) else obj
     arr = np.asarray(value)
     if arr.size == 1:
         item = arr.reshape(()).item()
@@ -151,7 +152,7 @@ class H5EBSDSource(HDF5Source):
         obj = self._header().get("static_background")
         if not isinstance(obj, h5py.Dataset) or tuple(obj.shape) != self.pattern_shape:
             return None
-        return obj[()]
+        return read_entry(obj)
 
 
 def parse_grid_shape_or_row(grid_shape, n_stored, path) -> tuple[int, int]:

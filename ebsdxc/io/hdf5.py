@@ -155,6 +155,19 @@ def _find_attr(obj, *names):
     return None
 
 
+def read_entry(ds):
+    """The whole value of dataset ``ds`` (a header entry, a map column), read safely.
+
+    Formats ebsdxc reads store numbers and strings; a variable-length sequence type is what
+    a damaged datatype message turns a string into, and HDF5 crashes the interpreter
+    reading one. It is refused with a ``ValueError`` (the caller names the file) instead.
+    """
+    if ds.id.get_type().get_class() == h5py.h5t.VLEN:
+        raise ValueError(f"dataset {ds.name!r} has a variable-length sequence type, which no "
+                         "EBSD format stores (a damaged datatype?)")
+    return ds[()]
+
+
 def _describe(ds) -> str:
     return f"{ds.name} {tuple(ds.shape)} {ds.dtype}"
 
@@ -279,7 +292,7 @@ def _step(ds):
 def dataset_metadata(ds) -> dict:
     """Where the patterns are and how they are stored (JSON-friendly)."""
     return {
-        "dataset": ds.name,
+        "dataset": to_jsonable(ds.name),  # bytes when the name is not UTF-8
         "chunks": None if ds.chunks is None else list(ds.chunks),
         "compression": ds.compression,
     }

@@ -57,7 +57,7 @@ from .edax_h5 import (
     record_pattern_centre,
     text,
 )
-from .hdf5 import HDF5Source, dataset_metadata, file_matches, open_file
+from .hdf5 import HDF5Source, dataset_metadata, file_matches, open_file, read_entry
 from .orientation_map import (
     OrientationMap,
     PhaseInfo,
@@ -197,7 +197,7 @@ class OxfordSource(HDF5Source):
         arrays = [data.get(k) for k in _PC]
         if not all(isinstance(a, h5py.Dataset) and a.ndim == 1 for a in arrays):
             return None
-        values = np.stack([a[()].astype(np.float64) for a in arrays], axis=1)
+        values = np.stack([read_entry(a).astype(np.float64) for a in arrays], axis=1)
         return per_slot(values, self._records).reshape(self.grid.rows, self.grid.cols, 3)
 
     def orientations(self) -> np.ndarray | None:
@@ -206,7 +206,7 @@ class OxfordSource(HDF5Source):
         obj = self._group(_DATA).get("Euler")
         if not isinstance(obj, h5py.Dataset) or obj.ndim != 2 or obj.shape[1] != 3:
             return None
-        euler = np.degrees(obj[()].astype(np.float64))
+        euler = np.degrees(read_entry(obj).astype(np.float64))
         return per_slot(euler, self._records).reshape(self.grid.rows, self.grid.cols, 3)
 
     def orientation_map(self):
@@ -221,7 +221,7 @@ class OxfordSource(HDF5Source):
         obj = self._group(_HEADER).get(_BACKGROUNDS[self.kind])
         if not isinstance(obj, h5py.Dataset) or tuple(obj.shape) != self.pattern_shape:
             return None
-        return obj[()]
+        return read_entry(obj)
 
 
 def open(path, *, dataset=None, grid_shape=None) -> OxfordSource:  # noqa: A001 - registry interface
@@ -380,7 +380,7 @@ def slice_orientation_map(group, path, grid, records) -> OrientationMap | None:
     if not isinstance(stored, h5py.Dataset) or stored.ndim != 2 or stored.shape[1] != 3:
         return None
     n = int(stored.shape[0])
-    euler = np.degrees(stored[()].astype(np.float64))
+    euler = np.degrees(read_entry(stored).astype(np.float64))
     phases = _phases(header, path)
     numbers = data.get("Phase")
     if not isinstance(numbers, h5py.Dataset) or numbers.shape[0] < n:

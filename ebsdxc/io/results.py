@@ -7,13 +7,27 @@ package version, command line, parameters (JSON), inputs (name, size, modificati
 time), creation time and ``complete``. Datasets are chunked along scan rows and
 written batch by batch; ``complete`` turns true only after the last batch, and
 unprocessed points keep NaN displacement and status ``NOT_PROCESSED``.
+
+Faults: the file starts with a 512-byte user block holding :data:`SIGNATURE`, so a file that
+HDF5 can no longer open is still recognisably ours; the per-point datasets are allocated
+(and filled) when the file is created, so a full disk shows at once, not hours into the run;
+every write is checked, and a failed one ends the run with one line, leaving the points
+already marked ``done`` valid. One writer at a time: ``OUT.lock`` (see :class:`ResultsLock`).
+Derived results (strain, GND) are marked stale (``strain_stale``, ``gnd_stale``, their
+``*_complete`` false) as soon as the displacement they came from changes.
 """
 
 from __future__ import annotations
 
+import contextlib
 import datetime
+import errno
 import json
 import os
+import shutil
+import socket
+import sys
+import time
 from dataclasses import dataclass
 
 import h5py
@@ -26,8 +40,17 @@ from ..errors import InputError
 SCHEMA = 1
 GROUP = "ebsdxc"
 
-__all__ = ["ResultsHandle", "ResultsWriter", "RunRecord", "require_results", "read_record", "read_results",
-           "is_results_file", "input_record", "read_grains", "write_gnd", "SCHEMA"]
+__all__ = ["ResultsHandle", "ResultsWriter", "ResultsLock", "RunRecord", "require_results", "read_record",
+           "read_results", "is_results_file", "is_damaged_results", "check_not_damaged", "lock_holder",
+           "input_record", "read_grains", "write_gnd", "SCHEMA", "SIGNATURE"]
+
+#: The first bytes of every results file (in HDF5's user block, which HDF5 never reads or writes).
+SIGNATURE = b"ebsdxc results file (HDF5 follows this 512-byte block)\n"
+USERBLOCK = 512
+#: What a results file of ``rows * cols`` points and ``n`` ROIs needs beyond its datasets (bytes).
+_OVERHEAD = 1 << 16
+#: Derived results and the flag that says they are complete (stale ones are marked, not kept as true).
+_DERIVED = {"strain": ("strain_complete", "fit_status"), "gnd": ("gnd_complete", "gnd_density")}
 
 
 def input_record(path) -> dict:
@@ -38,19 +61,301 @@ def input_record(path) -> dict:
 
 
 def is_results_file(path) -> bool:
+    """True for a results file HDF5 can open (one another process holds open counts as ours too
+    only if it carries :data:`SIGNATURE`: see :func:`is_damaged_results`)."""
     try:
         with h5py.File(path, "r") as f:
             return GROUP in f and "schema" in f[GROUP].attrs
+    except (OSError, RuntimeError, ValueError, KeyError):
+        return False
+
+
+def _has_signature(path) -> bool:
+    try:
+        with open(path, "rb") as fh:
+            return fh.read(len(SIGNATURE)) == SIGNATURE
     except OSError:
         return False
 
 
+def is_damaged_results(path) -> bool:
+    """True for a file that carries the ebsdxc :data:`SIGNATURE` but that HDF5 cannot open, e.g.
+    after a full disk or a crash mid-write. (Only the signature counts: a file of another
+    program is never taken for ours, whatever its name or a lock beside it says.)"""
+    path = os.fspath(path)
+    return os.path.isfile(path) and _has_signature(path) and not is_results_file(path)
+
+
+def check_not_damaged(path, *, action: str = "read") -> None:
+    """InputError naming ``path`` when it is an ebsdxc results file HDF5 cannot open."""
+    if is_damaged_results(path):
+        raise InputError(f"ebsdxc results file that HDF5 cannot open (damaged: the disk filled up or the "
+                         f"run crashed mid-write?); it cannot be {action}: start again with --overwrite "
+                         "(overwrite=True), which replaces it", path)
+
+
+# --------------------------------------------------------------------------- one writer per file
+
+def _boot_id() -> str:
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as fh:
+            return fh.read().strip()
+    except OSError:
+        return ""
+
+
+def _start_ticks(pid: int) -> int | None:
+    # Field 22 of /proc/PID/stat: the process's start time, which tells a reused pid apart.
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return int(fh.read().rsplit(")", 1)[1].split()[19])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def _alive(holder: dict) -> bool:
+    """Whether the run a lock names still runs; True when that cannot be told (another host)."""
+    if holder.get("host") != socket.gethostname():
+        return True
+    if holder.get("boot_id") and _boot_id() and holder["boot_id"] != _boot_id():
+        return False  # the machine restarted since
+    pid = holder.get("pid")
+    if not isinstance(pid, int) or pid <= 0:
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass
+    start = _start_ticks(pid)
+    return holder.get("start_ticks") is None or start is None or start == holder["start_ticks"]
+
+
+def _read_lock(lock_path) -> dict | None:
+    try:
+        with open(lock_path) as fh:
+            d = json.load(fh)
+        return d if isinstance(d, dict) else {}
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError):
+        return {}  # being written this instant, or garbage: judged by its age
+
+
+def _describe_holder(h: dict) -> str:
+    if not h:
+        return "another ebsdxc run"
+    return (f"another ebsdxc run (pid {h.get('pid')} on {h.get('host')}, since {h.get('started')}"
+            + (f": {h['command']}" if h.get("command") else "") + ")")
+
+
+def lock_holder(path) -> dict | None:
+    """The live run holding ``path``'s lock (its record: pid, host, started, command), or None
+    (no lock, or the lock of a run that is gone)."""
+    lock_path = os.fspath(path) + ".lock"
+    h = _read_lock(lock_path)
+    if h is None:
+        return None
+    if not h:
+        try:
+            young = time.time() - os.path.getmtime(lock_path) < 60
+        except OSError:
+            return None
+        return h if young else None
+    return h if _alive(h) else None
+
+
+class ResultsLock:
+    """One writer per results file whatever the file system: ``OUT.lock`` beside it.
+
+    Created with ``O_EXCL`` and holding JSON (pid, host, boot id, process start time, start
+    time, command line), so a second run names the first; a lock whose process is gone (same
+    host: dead pid, pid reused, or a restart since) is stale and taken over. HDF5's own file
+    locking is often off on network file systems; this one is not.
+    """
+
+    def __init__(self, path, *, command: str = ""):
+        self.path = os.path.abspath(os.fspath(path))
+        self.lock_path = self.path + ".lock"
+        self.command = command
+        self.held = False
+
+    def acquire(self) -> ResultsLock:
+        record = {"file": self.path, "pid": os.getpid(), "host": socket.gethostname(), "boot_id": _boot_id(),
+                  "start_ticks": _start_ticks(os.getpid()),
+                  "started": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+                  "command": self.command}
+        for _ in range(3):
+            try:
+                fd = os.open(self.lock_path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+            except FileExistsError:
+                holder = lock_holder(self.path)
+                if holder is not None:
+                    raise InputError(f"in use by {_describe_holder(holder)}; one run writes a results file at a "
+                                     f"time: wait for it, or delete {os.path.basename(self.lock_path)} if that "
+                                     "run is gone", self.path) from None
+                self._remove_stale()
+                continue
+            except OSError as e:
+                raise InputError(f"cannot create the lock file {os.path.basename(self.lock_path)} "
+                                 f"({e.strerror})", self.path) from None
+            try:
+                os.write(fd, json.dumps(record).encode())
+            except OSError as e:
+                os.close(fd)
+                os.remove(self.lock_path)
+                raise InputError(f"cannot write the lock file ({_why(e)})", self.path) from None
+            os.close(fd)
+            self.held = True
+            return self
+        raise InputError(f"cannot take the lock {os.path.basename(self.lock_path)}: other runs keep taking it",
+                         self.path)
+
+    def _remove_stale(self):
+        # Renamed first: of two runs that both found it stale, only one removes it.
+        tmp = f"{self.lock_path}.stale.{os.getpid()}"
+        try:
+            os.rename(self.lock_path, tmp)
+            os.remove(tmp)
+        except FileNotFoundError:
+            pass
+
+    def release(self) -> None:
+        if self.held:
+            self.held = False
+            try:
+                if (_read_lock(self.lock_path) or {}).get("pid") == os.getpid():
+                    os.remove(self.lock_path)
+            except OSError:
+                pass
+
+    def __enter__(self):
+        return self.acquire()
+
+    def __exit__(self, *exc):
+        self.release()
+
+
+# --------------------------------------------------------------------------- write faults
+
+def _why(e: BaseException) -> str:
+    """A write failure in plain words (HDF5 buries errno in a long message)."""
+    text = str(e)
+    code = getattr(e, "errno", None)
+    for num, words in ((errno.ENOSPC, "no space left on the device"), (errno.EDQUOT, "disk quota exceeded"),
+                       (errno.EFBIG, "file size limit reached"), (errno.EIO, "input/output error"),
+                       (errno.EROFS, "read-only file system")):
+        if code == num or f"errno = {num}," in text:
+            return words
+    return text.splitlines()[0] if text else type(e).__name__
+
+
+def _write_failed(e: BaseException, path, done: int | None = None) -> InputError:
+    kept = "" if done is None else f"; the {done} points done before are kept"
+    return InputError(f"cannot write the results ({_why(e)}){kept}: make room, then run again with --resume",
+                      path)
+
+
+@contextlib.contextmanager
+def _quiet_failed_writes():
+    """HDF5 objects of a failed write, freed later, try to flush and print a traceback each
+    (hundreds on a full disk); the failure is reported once, by the caller."""
+    hook = sys.unraisablehook
+
+    def quiet(u):
+        if not (isinstance(u.exc_value, (OSError, RuntimeError)) and "h5py" in repr(u.object)):
+            hook(u)
+
+    sys.unraisablehook = quiet
+    try:
+        yield
+    finally:
+        sys.unraisablehook = hook
+
+
+def _close_failed(f) -> None:
+    # After a failed write, the first close fails flushing what could not be written; the
+    # second releases the file (else HDF5 tries again at exit, and crashes).
+    with _quiet_failed_writes():
+        name = f.filename
+        for _ in range(3):
+            try:
+                if f.id.valid:
+                    # objects first (a dataset left open is flushed again at exit, and crashes)
+                    f.id._close_open_objects(h5py.h5f.OBJ_LOCAL | ~h5py.h5f.OBJ_FILE)
+                    f.close()
+                break
+            except (OSError, RuntimeError, ValueError):
+                continue
+        for fid in h5py.h5f.get_obj_ids(types=h5py.h5f.OBJ_FILE):
+            with contextlib.suppress(OSError, RuntimeError, ValueError):
+                if fid.valid and fid.name.decode() == name:
+                    fid.close()
+
+
+def _space_needed(rows, cols, n) -> int:
+    # displacement, peak height, status, done and positions; chunk indexes are a few percent more
+    return int(rows * cols * (n * (2 * 4 + 4 + 1) + 1 + 16) * 1.05) + _OVERHEAD
+
+
+def _check_space(path, need: int) -> None:
+    """Refuse at once when the file system has less room than the file needs (quotas and file
+    size limits it cannot see still fail on the first write, with the same one line)."""
+    try:
+        free = shutil.disk_usage(os.path.dirname(os.path.abspath(path)) or ".").free
+    except OSError:
+        return
+    if free < need:
+        raise InputError(f"not enough space for the results: they need about {_mb(need)}, the file system "
+                         f"has {_mb(free)} free", path)
+
+
+def _try_reserve(path, need: int) -> None:
+    """Claim ``need`` bytes beside ``path`` with plain file calls, then give them back: a full disk,
+    a quota or a file size limit fails here, in one clear line, before HDF5 writes anything (HDF5
+    failing half-way through creating a file leaves objects that crash the interpreter at exit)."""
+    tmp = f"{os.path.abspath(path)}.reserve.{os.getpid()}"
+    try:
+        fd = os.open(tmp, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
+    except OSError:
+        return  # cannot even try (a read-only folder): creating the file says why
+    try:
+        os.posix_fallocate(fd, 0, need)
+    except OSError as e:
+        raise InputError(f"not enough space for the results, about {_mb(need)} ({_why(e)})", path) from None
+    finally:
+        os.close(fd)
+        os.remove(tmp)
+
+
+def _mb(n) -> str:
+    return f"{n / 1e6:.1f} MB" if n < 1e9 else f"{n / 1e9:.2f} GB"
+
+
+def _early():
+    # Allocated (and filled) at creation: a full disk fails at once, and later writes land in
+    # place, so a disk that fills up during the run leaves this file's writes unharmed.
+    p = h5py.h5p.create(h5py.h5p.DATASET_CREATE)
+    p.set_alloc_time(h5py.h5d.ALLOC_TIME_EARLY)
+    return p
+
+
 class ResultsHandle:
-    """Holds an open h5py file ``self._f``; closes it on ``close`` or leaving a ``with`` block."""
+    """Holds an open h5py file ``self._f``; closes it on ``close`` or leaving a ``with`` block
+    (and releases the writer's lock, if it holds one)."""
+
+    _lock = None
 
     def close(self) -> None:
-        if self._f.id.valid:
-            self._f.close()
+        try:
+            if getattr(self, "_failed", False):
+                _close_failed(self._f)  # the write error already raised says what happened
+            elif self._f.id.valid:
+                self._f.close()
+        finally:
+            if self._lock is not None:
+                self._lock.release()
 
     def __enter__(self):
         return self
@@ -60,34 +365,80 @@ class ResultsHandle:
 
 
 class ResultsWriter(ResultsHandle):
-    """Creates (or reopens for ``--resume``) a results file and writes batches into it."""
+    """Creates (or reopens for ``--resume``) a results file and writes batches into it.
 
-    def __init__(self, f: h5py.File, path: str):
+    Holds the file's :class:`ResultsLock` until closed. A write that fails (full disk, quota,
+    I/O error) raises an InputError naming the file and the cause; points already marked
+    ``done`` stay valid and ``complete`` stays false, so the run resumes once there is room.
+    """
+
+    _failed = False
+
+    def __init__(self, f: h5py.File, path: str, lock: ResultsLock | None = None):
         self._f = f
         self.path = path
+        self._lock = lock
         g = f[GROUP]
         self._g = g
         self.rows, self.cols = g["done"].shape
+        self._n_done = int(g["done"][...].sum())
+        self._derived_checked = False
+        try:
+            st_ = os.fstat(f.id.get_vfd_handle())
+            self._ident = (st_.st_dev, st_.st_ino)
+        except (OSError, TypeError, ValueError, RuntimeError):
+            self._ident = None
 
     # -- opening -----------------------------------------------------------------------
     @classmethod
     def create(cls, path, *, grid, centres, roi_size, parameters: dict, inputs: list,
-               command_line: str = "", overwrite=False) -> ResultsWriter:
+               command_line: str = "", overwrite=False, attrs: dict | None = None) -> ResultsWriter:
+        """A new results file; ``attrs`` are more attributes of ``/ebsdxc`` (written with the rest:
+        attributes added later may need room the disk no longer has)."""
         path = os.fspath(path)
-        if os.path.exists(path):
-            if not overwrite:
-                raise InputError("output already exists; pass overwrite=True to replace it "
-                                 "or resume=True to continue it", path)
-            if not is_results_file(path):
-                raise InputError("output exists and is not an ebsdxc results file; "
-                                 "refusing to replace it", path)
-            os.remove(path)
+        lock = ResultsLock(path, command=command_line).acquire()
+        try:
+            if os.path.exists(path):
+                if not overwrite:
+                    raise InputError("output already exists; pass overwrite=True to replace it "
+                                     "or resume=True to continue it", path)
+                if not (is_results_file(path) or is_damaged_results(path)):
+                    raise InputError("output exists and is not an ebsdxc results file; "
+                                     "refusing to replace it", path)
+                os.remove(path)
+            need = _space_needed(grid.rows, grid.cols, len(centres))
+            _check_space(path, need)
+            _try_reserve(path, need)
+            try:
+                f = h5py.File(path, "w-", userblock_size=USERBLOCK)
+            except OSError as e:
+                raise InputError(f"cannot create the output file ({_why(e)})", path) from None
+            failure = None
+            with _quiet_failed_writes():
+                try:
+                    cls._build(f, grid=grid, centres=centres, roi_size=roi_size, parameters=parameters,
+                               inputs=inputs, command_line=command_line, attrs=attrs or {})
+                    f.flush()
+                    fd = os.open(path, os.O_WRONLY)
+                    try:
+                        os.pwrite(fd, SIGNATURE, 0)
+                    finally:
+                        os.close(fd)
+                except (OSError, RuntimeError, ValueError, KeyError) as e:
+                    failure = _why(e)  # raised below: an exception kept alive holds HDF5 objects past close
+            if failure is not None:
+                _close_failed(f)
+                os.remove(path)  # made a moment ago by this call: it holds nothing yet
+                raise InputError(f"cannot create the results file ({failure}); nothing was written", path)
+        except BaseException:
+            lock.release()
+            raise
+        return cls(f, path, lock)
+
+    @staticmethod
+    def _build(f, *, grid, centres, roi_size, parameters, inputs, command_line, attrs):
         rows, cols = grid.rows, grid.cols
         n = len(centres)
-        try:
-            f = h5py.File(path, "w-")
-        except OSError as e:
-            raise InputError(f"cannot create the output file ({e})", path) from None
         g = f.create_group(GROUP)
         a = g.attrs
         a["schema"] = SCHEMA
@@ -97,6 +448,10 @@ class ResultsWriter(ResultsHandle):
         a["inputs"] = json.dumps(inputs)
         a["created"] = datetime.datetime.now(datetime.timezone.utc).isoformat()
         a["complete"] = False
+        # Fixed size, set in place at the end: nothing the finished run writes needs new room.
+        a["finished"] = np.bytes_(b" " * 32)
+        for k, v in attrs.items():
+            a[k] = v
         a["grid_kind"] = grid.kind
         if grid.step is not None:
             a["step"] = np.asarray(grid.step, dtype=np.float64)
@@ -106,30 +461,50 @@ class ResultsWriter(ResultsHandle):
         pos.attrs["components"] = "x, y"
         pos.attrs["units"] = "um" if grid.step is not None else "scan steps"
         g.create_dataset("displacement", (rows, cols, n, 2), np.float32, chunks=(1, cols, n, 2),
-                         fillvalue=np.nan)
+                         fillvalue=np.nan, dcpl=_early())
         g["displacement"].attrs["units"] = "px"
         g["displacement"].attrs["components"] = "dx, dy: position in the scan pattern minus position in the reference"
-        g.create_dataset("peak_height", (rows, cols, n), np.float32, chunks=(1, cols, n), fillvalue=np.nan)
+        g.create_dataset("peak_height", (rows, cols, n), np.float32, chunks=(1, cols, n), fillvalue=np.nan,
+                         dcpl=_early())
         g["peak_height"].attrs["meaning"] = "normalised cross-correlation at the peak, in [-1, 1]"
         g.create_dataset("status", (rows, cols, n), np.uint8, chunks=(1, cols, n),
-                         fillvalue=st.NOT_PROCESSED)
+                         fillvalue=st.NOT_PROCESSED, dcpl=_early())
         g["status"].attrs["codes"] = json.dumps({str(k): v for k, v in st.DESCRIPTIONS.items()})
-        g.create_dataset("done", (rows, cols), bool, chunks=(1, cols), fillvalue=False)
+        g.create_dataset("done", (rows, cols), bool, chunks=(1, cols), fillvalue=False, dcpl=_early())
         r = g.create_group("roi")
         r.create_dataset("centers", data=np.asarray(centres, dtype=np.float64))
         r["centers"].attrs["components"] = "x, y (px, origin at the centre of pixel (0, 0))"
         r.create_dataset("size", data=np.asarray(roi_size, dtype=np.int64))
         r["size"].attrs["components"] = "w, h (px)"
-        f.flush()
-        return cls(f, path)
 
     @classmethod
-    def resume(cls, path, *, grid, parameters: dict, inputs: list) -> ResultsWriter:
+    def resume(cls, path, *, grid, parameters: dict, inputs: list, command_line: str = "") -> ResultsWriter:
         path = os.fspath(path)
         if not os.path.exists(path):
             raise InputError("resume=True given but there is no output to continue", path)
-        if not is_results_file(path):
-            raise InputError("resume=True given but the output is not an ebsdxc results file", path)
+        lock = ResultsLock(path, command=command_line).acquire()
+        try:
+            check_not_damaged(path, action="resumed")
+            if not is_results_file(path):
+                raise InputError("resume=True given but the output is not an ebsdxc results file", path)
+            cls._check_resumable(path, grid, parameters, inputs)
+            _check_space(path, _OVERHEAD)
+            failure = None
+            try:
+                f = h5py.File(path, "r+")
+                f[GROUP].attrs.modify("complete", False)
+                f.flush()
+            except (OSError, RuntimeError, ValueError) as e:
+                failure = _why(e)
+            if failure is not None:
+                raise InputError(f"cannot write the results ({failure})", path)
+        except BaseException:
+            lock.release()
+            raise
+        return cls(f, path, lock)
+
+    @staticmethod
+    def _check_resumable(path, grid, parameters, inputs):
         # Checks on a read-only handle: a refused resume leaves the file untouched, mtime included.
         with h5py.File(path, "r") as f:
             g = f[GROUP]
@@ -149,21 +524,64 @@ class ResultsWriter(ResultsHandle):
                 if i["name"] in old_inputs and old_inputs[i["name"]] != (i["size"], i["mtime"]):
                     raise InputError(f"input {i['name']} changed since the run started; "
                                      "pass overwrite=True to start again", path)
-        f = h5py.File(path, "r+")
-        g = f[GROUP]
-        g.attrs["complete"] = False
-        return cls(f, path)
 
     # -- writing -----------------------------------------------------------------------
     @property
     def done(self) -> np.ndarray:
         return self._g["done"][...]
 
+    def _check_still_ours(self) -> None:
+        """InputError when the path no longer names the file this writer writes (another program,
+        or a run without the lock, replaced or deleted it): this run's results are not there."""
+        if self._ident is None:
+            return
+        try:
+            now = os.stat(self.path)
+        except FileNotFoundError:
+            now = None
+        if now is None or (now.st_dev, now.st_ino) != self._ident:
+            self._failed = True
+            raise InputError("was replaced or deleted by something else during this run; its results are not "
+                             "in the file there now: run again", self.path)
+
+    def _guarded(self, fn, *args):
+        if self._failed:
+            raise InputError("an earlier write failed; nothing more is written", self.path)
+        self._check_still_ours()
+        failure = None
+        with _quiet_failed_writes():
+            try:
+                return fn(*args)
+            except (OSError, RuntimeError, ValueError, KeyError) as e:
+                failure = _why(e)  # raised below: an exception kept alive holds HDF5 objects past close
+        self._failed = True
+        raise InputError(f"cannot write the results ({failure}); the {self._n_done} points done before are kept: "
+                         "make room, then run again with --resume", self.path)
+
+    def _invalidate_derived(self) -> None:
+        # The displacement is about to change: strain and GND fitted on it no longer hold.
+        self._derived_checked = True
+        a = self._g.attrs
+        changed = False
+        for name, (flag, dataset) in _DERIVED.items():
+            if dataset in self._g or flag in a:
+                a.modify(flag, False)
+                a.modify(f"{name}_stale", True)
+                changed = True
+        if changed:
+            self._f.flush()
+
     def write(self, start: int, displacement, peak_height, status) -> None:
         """Write results of flat scan points ``start : start + len(displacement)``."""
+        self._guarded(self._write, start, displacement, peak_height, status)
+
+    def _write(self, start, displacement, peak_height, status):
+        if not self._derived_checked:
+            self._invalidate_derived()
         stop = start + len(displacement)
         g, cols = self._g, self.cols
         i = start
+        rows_written = []
         while i < stop:
             r, c0 = divmod(i, cols)
             c1 = min(cols, c0 + (stop - i))
@@ -171,9 +589,14 @@ class ResultsWriter(ResultsHandle):
             g["displacement"][r, c0:c1] = displacement[sl]
             g["peak_height"][r, c0:c1] = peak_height[sl]
             g["status"][r, c0:c1] = status[sl]
-            g["done"][r, c0:c1] = True  # after the data: a crash never marks unwritten points done
+            rows_written.append((r, c0, c1))
             i += c1 - c0
+        # Data reach the disk before any point is marked done: a failure never marks unwritten points.
         self._f.flush()
+        for r, c0, c1 in rows_written:
+            g["done"][r, c0:c1] = True
+        self._f.flush()
+        self._n_done += stop - start
 
     def mark_missing(self, missing) -> None:
         """Flag (rows, cols) bool ``missing`` points ``MISSING_PATTERN`` and done, without data."""
@@ -182,6 +605,11 @@ class ResultsWriter(ResultsHandle):
     def mark_status(self, points, code: int) -> None:
         """Flag (rows, cols) bool ``points`` with status ``code`` in every ROI, and done, without data
         (points there is nothing to correlate for: no pattern, no reference)."""
+        self._guarded(self._mark_status, points, code)
+
+    def _mark_status(self, points, code):
+        if not self._derived_checked:
+            self._invalidate_derived()
         missing = np.asarray(points, dtype=bool)
         g = self._g
         for r in np.flatnonzero(missing.any(axis=1)):
@@ -189,7 +617,9 @@ class ResultsWriter(ResultsHandle):
             status = g["status"][r]
             status[cols] = code
             g["status"][r] = status
+            self._f.flush()
             done = g["done"][r]
+            self._n_done += int((cols & ~done).sum())
             done[cols] = True
             g["done"][r] = done
         self._f.flush()
@@ -198,6 +628,9 @@ class ResultsWriter(ResultsHandle):
         """Record which reference each point used: ``point_reference`` (rows, cols) int32 and
         the references' labels (JSON) in its ``references`` attribute. Only for runs of
         several references; a one-reference run records its reference in the parameters."""
+        self._guarded(self._write_references, index, labels)
+
+    def _write_references(self, index, labels):
         d = self._g.create_dataset("point_reference", data=np.asarray(index, dtype=np.int32),
                                    chunks=(1, self.cols))
         d.attrs["references"] = json.dumps(list(labels))
@@ -214,6 +647,9 @@ class ResultsWriter(ResultsHandle):
         ``grains/phase`` (n_grains,) and ``grains/kam`` (rows, cols) degrees. ``attrs`` (JSON-able
         values) describe how the grains were found.
         """
+        self._guarded(self._write_grains, grain_id, reference_point, reference_euler, phase, kam, attrs)
+
+    def _write_grains(self, grain_id, reference_point, reference_euler, phase, kam, attrs):
         g = self._g
         gid = np.asarray(grain_id, dtype=np.int32)
         d = g.create_dataset("grain_id", data=gid, chunks=(1, self.cols))
@@ -235,11 +671,26 @@ class ResultsWriter(ResultsHandle):
         self._f.flush()
 
     def set_attr(self, name, value):
-        self._g.attrs[name] = value
+        """Set an attribute of ``/ebsdxc`` (not rewritten when it holds ``value`` already: on a full
+        disk, a resume should not need room for what it has)."""
+        a = self._g.attrs
+        if name in a and np.array_equal(np.asarray(a[name]), np.asarray(value)):
+            return
+        self._guarded(a.__setitem__, name, value)
 
     def finish(self) -> None:
-        self._g.attrs["complete"] = bool(self._g["done"][...].all())
-        self._g.attrs["finished"] = datetime.datetime.now(datetime.timezone.utc).isoformat()
+        """Mark the file complete when every point is done (after checking it is still this run's)."""
+        self._guarded(self._finish)
+
+    def _finish(self):
+        a = self._g.attrs
+        now = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+        if "finished" in a and a["finished"].dtype.kind == "S":  # in place (files before that: a new one)
+            a.modify("finished", np.bytes_(now.encode().ljust(32)))
+        else:
+            a["finished"] = now
+        self._f.flush()
+        a.modify("complete", bool(self._g["done"][...].all()))
         self._f.flush()
 
 
@@ -276,6 +727,7 @@ def read_record(path) -> RunRecord:
     path = os.fspath(path)
     if not os.path.isfile(path):
         raise InputError("no such file", path)
+    check_not_damaged(path)
     if not is_results_file(path):
         raise InputError("not an ebsdxc results file (run 'ebsdxc process' first)", path)
     with h5py.File(path, "r") as f:
@@ -301,6 +753,7 @@ def read_record(path) -> RunRecord:
 def require_results(path) -> str:
     """``path`` as a string; InputError naming it unless it is an ebsdxc results file."""
     path = os.fspath(path)
+    check_not_damaged(path)
     if not is_results_file(path):
         raise InputError("not an ebsdxc results file", path)
     return path
@@ -325,54 +778,71 @@ def read_results(path) -> dict:
 
 
 def read_summary(path) -> dict:
-    """Counts and medians for a one-line report and ``ebsdxc info`` (reads row by row)."""
+    """Counts and medians for a one-line report and ``ebsdxc info`` (reads row by row).
+
+    Counts are of scan points: a hexagonal grid's padding slots (NaN ``positions``) are not
+    points. ``points_measured`` are done points with a pattern and a reference; ``ok_fraction``
+    is of their matches, ``None`` when there are none (nothing was measured). ``stale`` names
+    derived results fitted on an earlier displacement.
+    """
     path = require_results(path)
     with h5py.File(path, "r") as f:
         g = f[GROUP]
         rows, cols, n = g["status"].shape
-        ok = 0
+        # a hexagonal grid's padding slots are not scan points (files without positions: all are)
+        point = (np.isfinite(g["positions"][...]).all(axis=-1) if "positions" in g
+                 else np.ones((rows, cols), dtype=bool))
         counts = np.zeros(256, dtype=np.int64)
         heights = []
         for r in range(rows):
-            s = g["status"][r]
+            s = g["status"][r][point[r]]
             counts += np.bincount(s.ravel(), minlength=256)
-            h = g["peak_height"][r]
+            h = g["peak_height"][r][point[r]]
             heights.append(np.nanmedian(h) if np.isfinite(h).any() else np.nan)
-        done = int(g["done"][...].sum())
+        done_map = g["done"][...] & point
+        done = int(done_map.sum())
         strain = None
         if "fit_status" in g:
-            fs = g["fit_status"][...]
+            fs = g["fit_status"][...][point]
             sp = json.loads(g.attrs.get("strain_parameters", "{}"))
             strain = {"complete": bool(g.attrs.get("strain_complete", False)), "material": sp.get("material"),
-                      "points_fitted": int((fs == 0).sum()), "points_remapped": int(g["remapped"][...].sum()),
+                      "points_fitted": int((fs == 0).sum()), "points_remapped": int(g["remapped"][...][point].sum()),
                       "points_flagged": int(((fs != 0) & (fs != 2)).sum())}
-        ok = int(counts[st.OK])
         a = g.attrs
+        stale = [name for name in _DERIVED if bool(a.get(f"{name}_stale", False))]
+        n = max(n, 1)
+        missing = int(counts[st.MISSING_PATTERN]) // n
+        no_ref = int(counts[st.NO_REFERENCE]) // n
+        # Points without a pattern or a reference are not measurements: they do not count against it.
+        measured = done - missing - no_ref
+        ok = int(counts[st.OK])
         return {
             "schema": int(a["schema"]),
             "version": str(a["version"]),
             "complete": bool(a["complete"]),
-            "points": rows * cols,
+            "points": int(point.sum()),
             "points_done": done,
+            "points_measured": measured,
             "grid": [rows, cols],
             "grid_kind": str(a.get("grid_kind", "square")),
-            "points_missing": int(counts[st.MISSING_PATTERN]) // max(n, 1),
-            "points_without_reference": int(counts[st.NO_REFERENCE]) // max(n, 1),
-            "n_roi": n,
+            "points_missing": missing,
+            "points_without_reference": no_ref,
+            "n_roi": int(g["status"].shape[2]),
             "roi_size": g["roi/size"][...].tolist(),
-            # Points without a pattern or a reference are not measurements: they do not count against it.
-            "ok_fraction": ok / max(done * n - int(counts[st.MISSING_PATTERN]) - int(counts[st.NO_REFERENCE]), 1),
+            "ok_fraction": ok / (measured * n) if measured > 0 else None,
             "status_counts": {st.DESCRIPTIONS.get(k, str(k)): int(c) for k, c in enumerate(counts) if c},
             "median_peak_height": float(np.nanmedian(heights)) if np.isfinite(heights).any() else float("nan"),
             "created": str(a["created"]),
             "command_line": str(a["command_line"]),
             "device": str(a.get("device", "")),
             "parameters": json.loads(a["parameters"]),
+            "stale": stale,
             **({"strain": strain} if strain else {}),
             **({"grains": {"count": int(g["grains/reference_point"].shape[0]),
                            "with_reference": int((g["grains/reference_point"][:, 0] >= 0).sum())}}
                if "grains" in g else {}),
             **({"gnd_points": int(np.isfinite(g["gnd_density"][...]).sum())} if "gnd_density" in g else {}),
+            **({"gnd_complete": bool(a["gnd_complete"])} if "gnd_complete" in a else {}),
         }
 
 
@@ -415,42 +885,90 @@ class StrainWriter(ResultsHandle):
 
     def __init__(self, path, *, parameters: dict, n_roi: int, fit_codes: dict, overwrite=False):
         self.path = require_results(path)
+        self._lock = ResultsLock(self.path, command="strain").acquire()
+        self._failed = False
         try:
             self._f = h5py.File(self.path, "r+")
         except OSError as e:
-            raise InputError(f"cannot open the results file for writing ({e})", path) from None
+            self._lock.release()
+            raise InputError(f"cannot open the results file for writing ({_why(e)})", path) from None
+        failure = None
+        with _quiet_failed_writes():
+            try:
+                self._open(parameters, n_roi, fit_codes, overwrite)
+            except InputError:
+                self.close()
+                raise
+            except (OSError, RuntimeError, ValueError, KeyError) as e:
+                failure = _why(e)  # raised below: an exception kept alive holds HDF5 objects past close
+        if failure is not None:
+            self._failed = True
+            self.close()
+            raise InputError(f"cannot write the strain results ({failure}); the displacement is kept and the "
+                             "strain marked incomplete: make room, then run the strain pass again", path)
+
+    def _open(self, parameters, n_roi, fit_codes, overwrite):
         g = self._g = self._f[GROUP]
         rows, cols = g["done"].shape
         present = [k for k in STRAIN_DATASETS if k in g] + [k for k in ("roi_used",) if k in g]
-        if present:
-            if not overwrite:
-                self._f.close()
-                raise InputError("already holds strain results; pass overwrite=True to replace them", path)
-            for k in present:
-                del g[k]
+        if present and not overwrite:
+            raise InputError("already holds strain results; pass overwrite=True to replace them", self.path)
+        _check_space(self.path, rows * cols * (sum(int(np.prod(t, dtype=np.int64)) * np.dtype(d).itemsize
+                                                   for t, d, _, _ in STRAIN_DATASETS.values()) + n_roi)
+                     + _OVERHEAD)
+        # Flags first: whatever fails below, the file never claims a strain (or GND from it) it lacks.
+        g.attrs.modify("strain_complete", False)
+        if "gnd_density" in g or "gnd_complete" in g.attrs:
+            g.attrs.modify("gnd_complete", False)
+            g.attrs.modify("gnd_stale", True)
+        self._f.flush()
+        for k in present:
+            del g[k]
         for name, (tail, dtype, fill, attrs) in STRAIN_DATASETS.items():
-            ds = g.create_dataset(name, (rows, cols, *tail), dtype, chunks=(1, cols, *tail), fillvalue=fill)
+            ds = g.create_dataset(name, (rows, cols, *tail), dtype, chunks=(1, cols, *tail), fillvalue=fill,
+                                  dcpl=_early())
             for k, v in attrs.items():
                 ds.attrs[k] = v
         g["fit_status"].attrs["codes"] = json.dumps({str(k): v for k, v in fit_codes.items()})
-        g.create_dataset("roi_used", (rows, cols, n_roi), bool, chunks=(1, cols, n_roi), fillvalue=False)
+        g.create_dataset("roi_used", (rows, cols, n_roi), bool, chunks=(1, cols, n_roi), fillvalue=False,
+                         dcpl=_early())
         g["roi_used"].attrs["meaning"] = "ROI kept by the rejection rule"
         g.attrs["strain_parameters"] = json.dumps(parameters, sort_keys=True)
-        g.attrs["strain_complete"] = False
+        # present from now on, so a resume marks them stale in place
+        g.attrs.modify("strain_stale", False)
+        g.attrs.modify("gnd_stale", bool(g.attrs.get("gnd_stale", False)))
         self.rows, self.cols = rows, cols
         self._f.flush()
 
+    def _guarded(self, fn, *args, **kw):
+        if self._failed:
+            raise InputError("an earlier write failed; nothing more is written", self.path)
+        failure = None
+        with _quiet_failed_writes():
+            try:
+                return fn(*args, **kw)
+            except (OSError, RuntimeError, ValueError, KeyError) as e:
+                failure = _why(e)
+        self._failed = True
+        raise InputError(f"cannot write the strain results ({failure}); they stay marked incomplete: make "
+                         "room, then run the strain pass again", self.path)
+
     def write(self, rows: slice, cols: int, **arrays) -> None:
         """Write whole scan rows ``rows`` (arrays of shape (n_rows * cols, ...), row-major)."""
+        self._guarded(self._write, rows, cols, arrays)
+
+    def _write(self, rows, cols, arrays):
         n = rows.stop - rows.start
         for name, a in arrays.items():
             self._g[name][rows] = np.asarray(a).reshape(n, cols, *np.shape(a)[1:])
         self._f.flush()
 
     def finish(self) -> None:
-        self._g.attrs["strain_complete"] = True
-        self._f.flush()
+        self._guarded(self._finish)
 
+    def _finish(self):
+        self._g.attrs.modify("strain_complete", True)
+        self._f.flush()
 
 
 def read_grains(path) -> dict | None:
@@ -475,9 +993,23 @@ def write_gnd(path, nye, density, *, attrs: dict) -> None:
     results file (replacing earlier ones); ``None`` writes neither and records in ``gnd``'s
     attributes why (``attrs["skipped"]``). ``gnd_complete`` turns true only after both."""
     path = require_results(path)
+    with ResultsLock(path, command="gnd"):
+        failure = None
+        with _quiet_failed_writes():
+            try:
+                _write_gnd(path, nye, density, attrs)
+            except (OSError, RuntimeError, ValueError, KeyError) as e:
+                failure = _why(e)
+        if failure is not None:
+            raise InputError(f"cannot write the GND results ({failure}); they stay marked incomplete: make room, "
+                             "then run the strain pass again", path)
+
+
+def _write_gnd(path, nye, density, attrs):
     with h5py.File(path, "r+") as f:
         g = f[GROUP]
         g.attrs["gnd_complete"] = False
+        f.flush()
         for k in ("nye_tensor", "gnd_density"):
             if k in g:
                 del g[k]
@@ -492,6 +1024,8 @@ def write_gnd(path, nye, density, *, attrs: dict) -> None:
             d.attrs["units"] = "1/m^2"
             d.attrs["meaning"] = "total GND density, lower bound (L1 minimisation over the slip systems)"
         g.attrs["gnd_parameters"] = json.dumps(attrs, sort_keys=True)
+        g.attrs["gnd_stale"] = False
+        f.flush()
         g.attrs["gnd_complete"] = nye is not None
 
 

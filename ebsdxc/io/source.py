@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import functools
 import os
+import struct
+import warnings
+import zlib
 from dataclasses import dataclass
 
 import numpy as np
@@ -82,6 +86,51 @@ class ScanGrid:
         return out
 
 
+#: What reading a damaged file raises below ebsdxc's own checks: h5py raises OSError,
+#: RuntimeError and KeyError for broken object headers, heaps and chunks; zlib and struct
+#: raise their own errors for broken compressed data and short headers; a corrupt size
+#: field can ask for more memory than exists.
+READ_ERRORS = (OSError, RuntimeError, KeyError, EOFError, zlib.error, struct.error,
+               MemoryError, OverflowError)
+
+
+def damaged(path, exc: BaseException) -> InputError:
+    """``exc``, raised while reading file ``path``, as a one-line :class:`InputError`.
+
+    The library's own words are kept (they say what is broken: "bad heap free list",
+    "incorrect data check"), on one line and without a repeated path.
+    """
+    path = os.fspath(path)
+    detail = str(exc).strip() or type(exc).__name__
+    if isinstance(exc, KeyError) and len(exc.args) == 1:
+        detail = str(exc.args[0])  # KeyError quotes its message
+    detail = detail.replace(f"{path}: ", "").replace(path, "the file")
+    detail = " ".join(detail.split())
+    if len(detail) > 300:
+        detail = detail[:297] + "..."
+    return InputError(f"is damaged or truncated: it could not be read ({detail})", path)
+
+
+def guard_reads(method):
+    """Decorate a reader method so that :data:`READ_ERRORS` become :func:`damaged` errors.
+
+    The method's first argument must have a ``path``; :class:`InputError` passes through
+    unchanged, and so do the ``IndexError``/``ValueError`` a caller's bad range or buffer
+    raises.
+    """
+    @functools.wraps(method)
+    def guarded(self, *args, **kwargs):
+        try:
+            return method(self, *args, **kwargs)
+        except InputError:
+            raise
+        except READ_ERRORS as exc:
+            raise damaged(self.path, exc) from exc
+
+    guarded.__guarded__ = True
+    return guarded
+
+
 def consecutive_runs(keys, ok, step=1) -> list[tuple[int, int]]:
     """``(a, b)`` runs of neighbouring slots with ``ok`` whose ``keys`` (record numbers, byte
     offsets) advance by ``step`` from one slot to the next: what one read can fetch."""
@@ -128,7 +177,8 @@ def choose_grid(file_grid: ScanGrid | None, grid_shape, n_stored: int, path, *,
     ``file_grid`` is what the file says (``None`` when it says nothing). A ``grid_shape``
     that contradicts it is an error; without either, the ``n_stored`` patterns form one row.
     A user's grid must hold at least the stored patterns (fewer points means data would be
-    dropped); more is an interrupted scan whose missing points are flagged.
+    dropped) and is an error; more is read as an interrupted scan whose missing points are
+    flagged, with a warning naming the file, since a mistyped grid looks the same.
     """
     from ..errors import InputError
 
@@ -146,7 +196,12 @@ def choose_grid(file_grid: ScanGrid | None, grid_shape, n_stored: int, path, *,
     grid = ScanGrid(*shape, step=step, kind=kind)
     if grid.n_points < n_stored:
         raise InputError(f"grid_shape {shape[0]}x{shape[1]} has {grid.n_points} points but the file "
-                         f"holds {n_stored} patterns", path)
+                         f"holds {n_stored} patterns; the grid must hold every pattern", path)
+    if grid.n_points > n_stored:
+        # an interrupted scan is read this way on purpose, a mistyped --grid by accident: say it
+        warnings.warn(f"{os.fspath(path)}: grid_shape {shape[0]}x{shape[1]} has {grid.n_points} points "
+                      f"but the file holds {n_stored} patterns; the last {grid.n_points - n_stored} "
+                      "points are read as missing (an interrupted scan)", stacklevel=3)
     return grid
 
 
@@ -200,6 +255,19 @@ class PatternSource:
     """
 
     format: str = "?"
+
+    # Every method that touches the file turns what a damaged file raises into one
+    # InputError naming it, in every reader (those registered by users too), so that no
+    # reader has to remember it; see guard_reads.
+    _GUARDED = ("read_into", "read_records", "read", "orientation_map", "static_background",
+                "pattern_centres", "orientations")
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        for name in cls._GUARDED:
+            method = cls.__dict__.get(name)
+            if method is not None and not getattr(method, "__guarded__", False):
+                setattr(cls, name, guard_reads(method))
 
     def __init__(self, path, *, grid: ScanGrid, pattern_shape, dtype, metadata=None):
         self.path = os.fspath(path)
@@ -333,6 +401,11 @@ class PatternSource:
             "n_patterns": self.n_patterns,
             **({"metadata": self.metadata} if self.metadata else {}),
         }
+
+
+for _name in PatternSource._GUARDED:  # the shared implementations, which subclasses inherit
+    setattr(PatternSource, _name, guard_reads(getattr(PatternSource, _name)))
+del _name
 
 
 class ArraySource(PatternSource):

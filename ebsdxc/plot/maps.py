@@ -21,10 +21,11 @@ __all__ = ["displacement_maps", "peak_height_map", "status_map", "strain_maps", 
 DIVERGING = "RdBu_r"
 STATUS_COLOURS = {st.OK: "#2ca02c", st.PEAK_ON_BORDER: "#ff7f0e", st.CONSTANT_TILE: "#8c564b",
                   st.NOT_FINITE: "#d62728", st.NOT_PROCESSED: "#bbbbbb", st.MISSING_PATTERN: "#ffffff",
-                  st.OUTSIDE_MASK: "#9467bd", st.NO_REFERENCE: "#e377c2"}
+                  st.OUTSIDE_MASK: "#9467bd", st.NO_REFERENCE: "#e377c2", st.SUBPIXEL_FAILED: "#17becf"}
 STATUS_NAMES = {st.OK: "ok", st.PEAK_ON_BORDER: "peak on border", st.CONSTANT_TILE: "constant",
                 st.NOT_FINITE: "NaN/Inf", st.NOT_PROCESSED: "not processed",
-                st.MISSING_PATTERN: "no pattern", st.OUTSIDE_MASK: "outside mask", st.NO_REFERENCE: "no reference"}
+                st.MISSING_PATTERN: "no pattern", st.OUTSIDE_MASK: "outside mask", st.NO_REFERENCE: "no reference",
+                st.SUBPIXEL_FAILED: "subpixel fit failed"}
 
 
 def _symmetric(values, floor=1e-12):

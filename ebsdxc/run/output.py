@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 
 from ..errors import InputError
+from ..io.results import check_not_damaged, lock_holder
 
 __all__ = ["check_output", "default_output", "on_disk"]
 
@@ -26,11 +27,20 @@ def default_output(scan_path) -> str:
 
 
 def check_output(out, *, inputs, resume: bool, overwrite: bool) -> str:
-    """The absolute output path, refused when it is one of ``inputs`` or exists unasked."""
+    """The absolute output path, refused when it is one of ``inputs``, exists unasked, is being
+    written by another run, or (to resume) is a results file HDF5 can no longer open: checked
+    before any work, so the refusal comes at once (the writer takes the lock itself)."""
     out = os.path.abspath(out)
     for p in inputs:
         if p is not None and os.path.abspath(p) == out:
             raise InputError("output would overwrite an input file", out)
+    holder = lock_holder(out)
+    if holder is not None:
+        who = f"pid {holder.get('pid')} on {holder.get('host')}, since {holder.get('started')}" if holder else "?"
+        raise InputError(f"in use by another ebsdxc run ({who}); one run writes a results file at a time: wait "
+                         f"for it, or delete {os.path.basename(out)}.lock if that run is gone", out)
     if os.path.exists(out) and not (resume or overwrite):
         raise InputError("output already exists; pass overwrite=True to replace it or resume=True to continue it", out)
+    if os.path.exists(out) and resume:
+        check_not_damaged(out, action="resumed")
     return out

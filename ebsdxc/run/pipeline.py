@@ -203,6 +203,23 @@ class Pipeline:
             self._streams = (cp.cuda.Stream(non_blocking=True), cp.cuda.Stream(non_blocking=True))
         return self._streams
 
+    def release_memory(self):
+        """Give back what the device keeps between batches: the padded tile buffer, cuFFT
+        plans and their work areas, the memory pool's unused blocks (after a batch ran out
+        of memory, before smaller ones). The prepared references stay; nothing on the CPU
+        (NumPy frees arrays as they go)."""
+        if not self.backend.is_gpu:
+            return
+        cp = self.backend.xp
+        with self.backend.use():
+            cp.cuda.Device().synchronize()  # a failed batch may have queued work on the blocks
+            if self._fused:
+                from ..engines.gpu_ops import PaddedTileBuffer
+
+                self._frames = PaddedTileBuffer(self.engine.input_shape)
+            cp.fft.config.get_plan_cache().clear()
+            cp.get_default_memory_pool().free_all_blocks()
+
     def close(self):
         if self._pool is not None:
             self._pool.shutdown(wait=False)

@@ -231,19 +231,21 @@ def _run(job, executor, source, ref, ref_param, out, config, resume, overwrite, 
             inputs.append(input_record(path))
     params = {**config.parameters(), "scan": os.path.basename(source.path),
               "dataset": source.metadata.get("dataset"), **ref_param}
+    # Written with the file (a resume rewrites only what changed): attributes added later may need
+    # room a full disk no longer has.
+    attrs = {"device": pipeline.backend.name, "engine": pipeline.engine.name,
+             "pattern_shape": np.asarray(source.pattern_shape, dtype=np.int64), "scan_format": source.format}
+    executor.describe(attrs.__setitem__)
     if resume:
         writer = ResultsWriter.resume(out, grid=source.grid, parameters=_as_recorded(out, params, config),
-                                      inputs=inputs)
+                                      inputs=inputs, command_line=command_line)
     else:
         writer = ResultsWriter.create(out, grid=source.grid, centres=job.layout.centres,
                                       roi_size=job.layout.size, parameters=params, inputs=inputs,
-                                      command_line=command_line, overwrite=overwrite)
+                                      command_line=command_line, overwrite=overwrite, attrs=attrs)
     with writer:
-        writer.set_attr("device", pipeline.backend.name)
-        writer.set_attr("engine", pipeline.engine.name)
-        writer.set_attr("pattern_shape", np.asarray(source.pattern_shape, dtype=np.int64))
-        writer.set_attr("scan_format", source.format)
-        executor.describe(writer.set_attr)
+        for k, v in attrs.items():
+            writer.set_attr(k, v)
         if not resume:
             if source.present is not None:
                 writer.mark_missing(~source.present)

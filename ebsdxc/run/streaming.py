@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..backend import is_out_of_memory
 from ..engines import PeakResult
 from ..errors import InputError
 
@@ -94,6 +95,9 @@ def stream_chunks(pipeline, source, chunks, *, emit, references=None, buffers=No
     """Correlate ``chunks`` [(start, stop[, read_start, read_stop]), ...] of ``source``.
 
     ``emit(start, displacement, peak_height, status)`` receives host arrays, in order.
+    A batch that runs out of memory raises (CuPy's ``OutOfMemoryError``, a ``MemoryError``)
+    after the batches before it were emitted; :func:`~ebsdxc.run.tasks.run_task` retries
+    from there with smaller batches.
     ``references`` is the :class:`~ebsdxc.references.ReferenceSet` whose ``index`` says
     which reference each point uses (``None``: the pipeline's, all points reference 0).
     ``buffers`` are host buffers from an earlier call to use again when they fit (pinning
@@ -137,17 +141,25 @@ def stream_chunks(pipeline, source, chunks, *, emit, references=None, buffers=No
                     _flush(be, pending, emit, copy_back)
                     pending = None
                 raise item
-            if be.is_gpu:
-                with compute:
-                    dev = cp.empty(item.view.shape, dtype=item.view.dtype)
-                    dev.set(item.view, stream=compute)
-                    reader.release(item.buffer, compute.record())
-                    res = match(item, dev)
-                    done_event = compute.record()
-            else:
-                res = match(item, item.view)
-                reader.release(item.buffer)
-                done_event = None
+            try:
+                if be.is_gpu:
+                    with compute:
+                        dev = cp.empty(item.view.shape, dtype=item.view.dtype)
+                        dev.set(item.view, stream=compute)
+                        reader.release(item.buffer, compute.record())
+                        res = match(item, dev)
+                        done_event = compute.record()
+                else:
+                    res = match(item, item.view)
+                    reader.release(item.buffer)
+                    done_event = None
+            except Exception as e:
+                if pending is not None and is_out_of_memory(e):
+                    # The batch before this one is computed: keep it, the caller retries
+                    # from this batch's first point with smaller batches.
+                    _flush(be, pending, emit, copy_back)
+                    pending = None
+                raise
             if pending is not None:
                 _flush(be, pending, emit, copy_back)
             pending = (item.start, res, done_event)

@@ -15,18 +15,20 @@ import functools
 import hashlib
 import pickle
 import threading
+import warnings
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..backend import select_backend
+from ..backend import is_out_of_memory, select_backend
+from ..errors import InputError
 from ..references import ReferenceSet
 from ..rois import RoiLayout
 from .pipeline import Pipeline
 from .planning import auto_batch, plan_chunks
 from .streaming import stream_chunks
 
-__all__ = ["Job", "TaskContexts", "run_task", "WORKER_CONTEXTS"]
+__all__ = ["Job", "TaskContexts", "run_task", "halved_batch", "WORKER_CONTEXTS"]
 
 
 @dataclass(frozen=True)
@@ -90,6 +92,20 @@ class TaskContexts:
         self._lock = threading.Lock()
         self._idle: dict = {}
         self._local_used: set = set()
+        self._batches: dict = {}
+
+    def record_batch(self, job: Job, batch: int) -> None:
+        """Note that a task of ``job`` streams batches of ``batch`` patterns."""
+        with self._lock:
+            sizes = self._batches.setdefault(job.key, [])
+            if int(batch) not in sizes:
+                sizes.append(int(batch))
+
+    def batch_sizes(self, job: Job) -> tuple[int, ...]:
+        """The batch sizes the tasks of ``job`` run here used, in the order first used: the
+        planned size, then each size it was halved to after running out of memory."""
+        with self._lock:
+            return tuple(self._batches.get(job.key, ()))
 
     def checkout(self, job: Job) -> dict:
         key = job.key
@@ -144,9 +160,23 @@ def _build(job: Job) -> dict:
 WORKER_CONTEXTS = TaskContexts()
 
 
+def halved_batch(batch: int, smallest: int = 1) -> int | None:
+    """The batch to retry with after ``batch`` ran out of memory: half of it, not below
+    ``smallest``; ``None`` when ``batch`` is ``smallest`` already."""
+    if batch <= smallest:
+        return None
+    return max(int(smallest), int(batch) // 2)
+
+
 def run_task(job: Job, task, emit, *, contexts: TaskContexts = WORKER_CONTEXTS) -> None:
     """Correlate the points of ``task`` not done yet; ``emit(start, displacement, peak_height,
-    status)`` receives each batch's host arrays, in order."""
+    status)`` receives each batch's host arrays, in order.
+
+    A batch that runs out of memory (device or host) is redone from its first point with
+    half the batch size, down to one pattern (one scan row with neighbour averaging), with
+    one warning; the pipeline keeps the smaller size for later tasks. Every point's result
+    is the same whatever the batch size, so the results do not change.
+    """
     entry = contexts.checkout(job)
     try:
         source, pipeline = entry["source"], entry["pipeline"]
@@ -159,11 +189,40 @@ def run_task(job: Job, task, emit, *, contexts: TaskContexts = WORKER_CONTEXTS) 
                     free = pipeline.backend.xp.cuda.runtime.memGetInfo()[0]
             entry["batch"] = job.batch or auto_batch(pipeline.bytes_per_pattern(), source.n_patterns,
                                                      gpu_free_bytes=free)
+        contexts.record_batch(job, entry["batch"])
         cols = task.cols
-        chunks = plan_chunks(task.done.reshape(-1), entry["batch"], offset=task.row0 * cols, cols=cols,
-                             halo=pipeline.preprocessor.halo_rows, rows=source.grid.rows)
-        with pipeline.backend.use():
-            entry["buffers"] = stream_chunks(pipeline, source, chunks, emit=emit, references=job.references,
-                                             buffers=entry["buffers"])
+        halo = pipeline.preprocessor.halo_rows
+        base = task.row0 * cols
+        done = task.done.reshape(-1).copy()  # what is emitted is done: a retry plans the rest
+
+        def emitted(start, disp, height, status):
+            emit(start, disp, height, status)
+            done[start - base:start - base + len(disp)] = True
+
+        while True:
+            batch = entry["batch"]
+            chunks = plan_chunks(done, batch, offset=base, cols=cols, halo=halo, rows=source.grid.rows)
+            try:
+                with pipeline.backend.use():
+                    entry["buffers"] = stream_chunks(pipeline, source, chunks, emit=emitted,
+                                                     references=job.references, buffers=entry["buffers"])
+                return
+            except Exception as e:
+                if not is_out_of_memory(e):
+                    raise
+                where = "GPU" if pipeline.backend.is_gpu else "host"
+                reason = " ".join(str(e).split()) or type(e).__name__
+                smaller = halved_batch(batch, cols if halo else 1)
+                if smaller is None:
+                    raise InputError(f"out of {where} memory with batches of {batch} pattern(s) ({reason}); "
+                                     f"free {where} memory or use fewer or smaller ROIs; the points done are "
+                                     "kept: resume=True continues", job.scan) from None
+            # Here, out of the handler: the failed batch's arrays, held by the traceback, are gone.
+            pipeline.release_memory()
+            entry["batch"] = smaller
+            contexts.record_batch(job, smaller)
+            warnings.warn(f"out of {where} memory with batches of {batch} patterns ({reason}); continuing "
+                          f"with batches of {smaller} (the results do not depend on the batch size)",
+                          UserWarning, stacklevel=2)
     finally:
         contexts.checkin(job, entry)

@@ -15,6 +15,7 @@ import h5py
 import numpy as np
 import pytest
 
+from ebsdxc import status as st
 from ebsdxc.config import ProcessConfig, RoiConfig, RunConfig
 from ebsdxc.engines.base import EngineConfig
 from ebsdxc.hrebsd import StrainConfig
@@ -50,8 +51,17 @@ def test_results_as_before_the_split(tmp_path, sample_dir, case):
     assert {"displacement", "peak_height", "status"} <= set(names)
     with h5py.File(out, "r") as f:
         g = f["ebsdxc"]
+        # Since issue 20 a subpixel fit that runs away from its integer peak is flagged
+        # SUBPIXEL_FAILED instead of reported: the before-split runner reported 4 such matches
+        # (ROI 5 of ups_bg, about 3 px where its other points sit near 0). Those, and only those, differ.
+        flagged = g["status"][...] == st.SUBPIXEL_FAILED
+        assert flagged.sum() <= (4 if case == "ups_bg" else 0)
+        assert (before[f"{case}/status"][flagged] == st.OK).all()
         for name in names:
             old, new = before[f"{case}/{name}"], g[name][...]
+            if name in ("displacement", "peak_height", "status"):
+                keep = ~flagged if name != "displacement" else ~flagged[..., None].repeat(2, -1)
+                old, new = old[keep], new[keep]
             if old.dtype.kind == "f":
                 np.testing.assert_allclose(new, old, rtol=0, atol=1e-5, equal_nan=True, err_msg=name)
             else:
