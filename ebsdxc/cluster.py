@@ -126,35 +126,46 @@ def _workers_closed_first(cls):
 
 
 async def _close_workers(scheduler, *, timeout: float = 20.0) -> None:
-    """Stop every worker of ``scheduler`` (an rpc to it) through its nanny, and wait for them.
+    """Stop the workers of ``scheduler`` (an rpc to it) one by one through their nannies.
 
-    The nanny stops its worker through the worker's own stop queue (the worker closes its
-    connection to the scheduler cleanly) and answers once the worker process has ended.
-    Asking the worker instead (``retire_workers(close_workers=True)``) races in Dask's
-    worker process: its stop-queue thread logs "Worker process died unexpectedly" with a
-    traceback about one time in three. Workers without a nanny are retired. Best effort
-    within ``timeout`` seconds: whatever is left is stopped by the caller afterwards.
+    Dask's own shutdown races in three places, each logging a traceback after a run that
+    went well: a scheduler that closes first leaves its workers writing to a closed
+    connection; a worker asked to close itself (``retire_workers(close_workers=True)``)
+    races with its nanny's stop-queue thread ("Worker process died unexpectedly"); and
+    workers closing together make the scheduler tell each one about the others' removal
+    while it closes. So: each nanny stops its worker through the worker's stop queue (the
+    worker closes its connection cleanly) and answers once the process has ended; the next
+    one starts once the scheduler has let the last one go. Workers without a nanny are
+    retired. Best effort within ``timeout`` seconds: what is left is closed the usual way.
     """
     import asyncio
 
     from distributed.core import rpc
 
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+
+    async def workers():
+        return (await asyncio.wait_for(scheduler.identity(), max(0.1, deadline - loop.time())))["workers"]
+
     async def terminate(nanny):
         try:
-            async with rpc(nanny, timeout=timeout) as r:
+            async with rpc(nanny, timeout=max(0.1, deadline - loop.time())) as r:
                 await r.terminate(reason="ebsdxc-finished")
         except OSError:  # the nanny closed the connection on its way out: gone
             pass
 
     try:
-        workers = (await asyncio.wait_for(scheduler.identity(), timeout))["workers"]
-        nannies = [w["nanny"] for w in workers.values() if w.get("nanny")]
-        bare = [a for a, w in workers.items() if not w.get("nanny")]
-        steps = [terminate(n) for n in nannies]
-        if bare:
-            steps.append(scheduler.retire_workers(workers=bare, close_workers=True))
-        if steps:
-            await asyncio.wait_for(asyncio.gather(*steps), timeout)
+        for address, info in (await workers()).items():
+            if loop.time() >= deadline:
+                return
+            if info.get("nanny"):
+                await asyncio.wait_for(terminate(info["nanny"]), deadline - loop.time())
+            else:
+                await asyncio.wait_for(scheduler.retire_workers(workers=[address], close_workers=True),
+                                       deadline - loop.time())
+            while address in await workers() and loop.time() < deadline:
+                await asyncio.sleep(0.05)
     except Exception:  # the scheduler is gone, or a worker hangs: the usual close follows
         return
 

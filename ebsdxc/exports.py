@@ -41,6 +41,9 @@ def hrebsd_orientation_map(results) -> OrientationMap:
         g = f[GROUP]
         if "deformation_gradient" not in g:
             raise InputError("holds no strain results: run 'ebsdxc strain' on it (with --material) first", path)
+        if g.attrs.get("strain_stale", False):
+            raise InputError("its strain is stale (the displacements changed since): run 'ebsdxc strain "
+                             "--overwrite' on it", path)
         if not g.attrs.get("strain_complete", False):
             raise InputError("its strain pass did not finish: run 'ebsdxc strain --overwrite' on it", path)
         F = g["deformation_gradient"][...]

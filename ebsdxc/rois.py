@@ -47,9 +47,6 @@ class RoiLayout:
         w, h = self.size
         if w < 1 or h < 1:
             raise ValueError(f"ROI size must be positive, got {w}x{h}")
-        if min(w, h) < MIN_ROI_SIZE:
-            raise ValueError(f"ROI size {w}x{h} is too small: a correlation peak and its neighbours need "
-                             f"at least {MIN_ROI_SIZE}x{MIN_ROI_SIZE} px")
         if len(c) == 0:
             raise ValueError("the ROI layout holds no ROI")
         origin = self.origins.astype(np.float64)
@@ -239,6 +236,9 @@ def layout_for(roi, pattern_shape, *, path=None) -> RoiLayout:
         else:
             raise InputError(f"unknown roi.layout {roi.layout!r} (grid, ring or file)")
         layout.check_inside(pattern_shape, path=path)
+        if min(layout.size) < MIN_ROI_SIZE:  # (RoiLayout itself stays a plain geometry of any size)
+            raise InputError(f"ROI size {layout.size[0]}x{layout.size[1]} is too small: a correlation peak and "
+                             f"its neighbours need at least {MIN_ROI_SIZE}x{MIN_ROI_SIZE} px")
     except InputError as e:
         if e.path is None and path is not None:
             raise InputError(e.problem, path) from None

@@ -87,17 +87,23 @@ LAUNCH_PIDS=()
 
 # shellcheck disable=SC2317  # called by the EXIT trap
 cleanup() {
-    # Shut the cluster down from inside (the scheduler closes the workers and the node scripts
-    # end), then stop whatever is left. PBS ends the job's processes on every node anyway.
+    # Workers first, one by one through their nannies, while the scheduler still listens
+    # (ebsdxc.cluster.stop_workers; the node scripts end with them), then the scheduler
+    # (TERM). Dask's own shutdown (client.shutdown(): the scheduler first) leaves every
+    # worker writing to a closed connection, a CommClosedError traceback in the log of a job
+    # that went well. PBS ends the job's processes on every node anyway.
     set +e
     local pid alive
-    if [ -s "$SCHED" ] && timeout 20 "$PYTHON" -c '
+    if [ -s "$SCHED" ] && kill -0 "$SCHED_PID" 2>/dev/null; then
+        timeout 25 "$PYTHON" -c '
 import sys, distributed
-distributed.Client(scheduler_file=sys.argv[1], timeout="10s").shutdown()
-' "$SCHED" >/dev/null 2>&1; then
+from ebsdxc.cluster import stop_workers
+with distributed.Client(scheduler_file=sys.argv[1], timeout="10s") as client:
+    stop_workers(client, timeout=20)
+' "$SCHED" >/dev/null 2>&1
         for _ in $(seq 20); do
             alive=0
-            for pid in ${LAUNCH_PIDS[@]+"${LAUNCH_PIDS[@]}"} $SCHED_PID; do
+            for pid in ${LAUNCH_PIDS[@]+"${LAUNCH_PIDS[@]}"}; do
                 kill -0 "$pid" 2>/dev/null && alive=1
             done
             [ "$alive" = 0 ] && break

@@ -92,22 +92,23 @@ gone() {
 
 # shellcheck disable=SC2317  # called by the EXIT trap
 cleanup() {
-    # Workers first, while the scheduler still listens: the scheduler closes them (and their
-    # nannies, so srun's step ends), then it stops itself. The other order, the scheduler
-    # first, leaves every worker writing to a closed connection on its way out, and Dask
-    # logs that as a CommClosedError traceback in the job log of a run that went well.
-    # Short: SLURM kills the job some 30 s after its time-limit TERM.
+    # Workers first, one by one through their nannies, while the scheduler still listens
+    # (ebsdxc.cluster.stop_workers; srun's step ends with them), then the scheduler (TERM).
+    # Dask's own shutdown (client.shutdown(): the scheduler first) leaves every worker
+    # writing to a closed connection, a CommClosedError traceback in the log of a job that
+    # went well. Short: SLURM kills the job some 30 s after its time-limit TERM.
     set +e
     local pid
     if [ -n "$WORKERS_PID" ] && [ -s "$SCHED" ] && kill -0 "$SCHED_PID" 2>/dev/null; then
-        timeout 20 "$PYTHON" -c '
+        timeout 25 "$PYTHON" -c '
 import sys, distributed
+from ebsdxc.cluster import stop_workers
 with distributed.Client(scheduler_file=sys.argv[1], timeout="10s") as client:
-    client.retire_workers(close_workers=True)
+    stop_workers(client, timeout=20)
 ' "$SCHED" >/dev/null 2>&1
-        gone 15 $WORKERS_PID
+        gone 10 "$WORKERS_PID"
     fi
-    for pid in $WORKERS_PID $SCHED_PID; do   # the scheduler stops on TERM (and whatever is left)
+    for pid in $WORKERS_PID $SCHED_PID; do   # the scheduler stops on TERM; so does whatever is left
         kill "$pid" 2>/dev/null
         gone 10 "$pid" || kill -KILL "$pid" 2>/dev/null
     done

@@ -134,7 +134,8 @@ def _opening(reader_open, path, **kwargs):
     A reader checks what it knows can go wrong; a file damaged where nobody looks (an HDF5
     object header, a heap, a TIFF tag) fails inside h5py, tifffile or struct with their own
     exception types (h5py a TypeError for a datatype it cannot map), and a header number
-    that is garbage makes a reader's arithmetic fail with a ValueError. All of those are the file's fault, said in one line naming it.
+    that is garbage makes a reader's arithmetic fail with a ValueError. All of those are the
+    file's fault, said in one line naming it.
     """
     try:
         return reader_open(path, **kwargs)

@@ -69,9 +69,8 @@ def test_a_truncated_hdf5_scan_is_one_clear_line(tmp_path, read_path):
     data = (tmp_path / "scan.h5").read_bytes()
     cut = tmp_path / "cut.h5"
     cut.write_bytes(data[:offset + 3 * 1600 + 100])  # ends inside the 4th pattern
-    with pytest.raises(InputError) as e:
-        with open_scan(cut) as src:
-            src.read(0, 6)
+    with pytest.raises(InputError) as e, open_scan(cut) as src:
+        src.read(0, 6)
     one_line(e, cut)
 
 

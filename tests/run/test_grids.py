@@ -132,7 +132,9 @@ def test_hexagonal_scan_read_and_processed(tmp_path, sample_dir):
     assert (r["status"][src.grid.in_grid()] == st.OK).all()
     np.testing.assert_allclose(r["positions"][1, 0], [1.0, np.sqrt(3.0)])
     s = read_summary(out)
-    assert s["points_missing"] == 2 and s["ok_fraction"] == 1.0 and s["grid_kind"] == "hexagonal"
+    # padding slots are not scan points: they are neither counted nor missing
+    assert s["points_missing"] == 0 and s["points"] == src.grid.n_points
+    assert s["ok_fraction"] == 1.0 and s["grid_kind"] == "hexagonal"
 
 
 def test_interrupted_scan_missing_points_are_flagged_not_processed(tmp_path, sample_dir):
