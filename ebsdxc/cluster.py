@@ -23,6 +23,10 @@ Clusters (:func:`connect`):
 ``slurm``, ``pbs``
     dask-jobqueue's ``SLURMCluster`` / ``PBSCluster`` with the job settings of a recipe's
     ``[cluster]`` table.
+
+Shutdown goes workers first, then the scheduler (:func:`stop_workers`; the job clusters of
+:func:`connect` do it in ``close()``): Dask's own order leaves tracebacks in the job logs of
+runs that went well.
 """
 
 from __future__ import annotations
@@ -108,8 +112,9 @@ def _workers_closed_first(cls):
 
     dask-jobqueue closes the scheduler and cancels the worker jobs at the same time; a worker
     still running when its scheduler has gone logs a ``CommClosedError`` traceback into its
-    job log, after a run that went well. Here the scheduler first retires every worker (with
-    its nanny, so the job ends) and the scheduler stops once they have gone.
+    job log, after a run that went well. Here the workers are stopped first, one by one
+    through their nannies (:func:`_close_workers`; the jobs end with them), then the usual
+    close cancels what is left and stops the scheduler.
     """
 
     class WorkersFirst(cls):

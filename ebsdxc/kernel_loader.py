@@ -2,8 +2,15 @@
 
 Sources are read relative to the installed package, so a wheel and an editable
 install both find them. Modules are compiled once per (device, source, names,
-defines) and memoised; CuPy keeps the compiled binaries in its on-disk cache
-(``~/.cupy/kernel_cache`` or ``$CUPY_CACHE_DIR``), so a second process skips NVRTC.
+defines) and memoised for the life of the process.
+
+On disk: CuPy writes every compiled binary to its kernel cache (``~/.cupy/kernel_cache``
+or ``$CUPY_CACHE_DIR``) as the md5 of the binary followed by the binary, and reads an
+entry back only when the md5 matches, so a truncated, bit-flipped or garbage entry is
+compiled again and rewritten (tests/run/test_gpu_faults.py damages every entry). CuPy does
+not read the cache for modules compiled with ``name_expressions`` (it needs NVRTC's
+mangled names), so these modules are compiled by NVRTC once in every process; CuPy's own
+elementwise and reduction kernels come from the cache.
 """
 
 from __future__ import annotations

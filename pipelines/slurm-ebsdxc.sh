@@ -127,8 +127,10 @@ if [ -n "$DASK_INTERFACE" ]; then
 fi
 
 # 1. The scheduler, in the background on this (the first) node. --port 0: any free port (the
-#    address goes into the scheduler file); no dashboard (nobody can reach it on a compute node).
+#    address goes into the scheduler file); no dashboard (nobody can reach it on a compute node),
+#    and its HTTP endpoint on any free port (8787 may be taken by another job on the node).
 "$PYTHON" -m distributed.cli.dask_scheduler --scheduler-file "$SCHED" --port 0 --no-dashboard \
+    --dashboard-address :0 \
     ${iface[@]+"${iface[@]}"} &
 SCHED_PID=$!
 

@@ -43,6 +43,11 @@ class Executor(ABC):
         """Record where the run went, as ``record(name, value)`` attributes of the results
         (e.g. a cluster's scheduler address); nothing for a local run."""
 
+    def batch_sizes(self, job) -> tuple:
+        """Batch sizes the tasks of ``job`` used here, in order (the planned one, then each halving
+        after running out of memory); ``()`` where they are not known (Dask: the workers log them)."""
+        return ()
+
     def close(self) -> None:  # noqa: B027 (optional: an executor may keep nothing)
         """Release what the executor keeps (pipelines, workers)."""
 
@@ -62,6 +67,9 @@ class InlineExecutor(Executor):
     def run_tasks(self, job, tasks, emit) -> None:
         for task in tasks:
             run_task(job, task, emit, contexts=self._contexts)
+
+    def batch_sizes(self, job) -> tuple:
+        return self._contexts.batch_sizes(job)
 
     def close(self) -> None:
         self._contexts.close()
@@ -122,6 +130,9 @@ class ThreadExecutor(Executor):
             halt.set()
             for w in workers:
                 w.join()
+
+    def batch_sizes(self, job) -> tuple:
+        return self._contexts.batch_sizes(job)
 
     def close(self) -> None:
         self._contexts.close()

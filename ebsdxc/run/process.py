@@ -266,7 +266,12 @@ def _run(job, executor, source, ref, ref_param, out, config, resume, overwrite, 
                 writer.write(start, disp, height, status)
                 progress.update(len(disp))
 
-            executor.run_tasks(job, tasks, emit)
+            try:
+                executor.run_tasks(job, tasks, emit)
+            finally:
+                sizes = executor.batch_sizes(job)
+                if sizes:
+                    writer.set_attr("batch_sizes", np.asarray(sizes, dtype=np.int64))
             writer.finish()
         finally:
             progress.close()

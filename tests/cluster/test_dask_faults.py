@@ -226,3 +226,10 @@ def test_client_killed_mid_run_then_resume_gives_the_single_process_results(big_
     assert r.returncode == 0, r.stderr[-3000:]
     assert "Traceback" not in r.stderr, r.stderr[-3000:]
     assert_identical(read_results(out), single)
+
+
+def test_stop_workers_checks_its_timeout():
+    from ebsdxc.cluster import stop_workers
+
+    with pytest.raises(ValueError, match="timeout must be > 0 seconds, got 0"):
+        stop_workers(object(), timeout=0)

@@ -470,6 +470,7 @@ def test_slurm_script_runs_a_scan_on_local_workers(tmp_path, sample_dir):
     assert r.returncode == 0, r.stdout + r.stderr[-5000:]
     assert "waiting for 2 Dask workers on 1 node(s)" in r.stderr
     assert "100/100 points" in r.stdout
+    assert "Traceback" not in r.stderr, r.stderr[-5000:]  # workers stopped before the scheduler
     assert_done(out)
     assert len(pids.read_text().split()) == 2  # one worker per task
     assert not (tmp_path / "ebsdxc-dask-4242.json").exists()  # the scheduler file is cleaned up
@@ -496,6 +497,7 @@ def test_pbs_script_runs_a_campaign_on_local_workers(tmp_path, sample_dir):
     assert r.returncode == 0, r.stdout + r.stderr[-5000:]
     assert "waiting for 2 Dask workers on 1 node(s)" in r.stderr
     assert r.stdout.count("100/100 points") == 2
+    assert "Traceback" not in r.stderr, r.stderr[-5000:]  # workers stopped before the scheduler
     for name in ("a", "b"):
         assert_done(tmp_path / "results" / f"{name}.ebsdxc.h5")
     assert sorted(os.listdir(work)) == []  # scheduler file and node script are cleaned up
