@@ -245,7 +245,11 @@ def read_orientation_map(path, *, dataset: str | int | None = None,
             raise InputError(f"dataset {dataset!r} chooses a scan of an h5 file; a .{chosen} file "
                              "holds one map", path)
         return _opening(readers[chosen][1], path)
-    return _opening(readers[chosen][1], path, dataset=dataset)
+    omap = _opening(readers[chosen][1], path, dataset=dataset)
+    if omap is None:  # detected by its layout, yet the map's datasets cannot be found: damaged
+        raise InputError(f"looks like a {chosen} file but holds no orientation map ebsdxc can "
+                         "read (damaged, or written without one)", path)
+    return omap
 
 
 def read_reference(path) -> np.ndarray:

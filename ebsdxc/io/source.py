@@ -88,10 +88,11 @@ class ScanGrid:
 
 #: What reading a damaged file raises below ebsdxc's own checks: h5py raises OSError,
 #: RuntimeError and KeyError for broken object headers, heaps and chunks; zlib and struct
-#: raise their own errors for broken compressed data and short headers; a corrupt size
+#: raise their own errors for broken compressed data and short headers, a damaged name
+#: does not decode; a corrupt size
 #: field can ask for more memory than exists.
 READ_ERRORS = (OSError, RuntimeError, KeyError, EOFError, zlib.error, struct.error,
-               MemoryError, OverflowError)
+               MemoryError, OverflowError, UnicodeDecodeError)
 
 
 def damaged(path, exc: BaseException) -> InputError:
