@@ -296,9 +296,14 @@ class Worker:
     def _start(self):
         env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""),
                    EBSDXC_READ_THREADS="2")
+        # stderr to a file, not a pipe: a library that logs every damaged tag (tifffile) would
+        # fill an undrained pipe and block the worker, which then looks like a hang
+        import tempfile
+
+        self._stderr = tempfile.TemporaryFile(mode="w+")  # noqa: SIM115 (kept open with the worker)
         self.proc = subprocess.Popen([sys.executable, str(Path(__file__).resolve()), "--worker"],
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                     stderr=subprocess.PIPE, text=True, env=env, cwd=str(REPO))
+                                     stderr=self._stderr, text=True, env=env, cwd=str(REPO))
 
     def close(self):
         if self.proc is not None:
@@ -321,7 +326,8 @@ class Worker:
         line = self.proc.stdout.readline()
         if not line:
             rc = self.proc.wait()
-            err = self.proc.stderr.read()[-3000:]
+            self._stderr.seek(0)
+            err = self._stderr.read()[-3000:]
             self.proc = None
             return {"outcome": "crash", "message": f"worker exited with {rc}", "stderr": err}
         return json.loads(line)
