@@ -112,20 +112,24 @@ def damaged(path, exc: BaseException) -> InputError:
     return InputError(f"is damaged or truncated: it could not be read ({detail})", path)
 
 
-def guard_reads(method):
+def guard_reads(method, *, ranged=True):
     """Decorate a reader method so that :data:`READ_ERRORS` become :func:`damaged` errors.
 
     The method's first argument must have a ``path``; :class:`InputError` passes through
-    unchanged, and so do the ``IndexError``/``ValueError`` a caller's bad range or buffer
-    raises.
+    unchanged, and so do, for methods given a range (``ranged``), the ``IndexError``/``ValueError``
+    a caller's bad range or buffer raises. A method without arguments (an orientation map,
+    pattern centres) has no caller's mistake to pass on: its ``ValueError``/``TypeError`` (h5py
+    meeting a damaged datatype) are the file's.
     """
+    errors = READ_ERRORS if ranged else (*READ_ERRORS, ValueError, TypeError)
+
     @functools.wraps(method)
     def guarded(self, *args, **kwargs):
         try:
             return method(self, *args, **kwargs)
         except InputError:
             raise
-        except READ_ERRORS as exc:
+        except errors as exc:
             raise damaged(self.path, exc) from exc
 
     guarded.__guarded__ = True
@@ -268,7 +272,7 @@ class PatternSource:
         for name in cls._GUARDED:
             method = cls.__dict__.get(name)
             if method is not None and not getattr(method, "__guarded__", False):
-                setattr(cls, name, guard_reads(method))
+                setattr(cls, name, guard_reads(method, ranged=name in ("read_into", "read_records", "read")))
 
     def __init__(self, path, *, grid: ScanGrid, pattern_shape, dtype, metadata=None):
         self.path = os.fspath(path)
@@ -405,7 +409,8 @@ class PatternSource:
 
 
 for _name in PatternSource._GUARDED:  # the shared implementations, which subclasses inherit
-    setattr(PatternSource, _name, guard_reads(getattr(PatternSource, _name)))
+    setattr(PatternSource, _name, guard_reads(getattr(PatternSource, _name),
+                                              ranged=_name in ("read_into", "read_records", "read")))
 del _name
 
 

@@ -173,3 +173,24 @@ def test_a_larger_grid_reads_the_missing_points_as_flagged(tmp_path):
         present = src.present.reshape(-1)
     np.testing.assert_array_equal(present, np.arange(9) < 7)
     np.testing.assert_array_equal(got[:7], pats)
+
+
+def test_a_damaged_datatype_in_a_map_is_the_files_error_not_the_callers():
+    """h5py raises ValueError for a float type a damaged byte made impossible ("Insufficient
+    precision ..."), found by the long fuzz run in a Bruker orientation map: a method without a
+    caller's range turns it into the file's one-line error; a read with a range passes a caller's
+    ValueError on."""
+    from ebsdxc.io.source import PatternSource, ScanGrid
+
+    class Damaged(PatternSource):
+        def orientation_map(self):
+            raise ValueError("Insufficient precision in available types to represent (31, 23, 8, 0, 23)")
+
+        def read_into(self, start, stop, out):
+            raise ValueError("out has the wrong shape")
+
+    src = Damaged("scan.h5", grid=ScanGrid(1, 2), pattern_shape=(4, 4), dtype=np.uint16)
+    with pytest.raises(InputError, match=r"scan.h5: is damaged or truncated: .*Insufficient precision"):
+        src.orientation_map()
+    with pytest.raises(ValueError, match="wrong shape"):
+        src.read_into(0, 1, np.zeros((1, 4, 4), np.uint16))
