@@ -11,7 +11,6 @@ import sys
 import threading
 import time
 
-import h5py
 import numpy as np
 import pytest
 
@@ -27,17 +26,6 @@ CFG = ProcessConfig(roi=RoiConfig(grid=(4, 4), size=40))
 CPU = RunConfig(device="cpu", batch=7)
 CLI_SETTINGS = ["--roi-grid", "4x4", "--roi-size", "40", "--device", "cpu", "--batch", "7"]
 ROWS, COLS = 40, 10
-
-
-@pytest.fixture(scope="module")
-def big_scan(tmp_path_factory, sample_dir):
-    """40 x 10 points: the sample's 10 x 10 patterns four times over (enough tasks to kill into)."""
-    path = tmp_path_factory.mktemp("scan") / "big.h5"
-    with h5py.File(f"{sample_dir}/scan.h5", "r") as f:
-        p = f["patterns"][...]
-    with h5py.File(path, "w") as f:
-        f["patterns"] = np.concatenate([p] * 4, axis=0)
-    return str(path)
 
 
 @pytest.fixture(scope="module")

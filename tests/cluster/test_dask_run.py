@@ -25,17 +25,6 @@ CPU = RunConfig(device="cpu")
 
 
 @pytest.fixture(scope="module")
-def big_scan(tmp_path_factory, sample_dir):
-    """40 x 10 points: the sample's 10 x 10 patterns four times over (enough tasks to kill into)."""
-    path = tmp_path_factory.mktemp("scan") / "big.h5"
-    with h5py.File(f"{sample_dir}/scan.h5", "r") as f:
-        p = f["patterns"][...]
-    with h5py.File(path, "w") as f:
-        f["patterns"] = np.concatenate([p] * 4, axis=0)
-    return str(path)
-
-
-@pytest.fixture(scope="module")
 def single(big_scan, tmp_path_factory, sample_dir):
     out = tmp_path_factory.mktemp("single") / "one.h5"
     return read_results(process(big_scan, ref=f"{sample_dir}/ref.tif", config=CFG, run=CPU, output=out))

@@ -20,7 +20,6 @@ import textwrap
 import time
 
 import h5py
-import numpy as np
 import pytest
 
 pytest.importorskip("distributed")
@@ -144,17 +143,6 @@ def assert_same_results(got_path, want_path):
 def no_traceback(text, where):
     for bad in ("Traceback", "CommClosedError", "StreamClosedError", "Worker process died"):
         assert bad not in text, f"{where} holds a {bad}:\n{text[-4000:]}"
-
-
-@pytest.fixture(scope="module")
-def big_scan(tmp_path_factory, sample_dir):
-    """40 x 10 points: the sample's patterns four times over (long enough to cancel into)."""
-    path = tmp_path_factory.mktemp("scan") / "big.h5"
-    with h5py.File(f"{sample_dir}/scan.h5", "r") as f:
-        p = f["patterns"][...]
-    with h5py.File(path, "w") as f:
-        f["patterns"] = np.concatenate([p] * 4, axis=0)
-    return str(path)
 
 
 # =========================================================================== --cluster slurm
