@@ -62,7 +62,7 @@ import numpy as np
 from . import crystal
 from ._resources import data_dir
 from .io.source import GRID_KINDS, ScanGrid
-from .materials import Material
+from .materials import Material, lattice_length
 
 __all__ = ["MAP_AXES", "MEASURED", "UNMEASURED", "DislocationTypes", "GndResult", "NoiseFloor",
            "lattice_curvature", "nye_from_curvature", "nye_tensor", "slip_dislocations", "fcc_dislocations",
@@ -456,29 +456,19 @@ def slip_dislocations(systems, *, laue: str, lattice: _Lattice | None = None) ->
                             laue=crystal.laue_group(laue))
 
 
-def _lattice_length(name, value) -> float:
-    try:
-        value = float(value)
-    except (TypeError, ValueError):
-        value = math.nan
-    if not (math.isfinite(value) and 0 < value < 1e-8):
-        raise ValueError(f"{name} must be a lattice parameter in metres (e.g. 3.52e-10), got {value!r}")
-    return value
-
-
 def fcc_dislocations(a: float) -> DislocationTypes:
     """The 18 types of fcc {111}<110> slip (12 edge, 6 screw), ``b = a/2 <110>``; ``a`` in metres.
 
     Also the types of diamond-cubic crystals (Si), which slip on the same systems.
     """
-    a = _lattice_length("a", a)
+    a = lattice_length("a", a)
     return slip_dislocations([("{111}<110>", (1, 1, 1), (-a / 2, a / 2, 0.0))], laue="m-3m", lattice=_Lattice(a))
 
 
 def bcc_dislocations(a: float, *, planes=("110",)) -> DislocationTypes:
     """bcc types, ``b = a/2 <111>``: {110}<111> gives 16 (12 edge, 4 screw); with
     ``planes=("110", "112")`` the 12 {112}<111> edges make 28. ``a`` in metres."""
-    a = _lattice_length("a", a)
+    a = lattice_length("a", a)
     families = {"110": ("{110}<111>", (1, 1, 0), (-a / 2, a / 2, a / 2)),
                 "112": ("{112}<111>", (1, 1, 2), (a / 2, a / 2, -a / 2))}
     planes = tuple(str(p).strip("{}") for p in ((planes,) if isinstance(planes, str) else planes))
@@ -503,8 +493,8 @@ def read_slip_systems(path, *, a: float, c: float) -> list:
     list of (str, (3,) array, (3,) array)
         ``(family, n, b)`` in the Cartesian crystal frame (``a1`` along x, ``c`` along z), b in metres.
     """
-    a = _lattice_length("a", a)
-    c = _lattice_length("c", c)
+    a = lattice_length("a", a)
+    c = lattice_length("c", c)
     lat = _Lattice(a, c)
     out = []
     try:

@@ -33,8 +33,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 __all__ = ["CUBIC_PRESETS", "HEXAGONAL_PRESETS", "LATTICE_PRESETS", "STRUCTURES", "Material", "parse_material",
-           "material", "material_for_phase", "cubic_stiffness", "hexagonal_stiffness", "stiffness_tensor",
-           "rotate_stiffness"]
+           "material", "material_for_phase", "cubic_stiffness", "hexagonal_stiffness", "lattice_length",
+           "stiffness_tensor", "rotate_stiffness"]
 
 #: name -> (C11, C12, C44) GPa
 CUBIC_PRESETS = {
@@ -207,9 +207,8 @@ class Material:
         return stiffness_tensor(self.stiffness)
 
 
-def _length(name: str, value) -> float | None:
-    if value is None:
-        return None
+def lattice_length(name: str, value) -> float:
+    """``value`` as a lattice length in metres, or a ValueError naming ``name``."""
     try:
         value = float(value)
     except (TypeError, ValueError):
@@ -268,14 +267,14 @@ def material(spec, *, structure: str | None = None, a: float | None = None, c: f
             raise ValueError(f"structure must be one of {', '.join(STRUCTURES)}, got {structure!r}")
     overridden = structure is not None or a is not None
     structure = structure if structure is not None else base[0]
-    a = _length("a", a) if a is not None else base[1]
-    c = _length("c", c) if c is not None else (base[2] if structure == "hcp" else None)
+    a = lattice_length("a", a) if a is not None else base[1]
+    c = lattice_length("c", c) if c is not None else (base[2] if structure == "hcp" else None)
     if structure == "hcp" and a is not None and c is None:
         raise ValueError("an hcp material needs the lattice parameter c (metres) as well as a")
     if structure != "hcp" and c is not None:
         raise ValueError(f"c is a lattice parameter of hcp crystals only, not of {structure or 'this material'}")
     if burgers is not None:
-        burgers = _length("burgers", burgers)
+        burgers = lattice_length("burgers", burgers)
     elif overridden or base[3] is None:
         burgers = _default_burgers(structure, a)
     else:
