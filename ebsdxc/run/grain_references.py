@@ -24,7 +24,7 @@ from ..preprocess import PatternPreprocessor
 from ..references import ReferenceSet
 from .inputs import read_points, scan_reference
 
-__all__ = ["GrainReferences", "grain_reference_set", "grain_references", "read_orientations"]
+__all__ = ["GrainReferences", "grain_reference_set", "grain_references", "read_orientations", "reference_flat"]
 
 SIMILARITY_BLOCK = 1024  # neighbour pairs whose patterns are correlated together
 
@@ -74,13 +74,9 @@ class GrainReferences:
     def n_grains(self) -> int:
         return int(self.reference_point.shape[0])
 
-    def reference_flat(self, cols: int) -> np.ndarray:
+    def reference_flat(self) -> np.ndarray:
         """(rows, cols) flat scan index of each point's reference point, -1 where none."""
-        flat = np.where(self.reference_point[:, 0] >= 0, self.reference_point[:, 0] * cols + self.reference_point[:, 1],
-                        -1)
-        gid = self.grain_id
-        out = np.where(gid >= 0, flat[np.clip(gid, 0, None)] if self.n_grains else -1, -1)
-        return np.where(self.no_reference, -1, out).astype(np.int64)
+        return reference_flat(self.grain_id, self.reference_point)
 
     def reference_euler(self) -> np.ndarray | None:
         """(n_grains, 3) Bunge degrees of each grain's reference point, NaN without one."""
@@ -112,6 +108,17 @@ class GrainReferences:
         """JSON-able description for the results' ``grains`` group."""
         return {"method": self.method, "orientation_source": self.source, "phases": list(self.phases),
                 "no_reference_reasons": {str(i): r for i, r in enumerate(self.reasons) if r}}
+
+
+def reference_flat(grain_id, reference_point) -> np.ndarray:
+    """(rows, cols) flat scan index of each point's grain reference point, -1 where the point is
+    in no grain or its grain has no reference (``reference_point`` (n_grains, 2), -1 rows)."""
+    gid = np.asarray(grain_id)
+    ref = np.asarray(reference_point, dtype=np.int64).reshape(-1, 2)
+    flat = np.where(ref[:, 0] >= 0, ref[:, 0] * gid.shape[1] + ref[:, 1], -1)
+    if not len(flat):
+        return np.full(gid.shape, -1, dtype=np.int64)
+    return np.where(gid >= 0, flat[np.clip(gid, 0, None)], -1).astype(np.int64)
 
 
 def read_orientations(source, path=None):

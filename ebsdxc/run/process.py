@@ -191,8 +191,7 @@ def _strain_geometry(config, source, shape, ref, ref_index, grains):
         return resolve_geometry(scfg, shape=shape, grid=source.grid, scan_meta=meta, scan_path=source.path,
                                 ref_index=ref_index, ref_path=ref,
                                 ref_meta=scan_io.read_reference_metadata(ref) if ref else None)
-    cols = source.grid.cols
-    flat = grains.reference_flat(cols)
+    flat = grains.reference_flat()
     first = int(flat[flat >= 0][0])
     geom = resolve_geometry(scfg, shape=shape, grid=source.grid, scan_meta=meta, scan_path=source.path,
                             ref_index=first, per_grain=True)

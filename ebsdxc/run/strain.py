@@ -18,7 +18,7 @@ from ..hrebsd import StrainConfig, binned_geometry, compute_strain, grain_geomet
 from ..io.results import input_record, read_grains, read_record
 from ..progress import NullProgress, Progress
 from ..rois import layout_for
-from .grain_references import grain_reference_set
+from .grain_references import grain_reference_set, reference_flat
 from .inputs import read_points, scan_reference, static_background
 from .output import on_disk
 from .pipeline import Pipeline
@@ -82,7 +82,7 @@ def strain(results, *, config: StrainConfig | None = None, scan=None, ref=None, 
         ref_index = tuple(ref_index) if isinstance(ref_index, list) else ref_index
         ref_path = None
         if grains is not None:
-            flat = _reference_flat(grains, rec.cols)
+            flat = reference_flat(grains["grain_id"], grains["reference_point"])
             ref_index = int(flat[flat >= 0][0])
         elif ref_index is None:
             ref_path = ref or rec.input_path("reference")
@@ -140,13 +140,6 @@ def strain(results, *, config: StrainConfig | None = None, scan=None, ref=None, 
             source.close()
 
 
-def _reference_flat(grains, cols) -> np.ndarray:
-    ref = grains["reference_point"]
-    flat = np.where(ref[:, 0] >= 0, ref[:, 0] * cols + ref[:, 1], -1)
-    gid = grains["grain_id"]
-    return np.where(gid >= 0, flat[np.clip(gid, 0, None)], -1)
-
-
 def _grain_geometry(geom, cfg, grains, results):
     """Per-grain geometry from what the results file records of its grains."""
     from ..crystal import euler_to_matrix
@@ -162,7 +155,7 @@ def _grain_geometry(geom, cfg, grains, results):
         phase = np.full((rows, cols), -1, dtype=np.int64)
         phase[ref[has, 0], ref[has, 1]] = grains["phase"][has]
     phases = tuple(grains["attrs"].get("phases") or ())
-    return grain_geometry(geom, cfg, reference_flat=_reference_flat(grains, cols), orientations=orientations,
+    return grain_geometry(geom, cfg, reference_flat=reference_flat(grains["grain_id"], ref), orientations=orientations,
                           phase=phase, phases=phases, path=results)
 
 
