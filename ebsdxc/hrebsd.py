@@ -29,6 +29,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from . import geometry
+from .crystal import euler_to_matrix
 from .errors import InputError
 from .materials import parse_material, stiffness_tensor
 from .progress import NullProgress, Progress
@@ -278,12 +279,6 @@ def grain_geometry(geom: StrainGeometry, cfg: StrainConfig, *, reference_flat, o
                                stiffness=stiffness[first] if stiffness[first] is not None else geom.stiffness)
 
 
-def _bunge(phi1, Phi, phi2) -> np.ndarray:
-    from .simulate import bunge_to_matrix
-
-    return bunge_to_matrix(phi1, Phi, phi2)
-
-
 def _stored_pc(value, convention, shape, pixel_size, binning=None):
     """A PC as a file stores it (its convention named by free text such as "Bruker (PCx, ...)";
     Bruker when unnamed or unknown), in Bruker convention."""
@@ -421,12 +416,12 @@ def resolve_geometry(cfg: StrainConfig, *, shape, grid, scan_meta: dict, scan_pa
             raise InputError(str(e), where if sources.get("pattern_centre") != "constant" else None) from None
 
     if cfg.orientation is not None:
-        g, sources["orientation"] = _bunge(*cfg.orientation), "option"
+        g, sources["orientation"] = euler_to_matrix(cfg.orientation), "option"
     elif scan_meta.get("euler_angles") is not None:
         e = np.asarray(scan_meta["euler_angles"], dtype=np.float64)
         if e.shape != (3,):
             e = e.reshape(-1, 3)[0 if ref_flat is None else int(ref_flat)]
-        g, sources["orientation"] = _bunge(*e), "scan file"
+        g, sources["orientation"] = euler_to_matrix(e), "scan file"
     elif per_grain:
         g, sources["orientation"] = np.eye(3), "none"  # grain_geometry supplies it per grain
     else:

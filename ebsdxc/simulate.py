@@ -71,6 +71,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .crystal import euler_to_matrix, matrix_to_euler, misorientation_angle
 from .geometry import check_shape, pixel_directions, project
 from .gnd import MAP_AXES
 from .strain import polar_decomposition, rotation_log
@@ -513,15 +514,10 @@ def smooth_deformation_field(rows: int, cols: int, *, strain: float = 1e-3,
 def bunge_to_matrix(phi1: float, Phi: float, phi2: float) -> np.ndarray:
     """Orientation matrix g (sample -> crystal, v_c = g v_s) of Bunge Euler angles in degrees.
 
-    Equals orix ``Rotation.from_euler(np.radians([phi1, Phi, phi2])).to_matrix()[0]``.
+    Equals orix ``Rotation.from_euler(np.radians([phi1, Phi, phi2])).to_matrix()[0]``
+    (:func:`ebsdxc.crystal.euler_to_matrix` for one orientation).
     """
-    p1, P, p2 = np.radians([phi1, Phi, phi2])
-    c1, s1, c, s, c2, s2 = np.cos(p1), np.sin(p1), np.cos(P), np.sin(P), np.cos(p2), np.sin(p2)
-    return np.array([
-        [c1 * c2 - s1 * s2 * c, s1 * c2 + c1 * s2 * c, s2 * s],
-        [-c1 * s2 - s1 * c2 * c, -s1 * s2 + c1 * c2 * c, c2 * s],
-        [s1 * s, -c1 * s, c],
-    ])
+    return euler_to_matrix([phi1, Phi, phi2])
 
 
 @dataclass
@@ -694,7 +690,6 @@ def _quaternion_matrices(q: np.ndarray) -> np.ndarray:
 def _distinct_orientations(n: int, rng, *, min_angle_deg: float) -> np.ndarray:
     """``n`` orientations drawn uniformly (Haar measure), each at least ``min_angle_deg`` from
     every other under cubic (m-3m) symmetry; random sequential drawing with rejection."""
-    from .crystal import misorientation_angle
 
     limit = np.deg2rad(min_angle_deg)
     accepted = np.empty((0, 3, 3))
@@ -891,7 +886,6 @@ class SimulatedPolycrystal:
     @property
     def euler_deg(self) -> np.ndarray:
         """(rows, cols, 3) Bunge angles in degrees of :attr:`orientation` (NaN at padding)."""
-        from .crystal import matrix_to_euler
 
         out = np.full(self.orientation.shape[:-1], np.nan)
         ok = self.grain_id >= 0
@@ -1135,7 +1129,6 @@ def simulate_polycrystal(rows: int, cols: int, *, n_grains: int = 4, shape=(128,
     -------
     SimulatedPolycrystal
     """
-    from .crystal import euler_to_matrix
     from .io import ScanGrid
     from .materials import parse_material, stiffness_tensor
 
