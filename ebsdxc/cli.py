@@ -161,6 +161,7 @@ class _Parser(argparse.ArgumentParser):
 def _parser():
     from .engines import ENGINES
     from .peaks import SUBPIXEL_METHODS
+    from .refine import REFINE_METHODS
 
     p = _Parser(prog="ebsdxc", description="Fast cross-correlation of EBSD patterns.")
     p.add_argument("--version", action="version", version=f"ebsdxc {__version__}")
@@ -223,6 +224,10 @@ def _parser():
     pp.add_argument("--kernel", metavar="NAME[:OPTS]",
                     help="definition-based kernel of the direct engine, e.g. grouped_overlap:g=4,kr=8 "
                          "(default: the fastest measured; see 'ebsdxc bench')")
+    pp.add_argument("--refine", choices=REFINE_METHODS,
+                    help="icgn: refine every point by whole-pattern IC-GN (a homography, cubic B-spline "
+                         "interpolation), started from the ROI matches; the ROI shifts become the homography's "
+                         "(default none; settings in a recipe's [refine] table)")
     pp.add_argument("--dynamic-background", type=float, metavar="SIGMA",
                     help="divide each pattern by its Gaussian blur of SIGMA px")
     pp.add_argument("--static-background", metavar="FILE|mean|file",
@@ -337,7 +342,7 @@ _FLAGS = {
     "preprocess.mask_centre": "--mask-centre", "preprocess.average_neighbours": "--average-neighbours",
     "preprocess.average_kernel": "--average-kernel", "preprocess.average_sigma": "--average-sigma",
     "correlation.engine": "--engine", "correlation.max_shift": "--max-shift", "correlation.subpixel": "--subpixel",
-    "correlation.kernel": "--kernel",
+    "correlation.kernel": "--kernel", "refine.method": "--refine",
     "strain.material": "--material", "strain.pc": "--pc", "strain.pc_ref": "--pc-ref",
     "strain.pc_convention": "--pc-convention", "strain.pc_map": "--pc-map", "strain.pixel_size": "--pixel-size",
     "strain.binning": "--binning", "strain.orientation": "--orientation", "strain.sample_tilt": "--sample-tilt",

@@ -19,12 +19,14 @@ One dataclass per recipe table, and **the TOML keys are the field names**::
                                      (:class:`ebsdxc.hrebsd.StrainConfig`)
     [grains]       GrainsConfig      per_grain, tolerance_deg, min_size, rule = "kam" | "quality" | "centre",
                                      min_boundary_distance, similarity_threshold
+    [refine]       RefineConfig      method = "none" | "icgn", max_iterations, tolerance_px, margin,
+                                     max_outside, min_zncc (:class:`ebsdxc.refine.RefineConfig`)
     [run]          RunConfig         device, batch, threads, executor = "inline" | "threads" | "dask"
     [cluster]      ClusterConfig     address = "local" | "slurm" | "pbs" | "tcp://host:port", workers,
                                      retries, rows_per_task; sub-table [cluster.job]: dask-jobqueue
                                      keyword arguments (queue, account, walltime, cores, memory, ...)
 
-The first five tables form a :class:`ProcessConfig`: the settings that define the result,
+The first six tables form a :class:`ProcessConfig`: the settings that define the result,
 stored in the results file (:meth:`ProcessConfig.parameters`) and compared on resume. ``[run]``
 and ``[cluster]`` form a :class:`RunConfig`: where and how fast it runs, never stored.
 
@@ -54,6 +56,7 @@ from .engines.base import EngineConfig
 from .errors import InputError
 from .hrebsd import StrainConfig
 from .preprocess import PreprocessConfig
+from .refine import RefineConfig
 from .rois import MIN_ROI_SIZE
 
 __all__ = ["RoiConfig", "ProcessConfig", "ClusterConfig", "RunConfig", "load_config", "read_recipe",
@@ -145,6 +148,15 @@ class RoiConfig:
             raise ValueError("roi.layout file needs roi.centres (a file of ROI centres)")
 
 
+def _fits_rois(corr: EngineConfig, roi: RoiConfig) -> EngineConfig:
+    """``corr``, checked against the ROI size where the recipe gives one (a default size is
+    known only with the patterns: the run checks it then, :meth:`EngineConfig.shift_refusal`)."""
+    why = corr.shift_refusal(roi.size) if roi.size is not None else None
+    if why is not None:
+        raise ValueError(why)
+    return corr
+
+
 REF_RULES = ("kam", "quality", "centre")
 
 
@@ -209,6 +221,7 @@ class ProcessConfig:
     correlation: EngineConfig = field(default_factory=EngineConfig)
     strain: StrainConfig = field(default_factory=StrainConfig)
     grains: GrainsConfig = field(default_factory=GrainsConfig)
+    refine: RefineConfig = field(default_factory=RefineConfig)
 
     def parameters(self) -> dict:
         """JSON-able parameters stored in the results file.
@@ -220,6 +233,8 @@ class ProcessConfig:
         d.pop("strain")
         if not self.grains.per_grain:
             d.pop("grains")  # one reference: the record stays what it was before grains existed
+        if not self.refine.enabled:
+            d.pop("refine")  # likewise without refinement
         d["correlation"].pop("engine", None)
         return _jsonable(d)
 
@@ -236,14 +251,16 @@ class ProcessConfig:
         if "static_background" in params:
             pre.setdefault("static_background", params["static_background"])
         tables = {"roi": dict(params.get("roi") or {}), "preprocess": pre,
-                  "correlation": dict(params.get("correlation") or {}), "grains": dict(params.get("grains") or {})}
+                  "correlation": dict(params.get("correlation") or {}), "grains": dict(params.get("grains") or {}),
+                  "refine": dict(params.get("refine") or {})}
         for name, table in tables.items():
             unknown = set(table) - _KEYS[name]
             if unknown:
                 raise ValueError(f"unknown parameter(s) {', '.join(f'{name}.{k}' for k in sorted(unknown))} "
                                  "(results of a newer ebsdxc?)")
         return cls(roi=RoiConfig(**tables["roi"]), preprocess=PreprocessConfig(**tables["preprocess"]),
-                   correlation=EngineConfig(**tables["correlation"]), grains=GrainsConfig(**tables["grains"]))
+                   correlation=EngineConfig(**tables["correlation"]), grains=GrainsConfig(**tables["grains"]),
+                   refine=RefineConfig(**tables["refine"]))
 
     def replace(self, **kw) -> ProcessConfig:
         return dataclasses.replace(self, **kw)
@@ -355,7 +372,7 @@ class RunConfig:
 
 # --------------------------------------------------------------------------- recipes
 
-TABLES = ("roi", "preprocess", "correlation", "strain", "grains", "run", "cluster")
+TABLES = ("roi", "preprocess", "correlation", "strain", "grains", "refine", "run", "cluster")
 
 
 def _fields(cls, *, without=()) -> set:
@@ -363,7 +380,7 @@ def _fields(cls, *, without=()) -> set:
 
 
 _KEYS = {"roi": _fields(RoiConfig), "preprocess": _fields(PreprocessConfig), "correlation": _fields(EngineConfig),
-         "strain": _fields(StrainConfig), "grains": _fields(GrainsConfig),
+         "strain": _fields(StrainConfig), "grains": _fields(GrainsConfig), "refine": _fields(RefineConfig),
          "run": _fields(RunConfig, without=("cluster",)),
          "cluster": _fields(ClusterConfig)}
 # Settings that name files: relative paths resolve against the recipe's folder.
@@ -483,9 +500,10 @@ def load_config(recipe=None, overrides: dict | None = None) -> tuple[ProcessConf
 
     roi = build("roi", lambda ts: RoiConfig(**merged(ts)))
     pre = build("preprocess", lambda ts: PreprocessConfig.from_tables(*ts))
-    corr = build("correlation", lambda ts: EngineConfig(**merged(ts)))
+    corr = build("correlation", lambda ts: _fits_rois(EngineConfig(**merged(ts)), roi))
     strain = build("strain", lambda ts: StrainConfig(**merged(ts)))
     grains = build("grains", lambda ts: GrainsConfig(**merged(ts)))
+    refine = build("refine", lambda ts: RefineConfig(**merged(ts)))
 
     def cluster_table(ts):
         out = merged(ts)
@@ -498,7 +516,8 @@ def load_config(recipe=None, overrides: dict | None = None) -> tuple[ProcessConf
     run = build("run", lambda ts: RunConfig(**merged(ts), cluster=cluster))
     if cluster.job:
         _check_job_keys(cluster.job, layers)
-    return ProcessConfig(roi=roi, preprocess=pre, correlation=corr, strain=strain, grains=grains), run
+    return ProcessConfig(roi=roi, preprocess=pre, correlation=corr, strain=strain, grains=grains,
+                         refine=refine), run
 
 
 _SETTING = re.compile(r"\b(" + "|".join(TABLES) + r")\.(\w+)")

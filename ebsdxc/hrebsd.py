@@ -466,6 +466,10 @@ def compute_strain(results_path, cfg: StrainConfig, geom: StrainGeometry, *, bac
     remap = pipeline is not None and read_points is not None and cfg.remap_threshold_deg > 0
     with h5py.File(results_path, "r") as f:
         g = f[GROUP]
+        # Whole-pattern refinement measured a homography, which holds any rotation: a remapped
+        # re-correlation would only replace it with subregion matches.
+        if "icgn" in g:
+            remap = False
         centres = g["roi/centers"][...]
         rows, cols, n = g["status"].shape
         grid_kind = str(g.attrs.get("grid_kind", "square"))

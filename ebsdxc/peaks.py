@@ -69,7 +69,8 @@ import numpy as np
 
 __all__ = ["SUBPIXEL_METHODS", "SUBPIXEL_REACH", "FIT_3X3_REACH", "integer_peak", "neighbourhood", "fit_3x3",
            "upsampled_dft_peak", "dft_grid", "dft_refine_peak", "locate_peaks", "drop_far_peaks",
-           "window_power_spectrum", "window_autocorrelation"]
+           "window_power_spectrum", "window_autocorrelation", "barely_concave", "drop_loose_peaks",
+           "CONDITION_MIN", "LOOSE_REACH"]
 
 SUBPIXEL_METHODS = ("dft", "upsampled", "quadratic", "gaussian", "parabolic", "none")
 SPECTRUM_METHODS = ("dft", "upsampled")  # need the cross-power spectrum
@@ -80,6 +81,16 @@ SPECTRUM_METHODS = ("dft", "upsampled")  # need the cross-power spectrum
 #: :data:`FIT_3X3_REACH`, the edge of the neighbourhood they are made from.
 SUBPIXEL_REACH = 1.5
 FIT_3X3_REACH = 1.0
+#: A window-compensated peak is well conditioned where its curvature along its flattest
+#: direction, relative to its height, is at least this many times the window autocorrelation's
+#: own (along the window's flattest direction, at the same lags). Compensation then changes a
+#: fitted offset by at most about half (raw curvature k_r = k_c + k_w moves a peak by
+#: k_r / k_c = 1 + k_w / k_c); below it the position comes more from the window model than from
+#: the data (:func:`barely_concave`).
+CONDITION_MIN = 2.0
+#: How far (px, along each axis) a fit of a barely concave compensated peak may lie from its
+#: integer peak: the integer peak is the sample nearest the maximum only within half a pixel.
+LOOSE_REACH = 0.5
 
 
 def window_power_spectrum(window_1d, n, xp=np):
@@ -253,6 +264,49 @@ def fit_3x3(neigh, method, xp=np):
         raise ValueError(f"unknown 3x3 subpixel method {method!r}")
     bad = ~((xp.abs(dx) <= FIT_3X3_REACH) & (xp.abs(dy) <= FIT_3X3_REACH))  # NaN included
     return xp.where(bad, xp.nan, dy), xp.where(bad, xp.nan, dx)
+
+
+def _largest_curvature(g, xp):
+    # Largest eigenvalue of the least-squares quadratic's Hessian [[2d, e], [e, 2f]]: the
+    # curvature along the flattest direction (negative where the surface is concave).
+    _, _, d, e, f, _ = _quadratic_coefficients(g, xp)
+    return d + f + xp.sqrt((d - f) ** 2 + e * e)
+
+
+def barely_concave(neigh, window, xp=np):
+    """(T,) bool: window-compensated peaks too flat for their fit to be a measurement.
+
+    Parameters
+    ----------
+    neigh : (T, 3, 3) compensated correlation about the integer peaks (rows = y)
+    window : (T, 3, 3) window autocorrelation at the same lags (what ``neigh`` was divided by)
+
+    A peak is well conditioned where its flattest curvature relative to its height is at least
+    :data:`CONDITION_MIN` times the window's (both from the same least-squares quadratic as
+    the ``quadratic`` fit): ``k_peak / c_peak <= CONDITION_MIN * k_window / c_window``. Peaks of
+    non-positive height and NaN neighbourhoods count as barely concave. Used with
+    :func:`drop_loose_peaks`; ``kernels/peaks.cu`` (``barely_concave``) does the same sums.
+    """
+    n = neigh.astype(xp.float64)
+    w = window.astype(xp.float64)
+    kn, kw = _largest_curvature(n, xp), _largest_curvature(w, xp)
+    cn, cw = n[:, 1, 1], w[:, 1, 1]
+    with np.errstate(invalid="ignore"):
+        good = (cn > 0) & (cw > 0) & (kn * cw <= CONDITION_MIN * kw * cn)
+    return ~good
+
+
+def drop_loose_peaks(y, x, ly, lx, flat, *, xp=np):
+    """(y, x) with NaN where a barely concave peak (``flat``, :func:`barely_concave`) was
+    fitted more than :data:`LOOSE_REACH` px from its integer peak (ly, lx) along either axis.
+
+    Within half a pixel the integer peak vouches for the fit; further out only a well
+    conditioned peak can (an elongated, tilted peak's maximum may lie over a pixel from its
+    largest sample), and a barely concave one is a slope the fit climbed (issue 20).
+    """
+    with np.errstate(invalid="ignore"):
+        loose = flat & ~((xp.abs(y - ly) <= LOOSE_REACH) & (xp.abs(x - lx) <= LOOSE_REACH))
+    return xp.where(loose, xp.nan, y), xp.where(loose, xp.nan, x)
 
 
 def drop_far_peaks(y, x, ly, lx, *, reach=SUBPIXEL_REACH, xp=np):
@@ -470,26 +524,32 @@ def locate_peaks(corr, *, max_lag, method="quadratic", cross_power=None, upsampl
     ly, lx, value, on_border = integer_peak(corr, max_lag, xp)
     if method == "none":
         return ly.astype(xp.float64), lx.astype(xp.float64), value, on_border
-    if method == "upsampled":
-        if cross_power is None:
-            raise ValueError("the upsampled method needs the cross-power spectrum")
-        y, x = upsampled_dft_peak(cross_power, ly, lx, corr.shape[1:], upsample=upsample,
-                                  window_spectra=window_spectra, xp=xp)
-        return (*drop_far_peaks(y, x, ly, lx, xp=xp), value, on_border)
+    if method in SPECTRUM_METHODS and cross_power is None:
+        raise ValueError(f"the {method} method needs the cross-power spectrum")
     neigh = neighbourhood(corr, ly, lx, xp)
+    flat = None  # barely concave compensated peaks (compensation only)
     if window_spectra is not None:
         T, Ny, Nx = corr.shape
         d = xp.arange(-1, 2)
         wy = integer_lag_table(window_spectra[0], xp)[_wrap_index(ly[:, None] + d, Ny, xp)]  # (T, 3)
         wx = integer_lag_table(window_spectra[1], xp)[_wrap_index(lx[:, None] + d, Nx, xp)]
+        window = wy[:, :, None] * wx[:, None, :]
         with np.errstate(divide="ignore", invalid="ignore"):  # flagged (all-zero) maps: 0/0
-            neigh = neigh / (wy[:, :, None] * wx[:, None, :])
-    with np.errstate(invalid="ignore", divide="ignore"):  # NaN maps of flagged tiles: NaN offsets
-        dy, dx = fit_3x3(neigh, "quadratic" if method == "dft" else method, xp)
-    y, x = ly + dy, lx + dx
+            neigh = neigh / window
+        flat = barely_concave(neigh, window, xp)
+    if method == "upsampled":
+        y, x = upsampled_dft_peak(cross_power, ly, lx, corr.shape[1:], upsample=upsample,
+                                  window_spectra=window_spectra, xp=xp)
+    else:
+        with np.errstate(invalid="ignore", divide="ignore"):  # NaN maps of flagged tiles: NaN offsets
+            dy, dx = fit_3x3(neigh, "quadratic" if method == "dft" else method, xp)
+        y, x = ly + dy, lx + dx
+    if flat is not None:
+        y, x = drop_loose_peaks(y, x, ly, lx, flat, xp=xp)
     if method == "dft":
-        if cross_power is None:
-            raise ValueError("the dft method needs the cross-power spectrum")
         y, x = dft_refine_peak(cross_power, y, x, corr.shape[1:], window_spectra=window_spectra, xp=xp)
+        if flat is not None:  # the refinement may carry a start within reach out of it
+            y, x = drop_loose_peaks(y, x, ly, lx, flat, xp=xp)
+    if method in SPECTRUM_METHODS:
         y, x = drop_far_peaks(y, x, ly, lx, xp=xp)
     return y, x, value, on_border

@@ -65,6 +65,9 @@ Nye tensor signs); the truth file of :meth:`SimulatedPolycrystal.save` carries i
 
 from __future__ import annotations
 
+import contextlib
+import functools
+import importlib
 import importlib.util
 import os
 from dataclasses import dataclass
@@ -72,7 +75,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .crystal import euler_to_matrix, matrix_to_euler, misorientation_angle
-from .geometry import check_shape, pixel_directions, project
+from .geometry import check_shape, detector_axes, pc_pixels, pixel_directions, project
 from .gnd import MAP_AXES
 from .strain import polar_decomposition, rotation_log
 
@@ -81,6 +84,8 @@ __all__ = [
     "detector_directions",
     "project_to_detector",
     "simulate_pattern",
+    "simulate_patterns",
+    "nickel_master_pattern_path",
     "displacement_truth",
     "poisson_noise",
     "smooth_deformation_field",
@@ -102,9 +107,10 @@ _NICKEL_FILE = os.path.join(
 def load_nickel_master_pattern() -> np.ndarray:
     """Return kikuchipy's small nickel master pattern (20 kV) in the square Lambert projection.
 
-    The file shipped inside the installed kikuchipy package is read with h5py directly;
-    kikuchipy itself is not imported (its import is slow). The arrays are returned unflipped,
-    exactly as ``kikuchipy.data.nickel_ebsd_master_pattern_small(projection="lambert",
+    The file shipped inside the installed kikuchipy package is read with
+    :func:`ebsdxc.io.master_pattern.read_master_pattern` (h5py); kikuchipy itself is not
+    imported (its import is slow). The arrays are returned unflipped, exactly as
+    ``kikuchipy.data.nickel_ebsd_master_pattern_small(projection="lambert",
     hemisphere="both").data`` holds them.
 
     Returns
@@ -118,44 +124,28 @@ def load_nickel_master_pattern() -> np.ndarray:
     ValueError
         If kikuchipy is not installed or its data file is missing or malformed.
     """
-    import h5py
+    from .io.master_pattern import read_master_pattern
 
+    return np.array(read_master_pattern(nickel_master_pattern_path()).lambert)
+
+
+def nickel_master_pattern_path() -> str:
+    """Path of kikuchipy's small nickel master pattern file (EMsoft HDF5, 20 kV), found in the
+    installed kikuchipy package without importing it; ``ValueError`` when it is not there."""
     spec = importlib.util.find_spec("kikuchipy")
     if spec is None or not spec.submodule_search_locations:
         raise ValueError(
             "the nickel master pattern comes from kikuchipy's package data, but kikuchipy is "
             "not installed (pip install kikuchipy)"
         )
-    path = None
     for folder in spec.submodule_search_locations:
         candidate = os.path.join(folder, _NICKEL_FILE)
         if os.path.isfile(candidate):
-            path = candidate
-            break
-    if path is None:
-        raise ValueError(
-            f"kikuchipy is installed but its data file {_NICKEL_FILE} was not found in "
-            f"{list(spec.submodule_search_locations)}"
-        )
-    with h5py.File(path, "r") as f:
-        try:
-            group = f["EMData/EBSDmaster"]
-            halves = [group[name][()] for name in ("mLPNH", "mLPSH")]
-        except KeyError as exc:
-            raise ValueError(f"{path}: not an EMsoft EBSD master pattern file ({exc})") from None
-    out = []
-    for half in halves:
-        # EMsoft layout (numset, [energies,] n, n): sum over sites, take the last (highest)
-        # energy, as kikuchipy does by default.
-        half = np.asarray(half, dtype=np.float64)
-        if half.ndim == 4:
-            half = half[:, -1]
-        if half.ndim == 3:
-            half = half.sum(axis=0)
-        if half.ndim != 2 or half.shape[0] != half.shape[1]:
-            raise ValueError(f"{path}: unexpected master pattern shape {half.shape}")
-        out.append(half)
-    return np.stack(out).astype(np.float32)
+            return candidate
+    raise ValueError(
+        f"kikuchipy is installed but its data file {_NICKEL_FILE} was not found in "
+        f"{list(spec.submodule_search_locations)}"
+    )
 
 
 def _check_master(master) -> np.ndarray:
@@ -171,42 +161,44 @@ def _check_master(master) -> np.ndarray:
     return master
 
 
-def _lambert_square(v: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def _lambert_square(v, xp=np):
     """Rosca-Lambert equal-area projection of unit vectors onto the square [-1, 1]^2.
 
     Returns the normalised coordinates (X, Y); the hemisphere is chosen by the sign of z. With
     ``s = sqrt(1 - |z|)`` (the radius of the Lambert azimuthal projection, scaled so the
     equator maps onto the square's edge), the base-2 sector where ``|y| <= |x|`` maps to
     ``X = sign(x) s``, ``Y = sign(x) s (4 / pi) atan(y / x)``, the other sector symmetrically.
+    ``v`` is a NumPy or CuPy array (``xp`` its module).
     """
     x, y, z = v[..., 0], v[..., 1], v[..., 2]
-    s = np.sqrt(np.clip(1.0 - np.abs(z), 0.0, None))
-    ax, ay = np.abs(x), np.abs(y)
+    s = xp.sqrt(xp.clip(1.0 - xp.abs(z), 0.0, None))
+    ax, ay = xp.abs(x), xp.abs(y)
     x_major = ay <= ax
-    with np.errstate(divide="ignore", invalid="ignore"):
+    quiet = np.errstate(divide="ignore", invalid="ignore") if xp is np else contextlib.nullcontext()
+    with quiet:
         # one atan of the minor/major ratio serves both sectors; at the poles (x = y = 0) s = 0
-        ratio = np.where(x_major, y / np.where(ax > 0, x, 1.0), x / np.where(ay > 0, y, 1.0))
-    t = (4.0 / np.pi) * np.arctan(ratio)
-    sign_major = np.where(x_major, np.sign(x), np.sign(y))
+        ratio = xp.where(x_major, y / xp.where(ax > 0, x, 1.0), x / xp.where(ay > 0, y, 1.0))
+    t = (4.0 / np.pi) * xp.arctan(ratio)
+    sign_major = xp.where(x_major, xp.sign(x), xp.sign(y))
     major = sign_major * s
     minor = sign_major * s * t
-    big_x = np.where(x_major, major, minor)
-    big_y = np.where(x_major, minor, major)
+    big_x = xp.where(x_major, major, minor)
+    big_y = xp.where(x_major, minor, major)
     return big_x, big_y
 
 
-def _sample_master(master: np.ndarray, v_crystal: np.ndarray) -> np.ndarray:
+def _sample_master(master, v_crystal, xp=np):
     """Bilinear interpolation of the (2, n, n) master pattern at unit crystal directions."""
     n = master.shape[-1]
-    big_x, big_y = _lambert_square(v_crystal)
+    big_x, big_y = _lambert_square(v_crystal, xp)
     half = (n - 1) / 2.0
     col = (big_x + 1.0) * half
     row = (big_y + 1.0) * half
-    c0 = np.clip(np.floor(col), 0, n - 2).astype(np.intp)
-    r0 = np.clip(np.floor(row), 0, n - 2).astype(np.intp)
-    dc = np.clip(col - c0, 0.0, 1.0)
-    dr = np.clip(row - r0, 0.0, 1.0)
-    hemi = np.where(v_crystal[..., 2] >= 0, 0, 1).astype(np.intp)
+    c0 = xp.clip(xp.floor(col), 0, n - 2).astype(xp.intp)
+    r0 = xp.clip(xp.floor(row), 0, n - 2).astype(xp.intp)
+    dc = xp.clip(col - c0, 0.0, 1.0)
+    dr = xp.clip(row - r0, 0.0, 1.0)
+    hemi = xp.where(v_crystal[..., 2] >= 0, 0, 1).astype(xp.intp)
     flat = master.reshape(-1)
     base = hemi * (n * n) + r0 * n + c0
     m00 = flat[base]
@@ -359,6 +351,196 @@ def simulate_pattern(master, *, shape, pc, orientation, F=None, sample_tilt: flo
     if background:
         pattern = pattern * _background(shape)
     return pattern
+
+
+def _array_module(*arrays):
+    # CuPy is imported only when the caller already holds CuPy arrays
+    if any(type(a).__module__.startswith("cupy") for a in arrays):
+        return importlib.import_module("cupy")
+    return np
+
+
+def _master_on(master, xp):
+    """The (2, n, n) Lambert array of a MasterPattern or an array, on ``xp``'s device.
+
+    float64 on the CPU (the same sums as :func:`simulate_pattern`); float32 on a GPU, where
+    the gathers are what costs (EMsoft's intensities are float32 or 8-bit anyway)."""
+    lam = getattr(master, "lambert", master)
+    on_gpu = type(lam).__module__.startswith("cupy")
+    if on_gpu and xp is np:
+        lam = lam.get()
+        on_gpu = False
+    if not on_gpu:
+        lam = _check_master(lam)
+    elif lam.ndim == 2:
+        lam = xp.stack([lam, lam])
+    if lam.ndim != 3 or lam.shape[0] != 2 or lam.shape[1] != lam.shape[2] or lam.shape[1] < 2:
+        raise ValueError(f"master pattern must have shape (2, n, n) [north, south] or (n, n), got {lam.shape}")
+    return xp.ascontiguousarray(xp.asarray(lam, dtype=np.float64 if xp is np else np.float32))
+
+
+def _check_rotations(g, xp) -> None:
+    if xp is not np:
+        return  # checking on a GPU array would wait for the device; callers there check upstream
+    if not np.all(np.isfinite(g)):
+        raise ValueError("orientations must be finite 3x3 rotation matrices")
+    gram = np.einsum("bij,bkj->bik", g, g)
+    bad = ~(np.all(np.abs(gram - np.eye(3)) <= 1e-6, axis=(1, 2)) & (np.linalg.det(g) > 0))
+    if bad.any():
+        raise ValueError(f"orientations[{int(np.flatnonzero(bad)[0])}] is not a proper rotation matrix "
+                         "(g g^T = I, det g = +1)")
+
+
+# pixels per chunk of the vectorised projection: about 200 bytes of temporaries each
+_CHUNK_PIXELS = {"cpu": 2**20, "gpu": 2**24}
+
+
+def simulate_patterns(master, *, shape, pc, orientations, F=None, sample_tilt: float = 70.0,
+                      detector_tilt: float = 0.0, background: bool = False):
+    """Project a master pattern for many crystals at once, on the CPU or a GPU.
+
+    The physics of :func:`simulate_pattern` (whose result is ``simulate_patterns(...)[0]`` to
+    float32 rounding), batched: every pattern has its own orientation, and may have its own PC
+    and deformation gradient.
+
+    Parameters
+    ----------
+    master : MasterPattern or array_like
+        :class:`ebsdxc.io.master_pattern.MasterPattern`, or a ``(2, n, n)`` [north, south]
+        (or ``(n, n)``) square Lambert array, NumPy or CuPy. It is moved to the device of
+        ``orientations`` on each call: to simulate many batches on a GPU, pass a CuPy array
+        (``cupy.asarray(mp.lambert)``) so it stays resident.
+    shape : tuple of int
+        Detector shape ``(H, W)``.
+    pc : array_like
+        Bruker PC ``(3,)`` for all patterns, or ``(B, 3)`` one per pattern.
+    orientations : array_like
+        ``(B, 3, 3)`` rotation matrices, sample -> crystal (``v_c = g v_s``). Its array
+        module (NumPy or CuPy) is where the work is done and the result lives.
+    F : array_like, optional
+        ``(B, 3, 3)`` (or one ``(3, 3)``) deformation gradients in the sample frame; ``None``
+        is identity.
+    sample_tilt, detector_tilt : float, optional
+        Tilts in degrees (kikuchipy's ``sample_tilt`` and ``tilt``).
+    background : bool, optional
+        Multiply by :func:`simulate_pattern`'s smooth detector background.
+
+    Returns
+    -------
+    ndarray
+        float32 ``(B, H, W)`` intensities in the master pattern's units, NumPy or CuPy as
+        ``orientations``.
+    """
+    xp = _array_module(orientations)
+    H, W = check_shape(shape)
+    g = xp.asarray(orientations, dtype=xp.float64)
+    if g.ndim != 3 or g.shape[1:] != (3, 3):
+        raise ValueError(f"orientations must have shape (B, 3, 3), got {g.shape}")
+    _check_rotations(g, xp)
+    B = g.shape[0]
+    pc = xp.asarray(pc, dtype=xp.float64)
+    if pc.shape == (3,):
+        pc = xp.broadcast_to(pc, (B, 3))
+    if pc.shape != (B, 3):
+        raise ValueError(f"pc must have shape (3,) or ({B}, 3), got {pc.shape}")
+    if xp is np and (not np.all(np.isfinite(pc)) or np.any(pc[:, 2] <= 0)):
+        raise ValueError("pc must be finite with PCz > 0")
+    m = g
+    if F is not None:
+        F = xp.asarray(F, dtype=xp.float64)
+        if F.shape == (3, 3):
+            F = xp.broadcast_to(F, (B, 3, 3))
+        if F.shape != (B, 3, 3):
+            raise ValueError(f"F must have shape (3, 3) or ({B}, 3, 3), got {F.shape}")
+        if xp is np:
+            _check_F(F, allow_batch=True)
+        m = g @ xp.linalg.inv(F)
+    # crystal direction of pixel (x, y) = m @ axes @ (x - x_pc, y_pc - y, L), unnormalised
+    n = m @ xp.asarray(detector_axes(sample_tilt, detector_tilt))
+    x_pc, y_pc, dist = pc_pixels(pc, (H, W))
+    lam = _master_on(master, xp)
+    out = xp.empty((B, H, W), dtype=xp.float32)
+    if B == 0:
+        return out
+    if xp is not np:
+        _project_gpu(lam, n, x_pc, y_pc, dist, out)
+    else:
+        _project_vectorised(lam, n, x_pc, y_pc, dist, out, xp, _CHUNK_PIXELS["cpu"])
+    if background:
+        out *= xp.asarray(_background((H, W)), dtype=xp.float32)
+    return out
+
+
+# One thread per output pixel: direction -> Lambert square -> bilinear, in double precision
+# (the NumPy path's sums), float32 out. ``i`` runs over out = (B, H, W).
+_PROJECT_BODY = r"""
+long long b = i / ((long long)H * W);
+long long rem = i - b * (long long)H * W;
+int y = (int)(rem / W);
+int x = (int)(rem - (long long)y * W);
+const double* nb = &nmat[9 * b];
+double u = x - xpc[b], v = ypc[b] - y, L = dist[b];
+double cx = nb[0] * u + nb[1] * v + nb[2] * L;
+double cy = nb[3] * u + nb[4] * v + nb[5] * L;
+double cz = nb[6] * u + nb[7] * v + nb[8] * L;
+double norm = sqrt(cx * cx + cy * cy + cz * cz);
+cx /= norm; cy /= norm; cz /= norm;
+double s = sqrt(fmax(1.0 - fabs(cz), 0.0));
+double ax = fabs(cx), ay = fabs(cy);
+double X, Y;
+if (ay <= ax) {
+    double sg = (double)((cx > 0.0) - (cx < 0.0));
+    double t = ax > 0.0 ? 1.2732395447351628 * atan(cy / cx) : 0.0;
+    X = sg * s; Y = sg * s * t;
+} else {
+    double sg = (double)((cy > 0.0) - (cy < 0.0));
+    double t = 1.2732395447351628 * atan(cx / cy);
+    Y = sg * s; X = sg * s * t;
+}
+double half = (M - 1) / 2.0;
+double col = (X + 1.0) * half, row = (Y + 1.0) * half;
+int c0 = (int)fmin(fmax(floor(col), 0.0), (double)(M - 2));
+int r0 = (int)fmin(fmax(floor(row), 0.0), (double)(M - 2));
+double dc = fmin(fmax(col - c0, 0.0), 1.0), dr = fmin(fmax(row - r0, 0.0), 1.0);
+long long base = (cz >= 0.0 ? 0LL : (long long)M * M) + (long long)r0 * M + c0;
+double top = lam[base] * (1.0 - dc) + lam[base + 1] * dc;
+double bottom = lam[base + M] * (1.0 - dc) + lam[base + M + 1] * dc;
+out = (float)(top * (1.0 - dr) + bottom * dr);
+"""
+
+
+@functools.cache
+def _project_kernel():
+    cp = importlib.import_module("cupy")
+    return cp.ElementwiseKernel(
+        "raw float32 lam, raw float64 nmat, raw float64 xpc, raw float64 ypc, raw float64 dist, "
+        "int32 H, int32 W, int32 M",
+        "float32 out", _PROJECT_BODY, "ebsdxc_project_master")
+
+
+def _project_gpu(lam, n, x_pc, y_pc, dist, out) -> None:
+    """:func:`_project_vectorised` as one CuPy kernel launch (no temporaries)."""
+    cp = importlib.import_module("cupy")
+    B, H, W = out.shape
+    _project_kernel()(lam, cp.ascontiguousarray(n), cp.ascontiguousarray(x_pc), cp.ascontiguousarray(y_pc),
+                      cp.ascontiguousarray(dist), np.int32(H), np.int32(W), np.int32(lam.shape[-1]), out)
+
+
+def _project_vectorised(lam, n, x_pc, y_pc, dist, out, xp, chunk_pixels) -> None:
+    """``out[b] = master at normalise(n[b] @ (x - x_pc, y_pc - y, L))``, array code in chunks."""
+    B, H, W = out.shape
+    xs = xp.arange(W, dtype=xp.float64)[None, None, :]
+    ys = xp.arange(H, dtype=xp.float64)[None, :, None]
+    step = max(1, chunk_pixels // (H * W))
+    for b0 in range(0, B, step):
+        sl = slice(b0, b0 + step)
+        u = xs - x_pc[sl, None, None]
+        v = y_pc[sl, None, None] - ys
+        d = dist[sl, None, None]
+        nb = n[sl, :, :, None, None]
+        vc = xp.stack([nb[:, k, 0] * u + nb[:, k, 1] * v + nb[:, k, 2] * d for k in range(3)], axis=-1)
+        vc /= xp.linalg.norm(vc, axis=-1, keepdims=True)
+        out[sl] = _sample_master(lam, vc, xp)
 
 
 def displacement_truth(centres, *, shape, pc_ref, pc, F=None, sample_tilt: float = 70.0,

@@ -15,6 +15,9 @@ NO_REFERENCE = 7  # a reference per grain: the point lies in no grain, or its gr
 # No subpixel maximum within a pixel of the integer peak: the correlation peak is flat along some
 # direction (e.g. a band crossing a small subregion) or a slope, so its position is not measured.
 SUBPIXEL_FAILED = 8
+# Whole-pattern refinement (--refine icgn) did not converge, or converged to a poor match: the
+# point's shifts are not reported (its IC-GN record says why).
+REFINE_FAILED = 9
 
 DESCRIPTIONS = {
     OK: "ok",
@@ -27,4 +30,6 @@ DESCRIPTIONS = {
     NO_REFERENCE: "no reference: the point lies in no grain, or its grain has no usable reference point",
     SUBPIXEL_FAILED: "subpixel fit failed: no correlation maximum within 1 px of the integer peak "
                      "(a flat or sloping peak)",
+    REFINE_FAILED: "whole-pattern refinement (IC-GN) failed at this point: not converged, or a whole-pattern "
+                   "correlation below refine.min_zncc (see icgn/status)",
 }

@@ -454,19 +454,21 @@ fused_peaks(const float* __restrict__ tiles, long long frame, int row, const flo
     out_border[t] = ((RY > 0 && abs(ly) == RY) || (RX > 0 && abs(lx) == RX)) ? 1 : 0;
     double dy = 0.0, dx = 0.0;
     if (method != M_NONE) {
-        double v[3][3];
+        double v[3][3], w[3][3];
         for (int a = 0; a < 3; ++a) {
             const int yy = ((ly + a - 1) % NY + NY) % NY;
             for (int q = 0; q < 3; ++q) {
                 const int xx = ((lx + q - 1) % NX + NX) % NX;
                 double val = Mf[yy * 2 * LD + xx];
-                if (comp) val /= lag_y[yy] * lag_x[xx];
+                w[a][q] = comp ? lag_y[yy] * lag_x[xx] : 1.0;
+                if (comp) val /= w[a][q];
                 v[a][q] = val;
             }
         }
         if (method == M_PARABOLIC) fit_3x3<M_PARABOLIC>(v, dy, dx);
         else if (method == M_GAUSSIAN) fit_3x3<M_GAUSSIAN>(v, dy, dx);
         else fit_3x3<M_QUADRATIC>(v, dy, dx);
+        drop_loose(comp && barely_concave(v, w), dy, dx);  // as find_peaks (peaks.cu)
     }
     out_y[t] = ly + dy;
     out_x[t] = lx + dx;

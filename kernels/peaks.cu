@@ -62,6 +62,30 @@ __device__ void fit_3x3(const double v[3][3], double& dy, double& dx) {
     if (!(fabs(dx) <= FIT_3X3_REACH && fabs(dy) <= FIT_3X3_REACH)) { dx = PEAK_NAN; dy = PEAK_NAN; }
 }
 
+// Barely concave compensated peaks (ebsdxc.peaks.barely_concave, CONDITION_MIN, LOOSE_REACH):
+// where the flattest curvature of the compensated 3x3 neighbourhood v, relative to its height,
+// is under CONDITION_MIN times that of the window autocorrelation w at the same lags, a fit
+// more than LOOSE_REACH px from the integer peak is not a measurement.
+#define CONDITION_MIN 2.0
+#define LOOSE_REACH 0.5
+
+// Largest eigenvalue of the least-squares quadratic's Hessian (ebsdxc.peaks._largest_curvature).
+__device__ __forceinline__ double largest_curvature(const double v[3][3]) {
+    double b, cc, d, e, f, det;
+    quadratic_coefficients(v, b, cc, d, e, f, det);
+    return d + f + sqrt((d - f) * (d - f) + e * e);
+}
+
+__device__ __forceinline__ bool barely_concave(const double v[3][3], const double w[3][3]) {
+    const double kn = largest_curvature(v), kw = largest_curvature(w), cn = v[1][1], cw = w[1][1];
+    return !(cn > 0.0 && cw > 0.0 && kn * cw <= CONDITION_MIN * kw * cn);
+}
+
+// ebsdxc.peaks.drop_loose_peaks on offsets (dy, dx) from the integer peak.
+__device__ __forceinline__ void drop_loose(bool flat, double& dy, double& dx) {
+    if (flat && !(fabs(dy) <= LOOSE_REACH && fabs(dx) <= LOOSE_REACH)) { dy = PEAK_NAN; dx = PEAK_NAN; }
+}
+
 // First maximum in row-major order over the lags |dy| <= ry, |dx| <= rx of a circular
 // (Ny, Nx) map whose rows are `stride` floats apart, as numpy.argmax: (value, index
 // iy * (2 rx + 1) + ix) in thread 0, which alone returns true. Warps walk rows, lanes walk
@@ -92,11 +116,13 @@ __device__ bool block_lag_argmax(const float* c, int Ny, int Nx, int stride, int
 
 template <int METHOD>
 __global__ void find_peaks(const float* __restrict__ corr, int Ny, int Nx, int ry, int rx,
-                           const double* __restrict__ wy,  // (Ny,) window autocorrelation by lag mod Ny, or null
+                           const double* __restrict__ wy,  // (Ny,) window autocorrelation by lag mod Ny
                            const double* __restrict__ wx,  // (Nx,)
+                           int comp,  // 1: divide by wy * wx (window compensation)
                            double* __restrict__ out_y, double* __restrict__ out_x,
                            float* __restrict__ out_value, unsigned char* __restrict__ out_border,
-                           long long* __restrict__ out_ly, long long* __restrict__ out_lx) {
+                           long long* __restrict__ out_ly, long long* __restrict__ out_lx,
+                           unsigned char* __restrict__ out_flat) {  // (T,) barely concave (comp only)
     __shared__ float sval[32];
     __shared__ int sidx[32];
     const long long t = blockIdx.x;
@@ -112,18 +138,24 @@ __global__ void find_peaks(const float* __restrict__ corr, int Ny, int Nx, int r
     out_ly[t] = ly;
     out_lx[t] = lx;
     double dy = 0.0, dx = 0.0;
-    if (METHOD != M_NONE) {
-        double v[3][3];
+    {
+        double v[3][3], w[3][3];
         for (int a = 0; a < 3; ++a) {
             const int yy = ((ly + a - 1) % Ny + Ny) % Ny;
             for (int q = 0; q < 3; ++q) {
                 const int xx = ((lx + q - 1) % Nx + Nx) % Nx;
                 double val = c[yy * Nx + xx];
-                if (wy != nullptr) val /= wy[yy] * wx[xx];
+                w[a][q] = wy[yy] * wx[xx];
+                if (comp) val /= w[a][q];
                 v[a][q] = val;
             }
         }
-        fit_3x3<METHOD>(v, dy, dx);
+        const bool flat = comp && barely_concave(v, w);
+        out_flat[t] = flat ? 1 : 0;
+        if (METHOD != M_NONE) {
+            fit_3x3<METHOD>(v, dy, dx);
+            drop_loose(flat, dy, dx);
+        }
     }
     out_y[t] = ly + dy;
     out_x[t] = lx + dx;

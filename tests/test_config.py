@@ -25,9 +25,10 @@ from ebsdxc.engines.base import EngineConfig
 from ebsdxc.errors import InputError
 from ebsdxc.hrebsd import StrainConfig
 from ebsdxc.preprocess import PreprocessConfig
+from ebsdxc.refine import RefineConfig
 
 CLASSES = {"roi": RoiConfig, "preprocess": PreprocessConfig, "correlation": EngineConfig, "strain": StrainConfig,
-           "grains": GrainsConfig, "run": RunConfig, "cluster": ClusterConfig}
+           "grains": GrainsConfig, "refine": RefineConfig, "run": RunConfig, "cluster": ClusterConfig}
 
 # A value other than the default for every field of every table, as a recipe writes it.
 EVERY_KEY = {
@@ -47,6 +48,8 @@ EVERY_KEY = {
                "slip_systems": "slip.csv"},
     "grains": {"per_grain": True, "tolerance_deg": 3.0, "min_size": 8, "rule": "centre", "min_boundary_distance": 1,
                "similarity_threshold": 0.6},
+    "refine": {"method": "icgn", "max_iterations": 20, "tolerance_px": 0.001, "margin": 0.1, "max_outside": 0.1,
+               "min_zncc": 0.3},
     "run": {"device": "cpu", "batch": 16, "threads": 2, "executor": "threads"},
     "cluster": {"address": "slurm", "workers": 3, "retries": 1, "rows_per_task": 4, "job": {"cores": 1}},
 }
@@ -81,7 +84,8 @@ def recipe(tmp_path, tables, name="r.toml"):
 
 def section(pcfg, rcfg, table):
     return {"roi": pcfg.roi, "preprocess": pcfg.preprocess, "correlation": pcfg.correlation,
-            "strain": pcfg.strain, "grains": pcfg.grains, "run": rcfg, "cluster": rcfg.cluster}[table]
+            "strain": pcfg.strain, "grains": pcfg.grains, "refine": pcfg.refine, "run": rcfg,
+            "cluster": rcfg.cluster}[table]
 
 
 def as_recipe(v):

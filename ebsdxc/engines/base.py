@@ -100,6 +100,24 @@ class EngineConfig:
 
             engine_class(self.engine)
 
+    def shift_refusal(self, roi_size):
+        """Why the shift window does not fit ROIs of side ``roi_size`` px, in plain words naming
+        both settings; None where it fits (or in full mode, which has no window).
+
+        The rule is ``2 * max_shift <= roi_size``. Beyond half an ROI less than half of it
+        overlaps its match, and through the Hann window a perfect match keeps under 15 % of
+        its correlation (W(w/2) = 0.15, W(0.6 w) = 0.06): a peak out there is noise, not a
+        measurement, and the engines would silently search no further than ``roi_size - 1``.
+        """
+        if self.mode != "window" or self.max_shift is None:
+            return None
+        if 2 * self.max_shift > roi_size:
+            return (f"correlation.max_shift ({self.max_shift} px) must be at most half of roi.size "
+                    f"({roi_size} px): a shift of more than half an ROI leaves less than half of it "
+                    f"overlapping, and its peak is not a measurement (use a smaller correlation.max_shift "
+                    f"or a roi.size of at least {2 * self.max_shift} px)")
+        return None
+
     def max_lag(self, tile_shape):
         """(ry, rx): the largest |dy|, |dx| searched for tiles of (h, w)."""
         h, w = tile_shape
@@ -190,11 +208,15 @@ class PeakResult:
         where the peak was found but no subpixel maximum near it)
     peak_height : (B, n) float32 normalised cross-correlation at the peak, in [-1, 1]
     status : (B, n) uint8 codes of :mod:`ebsdxc.status`
+    extra : dict or None
+        Per-point arrays (B, ...) a later stage adds (whole-pattern refinement's record),
+        named as the results file's datasets.
     """
 
     displacement: object
     peak_height: object
     status: object
+    extra: dict | None = None
 
 
 @dataclass(frozen=True, eq=False)

@@ -22,6 +22,7 @@ from ..peaks import (
     DFT_STEPS,
     SPECTRUM_METHODS,
     drop_far_peaks,
+    drop_loose_peaks,
     integer_lag_table,
     locate_peaks,
     upsampled_dft_peak,
@@ -155,7 +156,8 @@ class FFTEngine(CorrelationEngine):
         corr = corr.reshape(T, *shape)
         spec = spec.reshape(T, *spec.shape[2:])
         kernel_method = {"upsampled": "none", "dft": "quadratic"}.get(method, method)
-        y, x, value, border, ly, lx = find_peaks(corr, self.max_lag, kernel_method, self._lags)
+        # The refinements fit later: the kernel says which compensated peaks are barely concave.
+        y, x, value, border, ly, lx, flat = find_peaks(corr, self.max_lag, kernel_method, self._lags, with_flat=True)
         if method == "upsampled":
             y, x = upsampled_dft_peak(spec, ly, lx, shape, upsample=self.config.upsample,
                                       window_spectra=self._window_spectra, xp=self.xp)
@@ -169,6 +171,7 @@ class FFTEngine(CorrelationEngine):
                                   window_spectra=self._window_spectra,
                                   reference=p.reshape(refs.count, refs.n, *p.shape[1:]), reference_index=index)
         if method in SPECTRUM_METHODS:  # the 3x3 fits stay within reach by construction
+            y, x = drop_loose_peaks(y, x, ly, lx, flat, xp=self.xp)
             y, x = drop_far_peaks(y, x, ly, lx, xp=self.xp)
         return y, x, value, border
 

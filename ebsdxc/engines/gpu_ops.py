@@ -64,11 +64,15 @@ def prepare_tiles_padded(patterns, origins, tile_shape, window, out):
     return energy, status
 
 
-def find_peaks(corr, max_lag, method, window_lags=None):
+def find_peaks(corr, max_lag, method, window_lags=None, *, with_flat=False):
     """Fused integer search + 3x3 fit on (T, Ny, Nx) maps.
 
     ``window_lags`` = (wy (Ny,), wx (Nx,)) float64 window autocorrelation by lag mod N,
-    or None (no compensation). Returns (y, x, value, on_border, ly, lx).
+    or None (no compensation). Returns (y, x, value, on_border, ly, lx), and with
+    ``with_flat`` also (T,) bool ``flat``: the compensated peak is barely concave
+    (:func:`ebsdxc.peaks.barely_concave`; all false without compensation), for refinements
+    that fit later (:func:`ebsdxc.peaks.drop_loose_peaks`). The 3x3 fits drop their loose
+    peaks themselves.
     """
     import cupy as cp
 
@@ -81,16 +85,20 @@ def find_peaks(corr, max_lag, method, window_lags=None):
     border = cp.empty(T, dtype=cp.uint8)
     ly = cp.empty(T, dtype=cp.int64)
     lx = cp.empty(T, dtype=cp.int64)
+    flat = cp.zeros(T, dtype=cp.uint8)  # always written: a few sums of thread 0 per map
     if T:
         m = _METHODS[method]
         fn = get_function("peaks.cu", f"find_peaks<{m}>", name_expressions=_PEAK_NAMES + ("dft_refine",))
-        if window_lags is None:  # no compensation: divide by ones
+        comp = window_lags is not None
+        if not comp:  # no compensation: the kernel still reads the (unused) tables
             window_lags = (cp.ones(Ny), cp.ones(Nx))
         wy, wx = (cp.ascontiguousarray(a, dtype=cp.float64) for a in window_lags)
         n = (2 * ry + 1) * (2 * rx + 1)
         threads = 256 if n >= 1024 else 64
         fn((T,), (threads,), (corr, np.int32(Ny), np.int32(Nx), np.int32(ry), np.int32(rx),
-                              wy, wx, y, x, value, border, ly, lx))
+                              wy, wx, np.int32(comp), y, x, value, border, ly, lx, flat))
+    if with_flat:
+        return y, x, value, border.astype(bool), ly, lx, flat.astype(bool)
     return y, x, value, border.astype(bool), ly, lx
 
 

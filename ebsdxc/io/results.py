@@ -294,9 +294,15 @@ def _close_failed(f) -> None:
                     fid.close()
 
 
-def _space_needed(rows, cols, n) -> int:
-    # displacement, peak height, status, done and positions; chunk indexes are a few percent more
-    return int(rows * cols * (n * (2 * 4 + 4 + 1) + 1 + 16) * 1.05) + _OVERHEAD
+def _space_needed(rows, cols, n, per_point: int = 0) -> int:
+    # displacement, peak height, status, done, positions and ``per_point`` bytes of per-point
+    # datasets; chunk indexes are a few percent more
+    return int(rows * cols * (n * (2 * 4 + 4 + 1) + 1 + 16 + per_point) * 1.05) + _OVERHEAD
+
+
+def _point_bytes(point_datasets) -> int:
+    return sum(int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize
+               for shape, dtype, _fill, _meaning in (point_datasets or {}).values())
 
 
 def _check_space(path, need: int) -> None:
@@ -327,6 +333,47 @@ def _try_reserve(path, need: int) -> None:
     finally:
         os.close(fd)
         os.remove(tmp)
+
+
+def _grow(f, path, need: int, what: str, kept: str = "the displacement is kept: make room, then run the strain "
+                                                    "pass again") -> int:
+    """Extend the open results file ``f`` by ``need`` bytes with plain file calls before HDF5
+    adds datasets to it; returns the size it had.
+
+    HDF5 failing half-way through growing a file (a full disk, a quota, a file size limit)
+    leaves it unreadable, and the displacement in it lost. Claimed here, those fail at once in
+    one line with the file as it was, and HDF5's writes then land on blocks already held
+    (:func:`_trim` gives back what it did not use).
+    """
+    f.flush()
+    size = os.path.getsize(path)
+    fd = os.open(path, os.O_WRONLY)
+    try:
+        os.posix_fallocate(fd, size, need)
+    except OSError as e:
+        os.ftruncate(fd, size)
+        raise InputError(f"not enough space for the {what}, about {_mb(need)} ({_why(e)}); {kept}", path) from None
+    finally:
+        os.close(fd)
+    return size
+
+
+def _hdf5_end(f) -> int | None:
+    """Where HDF5's data in the open file ``f`` ends (what :func:`_grow` claimed beyond it is slack)."""
+    try:
+        f.flush()
+        return int(f.id.get_filesize())
+    except (OSError, RuntimeError, ValueError):
+        return None
+
+
+def _trim(path, end: int | None, size: int) -> None:
+    # Give back the claimed room HDF5 did not use (never below the size the file had).
+    if end is None:
+        return
+    with contextlib.suppress(OSError):
+        if os.path.getsize(path) > max(end, size):
+            os.truncate(path, max(end, size))
 
 
 def _mb(n) -> str:
@@ -392,9 +439,15 @@ class ResultsWriter(ResultsHandle):
     # -- opening -----------------------------------------------------------------------
     @classmethod
     def create(cls, path, *, grid, centres, roi_size, parameters: dict, inputs: list,
-               command_line: str = "", overwrite=False, attrs: dict | None = None) -> ResultsWriter:
+               command_line: str = "", overwrite=False, attrs: dict | None = None,
+               point_datasets: dict | None = None, group_attrs: dict | None = None) -> ResultsWriter:
         """A new results file; ``attrs`` are more attributes of ``/ebsdxc`` (written with the rest:
-        attributes added later may need room the disk no longer has)."""
+        attributes added later may need room the disk no longer has).
+
+        ``point_datasets`` are per-point datasets the run writes with each batch (``write``'s
+        ``extra``): name (under ``/ebsdxc``) -> (trailing shape, dtype, fill value, meaning);
+        ``group_attrs`` maps a group name to attributes for it (e.g. ``{"icgn": {...}}``).
+        """
         path = os.fspath(path)
         lock = ResultsLock(path, command=command_line).acquire()
         try:
@@ -406,7 +459,7 @@ class ResultsWriter(ResultsHandle):
                     raise InputError("output exists and is not an ebsdxc results file; "
                                      "refusing to replace it", path)
                 os.remove(path)
-            need = _space_needed(grid.rows, grid.cols, len(centres))
+            need = _space_needed(grid.rows, grid.cols, len(centres), _point_bytes(point_datasets))
             _check_space(path, need)
             _try_reserve(path, need)
             try:
@@ -418,6 +471,7 @@ class ResultsWriter(ResultsHandle):
                 try:
                     cls._build(f, grid=grid, centres=centres, roi_size=roi_size, parameters=parameters,
                                inputs=inputs, command_line=command_line, attrs=attrs or {})
+                    cls._build_point_datasets(f, grid, point_datasets or {}, group_attrs or {})
                     f.flush()
                     fd = os.open(path, os.O_WRONLY)
                     try:
@@ -476,6 +530,19 @@ class ResultsWriter(ResultsHandle):
         r["centers"].attrs["components"] = "x, y (px, origin at the centre of pixel (0, 0))"
         r.create_dataset("size", data=np.asarray(roi_size, dtype=np.int64))
         r["size"].attrs["components"] = "w, h (px)"
+
+    @staticmethod
+    def _build_point_datasets(f, grid, point_datasets, group_attrs):
+        g = f[GROUP]
+        rows, cols = grid.rows, grid.cols
+        for name, (shape, dtype, fill, meaning) in point_datasets.items():
+            d = g.create_dataset(name, (rows, cols, *shape), dtype, chunks=(1, cols, *shape), fillvalue=fill,
+                                 dcpl=_early())
+            d.attrs["meaning"] = meaning
+        for group, attrs in group_attrs.items():
+            sub = g.require_group(group)
+            for k, v in attrs.items():
+                sub.attrs[k] = v
 
     @classmethod
     def resume(cls, path, *, grid, parameters: dict, inputs: list, command_line: str = "") -> ResultsWriter:
@@ -571,11 +638,12 @@ class ResultsWriter(ResultsHandle):
         if changed:
             self._f.flush()
 
-    def write(self, start: int, displacement, peak_height, status) -> None:
-        """Write results of flat scan points ``start : start + len(displacement)``."""
-        self._guarded(self._write, start, displacement, peak_height, status)
+    def write(self, start: int, displacement, peak_height, status, extra: dict | None = None) -> None:
+        """Write results of flat scan points ``start : start + len(displacement)``; ``extra``
+        maps per-point datasets made at creation (``point_datasets``) to (B, ...) arrays."""
+        self._guarded(self._write, start, displacement, peak_height, status, extra)
 
-    def _write(self, start, displacement, peak_height, status):
+    def _write(self, start, displacement, peak_height, status, extra=None):
         if not self._derived_checked:
             self._invalidate_derived()
         stop = start + len(displacement)
@@ -589,6 +657,8 @@ class ResultsWriter(ResultsHandle):
             g["displacement"][r, c0:c1] = displacement[sl]
             g["peak_height"][r, c0:c1] = peak_height[sl]
             g["status"][r, c0:c1] = status[sl]
+            for name, values in (extra or {}).items():
+                g[name][r, c0:c1] = values[sl]
             rows_written.append((r, c0, c1))
             i += c1 - c0
         # Data reach the disk before any point is marked done: a failure never marks unwritten points.
@@ -879,8 +949,10 @@ class StrainWriter(ResultsHandle):
     """Adds the strain datasets to a finished results file, row chunk by row chunk.
 
     ``strain_complete`` stays false until :meth:`finish`, so a crash mid-pass never leaves
-    a result that looks complete. Existing strain datasets are replaced only with
-    ``overwrite``.
+    a result that looks complete. Complete strain results are replaced only with
+    ``overwrite``; incomplete or stale ones (``strain_complete`` false) always. The room the
+    datasets need is claimed before HDF5 adds any (:func:`_grow`): a full disk, a quota or a
+    file size limit is one line with the file as it was.
     """
 
     def __init__(self, path, *, parameters: dict, n_roi: int, fit_codes: dict, overwrite=False):
@@ -911,11 +983,13 @@ class StrainWriter(ResultsHandle):
         g = self._g = self._f[GROUP]
         rows, cols = g["done"].shape
         present = [k for k in STRAIN_DATASETS if k in g] + [k for k in ("roi_used",) if k in g]
-        if present and not overwrite:
+        # Incomplete (a pass that failed or was stopped) or stale strain claims nothing: redone freely.
+        if present and not overwrite and bool(g.attrs.get("strain_complete", False)):
             raise InputError("already holds strain results; pass overwrite=True to replace them", self.path)
-        _check_space(self.path, rows * cols * (sum(int(np.prod(t, dtype=np.int64)) * np.dtype(d).itemsize
-                                                   for t, d, _, _ in STRAIN_DATASETS.values()) + n_roi)
-                     + _OVERHEAD)
+        need = rows * cols * (sum(int(np.prod(t, dtype=np.int64)) * np.dtype(d).itemsize
+                                  for t, d, _, _ in STRAIN_DATASETS.values()) + n_roi) + _OVERHEAD
+        _check_space(self.path, need)
+        self._size = _grow(self._f, self.path, need, "strain results")
         # Flags first: whatever fails below, the file never claims a strain (or GND from it) it lacks.
         g.attrs.modify("strain_complete", False)
         if "gnd_density" in g or "gnd_complete" in g.attrs:
@@ -939,6 +1013,12 @@ class StrainWriter(ResultsHandle):
         g.attrs.modify("gnd_stale", bool(g.attrs.get("gnd_stale", False)))
         self.rows, self.cols = rows, cols
         self._f.flush()
+
+    def close(self) -> None:
+        end = None if self._failed or getattr(self, "_size", None) is None else _hdf5_end(self._f)
+        super().close()
+        if end is not None:
+            _trim(self.path, end, self._size)
 
     def _guarded(self, fn, *args, **kw):
         if self._failed:
@@ -998,6 +1078,8 @@ def write_gnd(path, nye, density, *, attrs: dict) -> None:
         with _quiet_failed_writes():
             try:
                 _write_gnd(path, nye, density, attrs)
+            except InputError:
+                raise
             except (OSError, RuntimeError, ValueError, KeyError) as e:
                 failure = _why(e)
         if failure is not None:
@@ -1010,6 +1092,10 @@ def _write_gnd(path, nye, density, attrs):
         g = f[GROUP]
         g.attrs["gnd_complete"] = False
         f.flush()
+        need = _OVERHEAD + (0 if nye is None else np.asarray(nye, np.float64).nbytes
+                            + np.asarray(density, np.float64).nbytes)
+        size = _grow(f, path, need, "GND results", "the strain is kept: make room, then run the strain pass "
+                                                   "again with --overwrite")
         for k in ("nye_tensor", "gnd_density"):
             if k in g:
                 del g[k]
@@ -1027,6 +1113,8 @@ def _write_gnd(path, nye, density, attrs):
         g.attrs["gnd_stale"] = False
         f.flush()
         g.attrs["gnd_complete"] = nye is not None
+        end = _hdf5_end(f)
+    _trim(path, end, size)
 
 
 def read_strain(path) -> dict:

@@ -1,4 +1,5 @@
-"""The per-batch stage pipeline: preprocess -> cut ROIs -> prepare -> correlate -> peaks.
+"""The per-batch stage pipeline: preprocess -> cut ROIs -> prepare -> correlate -> peaks
+[-> whole-pattern refinement].
 
 A :class:`Pipeline` holds what stays on the device for a whole run: the preprocessor, the
 correlation engine and the prepared tiles of every reference of a
@@ -22,6 +23,7 @@ from ..engines.fft import fft_shape
 from ..errors import InputError
 from ..preprocess import PatternPreprocessor, prepare_tiles, rois_inside_mask, window_1d, window_2d
 from ..references import ReferenceSet
+from ..refine import WholePatternRefiner
 from ..rois import RoiLayout, extract_tiles
 
 __all__ = ["Pipeline", "CPU_TILES_PER_TASK"]
@@ -90,6 +92,13 @@ class Pipeline:
         #: The K references' prepared tiles, resident on the device for the whole run.
         self.references = self.engine.prepare_references(t, e, s)
         self.reference_status = backend.asnumpy(s)
+        #: Whole-pattern IC-GN over the ROI matches (``refine.method = "icgn"``), or None.
+        self.refiner = None
+        refine = getattr(config, "refine", None)
+        if refine is not None and refine.enabled:
+            strain = getattr(config, "strain", None)
+            self.refiner = WholePatternRefiner(self.reference_images, layout.centres, refine, mask=screen,
+                                               min_peak_height=getattr(strain, "min_peak_height", 0.3))
         self._fused = backend.is_gpu
         if self._fused:
             from ..engines.gpu_ops import PaddedTileBuffer
@@ -139,22 +148,28 @@ class Pipeline:
             bad = bad | outside
         nan = xp.float32(np.nan)
         return PeakResult(xp.where(bad[..., None], nan, disp), xp.where(bad, nan, height),
-                          status.astype(xp.uint8, copy=False))
+                          status.astype(xp.uint8, copy=False), extra=res.extra)
 
     def _match(self, patterns, index, converted=False, references=None) -> PeakResult:
+        """``references`` other than the pipeline's own (remapped ones) are matched without
+        refinement: the refiner's templates are the pipeline's references."""
         xp = self.backend.xp
         refs = self.references if references is None else references
+        refine = self.refiner is not None and references is None
         if not self._fused:
             B = patterns.shape[0]
             prep = self.preprocessor.correct if converted else self.preprocessor
             if self._pool is None or B <= self._sub_batch:
-                return self._match_host(prep(patterns), index, refs)
+                return self._match_host(prep(patterns), index, refs, refine)
             parts = list(self._pool.map(
                 lambda i: self._match_host(prep(patterns[i:i + self._sub_batch]),
-                                           None if index is None else index[i:i + self._sub_batch], refs),
+                                           None if index is None else index[i:i + self._sub_batch], refs, refine),
                 range(0, B, self._sub_batch)))
+            extra = None
+            if refine:
+                extra = {k: np.concatenate([p.extra[k] for p in parts]) for k in parts[0].extra}
             return PeakResult(*(np.concatenate([getattr(p, f) for p in parts])
-                                for f in ("displacement", "peak_height", "status")))
+                                for f in ("displacement", "peak_height", "status")), extra=extra)
         from ..engines.gpu_ops import prepare_tiles_padded
 
         x = xp.asarray(patterns)
@@ -165,13 +180,21 @@ class Pipeline:
         B, n = x.shape[0], self.layout.n
         frames = self._frames.get(B * n)
         e, s = prepare_tiles_padded(x, self._origins, self.tile_shape, self.window, frames)
-        return self.engine.match(frames.reshape(B, n, *frames.shape[1:]), e.reshape(B, n), s.reshape(B, n),
-                                 references=refs, index=None if index is None else xp.asarray(index))
+        res = self.engine.match(frames.reshape(B, n, *frames.shape[1:]), e.reshape(B, n), s.reshape(B, n),
+                                references=refs, index=None if index is None else xp.asarray(index))
+        if refine:
+            res = self._refine(self.preprocessor.convert(x) if x.dtype.kind in "ui" else x, res, index)
+        return res
 
-    def _match_host(self, x, index, refs) -> PeakResult:
+    def _match_host(self, x, index, refs, refine=False) -> PeakResult:
         tiles = extract_tiles(x, self.layout, np, dtype=np.float32)
         t, e, s = prepare_tiles(tiles, self.window, np, overwrite=True)
-        return self.engine.match(t, e, s, references=refs, index=index)
+        res = self.engine.match(t, e, s, references=refs, index=index)
+        return self._refine(x, res, index) if refine else res
+
+    def _refine(self, x, res: PeakResult, index) -> PeakResult:
+        d, h, s, record = self.refiner.refine(x, res.displacement, res.peak_height, res.status, index)
+        return PeakResult(d, h, s, extra=record.arrays)
 
     def match_pairs(self, references, patterns) -> PeakResult:
         """Match each pattern with its own reference: (B, H, W) preprocessed references (e.g.

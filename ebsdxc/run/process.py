@@ -9,6 +9,7 @@ arrive; then the strain pass when a material is given.
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 
 import numpy as np
@@ -17,8 +18,10 @@ from .. import io as scan_io
 from ..backend import select_backend
 from ..errors import InputError
 from ..hrebsd import binned_geometry, compute_strain, grain_geometry, resolve_geometry, scan_metadata
+from ..icgn import ICGN_DESCRIPTIONS
 from ..io.results import ResultsWriter, input_record
 from ..progress import NullProgress, Progress
+from ..refine import POINT_DATASETS
 from ..rois import layout_for
 from ..status import NO_REFERENCE
 from .executors import Executor, InlineExecutor
@@ -239,9 +242,15 @@ def _run(job, executor, source, ref, ref_param, out, config, resume, overwrite, 
         writer = ResultsWriter.resume(out, grid=source.grid, parameters=_as_recorded(out, params, config),
                                       inputs=inputs, command_line=command_line)
     else:
+        refined = {}
+        if pipeline.refiner is not None:
+            icgn_attrs = {k: json.dumps(v) if isinstance(v, (list, dict)) else v
+                          for k, v in pipeline.refiner.to_dict().items()}
+            icgn_attrs["codes"] = json.dumps({str(k): v for k, v in ICGN_DESCRIPTIONS.items()})
+            refined = {"point_datasets": POINT_DATASETS, "group_attrs": {"icgn": icgn_attrs}}
         writer = ResultsWriter.create(out, grid=source.grid, centres=job.layout.centres,
                                       roi_size=job.layout.size, parameters=params, inputs=inputs,
-                                      command_line=command_line, overwrite=overwrite, attrs=attrs)
+                                      command_line=command_line, overwrite=overwrite, attrs=attrs, **refined)
     with writer:
         for k, v in attrs.items():
             writer.set_attr(k, v)
@@ -261,8 +270,8 @@ def _run(job, executor, source, ref, ref_param, out, config, resume, overwrite, 
         try:
             tasks = plan_tasks(done, executor.plan_rows(source.grid.cols))
 
-            def emit(start, disp, height, status):
-                writer.write(start, disp, height, status)
+            def emit(start, disp, height, status, extra=None):
+                writer.write(start, disp, height, status, extra)
                 progress.update(len(disp))
 
             try:

@@ -86,18 +86,22 @@ def host_buffers(backend, n, shape, dtype):
 
 
 def _to_host(backend, res: PeakResult, stream=None):
+    extra = res.extra
     if backend.is_gpu:
-        return tuple(a.get(stream=stream) for a in (res.displacement, res.peak_height, res.status))
-    return res.displacement, res.peak_height, res.status
+        if extra is not None:
+            extra = {k: v.get(stream=stream) for k, v in extra.items()}
+        return tuple(a.get(stream=stream) for a in (res.displacement, res.peak_height, res.status)) + (extra,)
+    return res.displacement, res.peak_height, res.status, extra
 
 
 def stream_chunks(pipeline, source, chunks, *, emit, references=None, buffers=None):
     """Correlate ``chunks`` [(start, stop[, read_start, read_stop]), ...] of ``source``.
 
-    ``emit(start, displacement, peak_height, status)`` receives host arrays, in order.
-    A batch that runs out of memory raises (CuPy's ``OutOfMemoryError``, a ``MemoryError``)
-    after the batches before it were emitted; :func:`~ebsdxc.run.tasks.run_task` retries
-    from there with smaller batches.
+    ``emit(start, displacement, peak_height, status)`` receives host arrays, in order, and a
+    fifth argument, the per-point arrays of :attr:`PeakResult.extra`, when the pipeline adds
+    them (whole-pattern refinement). A batch that runs out of memory raises (CuPy's
+    ``OutOfMemoryError``, a ``MemoryError``) after the batches before it were emitted;
+    :func:`~ebsdxc.run.tasks.run_task` retries from there with smaller batches.
     ``references`` is the :class:`~ebsdxc.references.ReferenceSet` whose ``index`` says
     which reference each point uses (``None``: the pipeline's, all points reference 0).
     ``buffers`` are host buffers from an earlier call to use again when they fit (pinning
@@ -176,5 +180,8 @@ def _flush(be, pending, emit, stream):
     start, res, event = pending
     if event is not None:
         stream.wait_event(event)
-    disp, height, status = _to_host(be, res, stream)
-    emit(start, disp, height, status)
+    disp, height, status, extra = _to_host(be, res, stream)
+    if extra is None:
+        emit(start, disp, height, status)
+    else:
+        emit(start, disp, height, status, extra)

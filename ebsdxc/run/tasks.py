@@ -170,7 +170,8 @@ def halved_batch(batch: int, smallest: int = 1) -> int | None:
 
 def run_task(job: Job, task, emit, *, contexts: TaskContexts = WORKER_CONTEXTS) -> None:
     """Correlate the points of ``task`` not done yet; ``emit(start, displacement, peak_height,
-    status)`` receives each batch's host arrays, in order.
+    status[, extra])`` receives each batch's host arrays, in order (``extra``: the per-point
+    arrays of whole-pattern refinement, when the run refines).
 
     A batch that runs out of memory (device or host) is redone from its first point with
     half the batch size, down to one pattern (one scan row with neighbour averaging), with
@@ -195,8 +196,8 @@ def run_task(job: Job, task, emit, *, contexts: TaskContexts = WORKER_CONTEXTS) 
         base = task.row0 * cols
         done = task.done.reshape(-1).copy()  # what is emitted is done: a retry plans the rest
 
-        def emitted(start, disp, height, status):
-            emit(start, disp, height, status)
+        def emitted(start, disp, height, status, *extra):
+            emit(start, disp, height, status, *extra)
             done[start - base:start - base + len(disp)] = True
 
         while True:

@@ -480,7 +480,7 @@ def test_process_kikuchipy_h5ebsd_end_to_end(tmp_path):
     (["--bandpass", "1", "25"], ("preprocess", "bandpass", [1.0, 25.0])),
     (["--static-background", "mean"], ("preprocess", "static_background", "mean")),
     (["--roi-ring", "6", "--roi-size", "32"], ("roi", "layout", "ring")),
-    (["--pipeline", "hrebsd", "--roi-size", "40"], ("correlation", "max_shift", 24)),
+    (["--pipeline", "hrebsd", "--roi-size", "48"], ("correlation", "max_shift", 24)),
     (["--pipeline", "fast-cpu", "--roi-grid", "3x3", "--roi-size", "64", "--max-shift", "12"],
      ("correlation", "circular", True)),
     (["--max-shift", "5", "--subpixel", "upsampled"], ("correlation", "subpixel", "upsampled")),

@@ -323,7 +323,8 @@ def test_gpu_direct_engine_set_by_set_or_by_pairs(monkeypatch, index, mode, max_
     got = _host(gpu, eng.match(*dev, references=prepared, index=cp.asarray(index)))
     want = _per_set_calls(gpu, eng, refs, scans, index)
     np.testing.assert_array_equal(got[2], want[2])
-    assert (got[2] == st.OK).all()
+    # random tiles: a barely concave peak far from its integer peak is flagged (peaks.LOOSE_REACH)
+    assert np.isin(got[2], (st.OK, st.SUBPIXEL_FAILED)).all() and (got[2] == st.OK).mean() > 0.9
     np.testing.assert_allclose(got[0], want[0], atol=1e-3)
     np.testing.assert_allclose(got[1], want[1], atol=1e-4)
     maps = eng.correlation_maps(dev[0], references=prepared, index=index).get()

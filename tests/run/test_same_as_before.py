@@ -53,9 +53,12 @@ def test_results_as_before_the_split(tmp_path, sample_dir, case):
         g = f["ebsdxc"]
         # Since issue 20 a subpixel fit that runs away from its integer peak is flagged
         # SUBPIXEL_FAILED instead of reported: the before-split runner reported 4 such matches
-        # (ROI 5 of ups_bg, about 3 px where its other points sit near 0). Those, and only those, differ.
+        # (ROI 5 of ups_bg, about 3 px where its other points sit near 0); and a fit of a barely
+        # concave compensated peak more than 0.5 px from its integer peak (peaks.barely_concave):
+        # 8 more of ups_bg (0.5 to 0.95 px off; this set-up is 0.8 px off the truth at the median
+        # anyway). Those, and only those, differ.
         flagged = g["status"][...] == st.SUBPIXEL_FAILED
-        assert flagged.sum() <= (4 if case == "ups_bg" else 0)
+        assert flagged.sum() <= (12 if case == "ups_bg" else 0)
         assert (before[f"{case}/status"][flagged] == st.OK).all()
         for name in names:
             old, new = before[f"{case}/{name}"], g[name][...]

@@ -1,0 +1,106 @@
+// One IC-GN iteration's sums, fused: warp every template pixel into its image, sample the
+// image's cubic B-spline there and accumulate the weighted sums the Gauss-Newton step needs.
+// Mirrors ebsdxc/icgn.py (_sums_host); tests compare the two in float64.
+//
+// Prelude: NPARAM (6 affine, 8 homography). NSUM = NPARAM + 4:
+//   [0] sum w g   [1] sum w g^2   [2 .. 2+NPARAM) sum w J_k g   [2+NPARAM] sum w f g
+//   [3+NPARAM] sum w (pixels that left the image)
+// Pixels warped off the image are left out of every sum but the last; the caller restricts
+// the template's own constants to the same pixels (ebsdxc.icgn._inside_constants).
+// One block row per problem (blockIdx.y); the blocks of a row split its pixels and write one
+// partial row each, summed by the caller in a fixed order, so results do not depend on the
+// order threads finish (no atomics).
+#include "common.cuh"
+
+#define NSUM (NPARAM + 4)
+
+// Mirror an index about the edge pixels (scipy.ndimage's "mirror": -1 -> 1, n -> n - 2).
+__device__ __forceinline__ int mirror(int i, int n) {
+    if (n == 1) return 0;
+    const int period = 2 * (n - 1);
+    i = i % period;
+    if (i < 0) i += period;
+    return i < n ? i : period - i;
+}
+
+// Cubic B-spline basis weights of the four taps at i0 - 1 .. i0 + 2 for fraction t.
+__device__ __forceinline__ void bspline_weights(double t, double w[4]) {
+    const double t2 = t * t, t3 = t2 * t, s = 1.0 - t;
+    w[0] = s * s * s / 6.0;
+    w[1] = (3.0 * t3 - 6.0 * t2 + 4.0) / 6.0;
+    w[2] = (-3.0 * t3 + 3.0 * t2 + 3.0 * t + 1.0) / 6.0;
+    w[3] = t3 / 6.0;
+}
+
+extern "C" __global__ void icgn_sums(
+    const float* __restrict__ coef, const int height, const int width,
+    const float* __restrict__ tu, const float* __restrict__ tv, const float* __restrict__ tf,
+    const float* __restrict__ tfu, const float* __restrict__ tfv, const float* __restrict__ tw,
+    const double* __restrict__ origin, const double* __restrict__ scale, const int n_pix,
+    const int* __restrict__ tidx, const int* __restrict__ midx, const double* __restrict__ warp,
+    double* __restrict__ partial) {
+    __shared__ double smem[32];
+    const int p = blockIdx.y;
+    const long long t = tidx[p];
+    const float* img = coef + (long long)midx[p] * height * width;
+    const double* h = warp + 9LL * p;
+    const double ox = origin[2 * t], oy = origin[2 * t + 1], sc = scale[t];
+    double acc[NSUM];
+#pragma unroll
+    for (int k = 0; k < NSUM; ++k) acc[k] = 0.0;
+
+    const long long base = t * n_pix;
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n_pix; i += gridDim.x * blockDim.x) {
+        const double w = tw[base + i];
+        if (w == 0.0) continue;
+        const double u = tu[base + i], v = tv[base + i];
+        const double den = h[6] * u + h[7] * v + h[8];
+        const double up = (h[0] * u + h[1] * v + h[2]) / den;
+        const double vp = (h[3] * u + h[4] * v + h[5]) / den;
+        double x = ox + sc * up, y = oy + sc * vp;
+        if (!(x >= 0.0 && x <= width - 1.0 && y >= 0.0 && y <= height - 1.0)) {
+            acc[3 + NPARAM] += w;  // NaN coordinates land here too
+            continue;
+        }
+        const double fx = floor(x), fy = floor(y);
+        double wx[4], wy[4];
+        bspline_weights(x - fx, wx);
+        bspline_weights(y - fy, wy);
+        const int ix = (int)fx - 1, iy = (int)fy - 1;
+        int cols[4];
+#pragma unroll
+        for (int a = 0; a < 4; ++a) cols[a] = mirror(ix + a, width);
+        double g = 0.0;
+#pragma unroll
+        for (int b = 0; b < 4; ++b) {
+            const float* row = img + (long long)mirror(iy + b, height) * width;
+            double r = 0.0;
+#pragma unroll
+            for (int a = 0; a < 4; ++a) r += wx[a] * (double)row[cols[a]];
+            g += wy[b] * r;
+        }
+        const double fu = tfu[base + i], fv = tfv[base + i];
+        const double wg = w * g;
+        acc[0] += wg;
+        acc[1] += wg * g;
+        // J = grad f . dW/dp at the identity (ebsdxc.icgn._jacobian)
+        acc[2] += wg * fu * u;
+        acc[3] += wg * fu * v;
+        acc[4] += wg * fu;
+        acc[5] += wg * fv * u;
+        acc[6] += wg * fv * v;
+        acc[7] += wg * fv;
+#if NPARAM == 8
+        const double radial = fu * u + fv * v;
+        acc[8] -= wg * radial * u;
+        acc[9] -= wg * radial * v;
+#endif
+        acc[2 + NPARAM] += wg * (double)tf[base + i];
+    }
+    double* dst = partial + ((long long)p * gridDim.x + blockIdx.x) * NSUM;
+#pragma unroll
+    for (int k = 0; k < NSUM; ++k) {
+        const double s = block_sum(acc[k], smem);
+        if (threadIdx.x == 0) dst[k] = s;
+    }
+}
