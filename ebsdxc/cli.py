@@ -117,7 +117,7 @@ def _triple(text):
 
 def _strain_options(p, *, in_process):
     from .geometry import PC_CONVENTIONS
-    from .hrebsd import PC_MAPS
+    from .hrebsd import PC_MAPS, PC_MODELS
 
     s = p.add_argument_group("strain (HR-EBSD)", "computed when a material is given" if in_process else None)
     s.add_argument("--material", metavar="NAME|cubic:C11,C12,C44|FILE",
@@ -132,6 +132,16 @@ def _strain_options(p, *, in_process):
                    help="PC per point: as stored in the scan (file), a plane fitted to those (plane), "
                         "extrapolated from --pc with the scan step (extrapolate) or one for all (constant); "
                         "auto (default): file when the scan stores PCs, else constant")
+    s.add_argument("--master-pattern", metavar="FILE.h5",
+                   help="EMsoft EBSD master pattern (HDF5) of the material: for --pc-calibrate and --ref simulated")
+    s.add_argument("--pc-calibrate", action="store_true", default=None,
+                   help="calibrate the pattern centre: refine PC and orientation at a grid of points against "
+                        "patterns projected from --master-pattern, fit --pc-model to them; the strain uses it")
+    s.add_argument("--pc-calibration-points", type=_grid_shape, metavar="ROWS,COLS",
+                   help="grid of calibration points (default 5,5)")
+    s.add_argument("--pc-model", choices=PC_MODELS,
+                   help="PC over the scan from the calibration points: a plane (default), or the beam-shift "
+                        "extrapolation with the scan step and --pixel-size")
     s.add_argument("--pixel-size", type=float, metavar="UM", help="detector pixel size in micrometres (unbinned)")
     s.add_argument("--binning", type=_positive_int, metavar="N", help="detector binning")
     s.add_argument("--orientation", type=_triple, metavar="PHI1,PHI,PHI2",
@@ -174,7 +184,9 @@ def _parser():
                     "files, e.g. 'campaign/*.h5') are a campaign: one results file each, beside each "
                     "scan or in the folder -o names")
     g = pp.add_mutually_exclusive_group(required=True)  # one reference, or one per grain
-    g.add_argument("--ref", help="reference pattern image (TIFF, 8/16-bit or float)")
+    g.add_argument("--ref", help="reference pattern image (TIFF, 8/16-bit or float); 'simulated': a reference per "
+                                 "point simulated from --master-pattern at its orientation (--orientations, else the "
+                                 "scan's) and PC, for absolute strain (needs --material)")
     g.add_argument("--ref-index", type=_scan_point, metavar="N|ROW,COL",
                    help="use this scan point as the reference")
     g.add_argument("--ref-per-grain", action="store_true", default=None,
@@ -347,7 +359,9 @@ _FLAGS = {
     "strain.pc_convention": "--pc-convention", "strain.pc_map": "--pc-map", "strain.pixel_size": "--pixel-size",
     "strain.binning": "--binning", "strain.orientation": "--orientation", "strain.sample_tilt": "--sample-tilt",
     "strain.detector_tilt": "--detector-tilt", "strain.remap_threshold_deg": "--remap-threshold",
-    "strain.min_peak_height": "--min-peak-height", "strain.step": "--step", "strain.slip_systems": "--slip-systems",
+    "strain.min_peak_height": "--min-peak-height", "strain.master_pattern": "--master-pattern",
+    "strain.pc_calibrate": "--pc-calibrate", "strain.pc_calibration_points": "--pc-calibration-points",
+    "strain.pc_model": "--pc-model", "strain.step": "--step", "strain.slip_systems": "--slip-systems",
     "grains.per_grain": "--ref-per-grain", "grains.tolerance_deg": "--grain-tolerance",
     "grains.min_size": "--min-grain-size", "grains.rule": "--ref-rule",
     "run.device": "--device", "run.batch": "--batch",

@@ -15,8 +15,8 @@ One dataclass per recipe table, and **the TOML keys are the field names**::
     [strain]       StrainConfig      material, pc, pc_ref, pc_convention, pc_map, pixel_size, binning,
                                      orientation, sample_tilt, detector_tilt, remap_threshold_deg,
                                      min_peak_height, outlier_sigma, residual_floor_px, min_rois, step,
-                                     gnd, slip_systems
-                                     (:class:`ebsdxc.hrebsd.StrainConfig`)
+                                     gnd, slip_systems, master_pattern, pc_calibrate,
+                                     pc_calibration_points, pc_model (:class:`ebsdxc.hrebsd.StrainConfig`)
     [grains]       GrainsConfig      per_grain, tolerance_deg, min_size, rule = "kam" | "quality" | "centre",
                                      min_boundary_distance, similarity_threshold
     [refine]       RefineConfig      method = "none" | "icgn", max_iterations, tolerance_px, margin,
@@ -384,7 +384,8 @@ _KEYS = {"roi": _fields(RoiConfig), "preprocess": _fields(PreprocessConfig), "co
          "run": _fields(RunConfig, without=("cluster",)),
          "cluster": _fields(ClusterConfig)}
 # Settings that name files: relative paths resolve against the recipe's folder.
-_PATH_KEYS = {("roi", "centres"), ("preprocess", "static_background"), ("strain", "slip_systems")}
+_PATH_KEYS = {("roi", "centres"), ("preprocess", "static_background"), ("strain", "slip_systems"),
+              ("strain", "master_pattern")}
 _NOT_PATHS = {"mean", "file"}
 
 

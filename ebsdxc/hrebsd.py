@@ -32,6 +32,7 @@ from . import geometry
 from .crystal import euler_to_matrix
 from .errors import InputError
 from .materials import parse_material, stiffness_tensor
+from .pc_calibration import PC_MODELS as _PC_MODELS
 from .progress import NullProgress, Progress
 from .strain import (
     FIT_DESCRIPTIONS,
@@ -42,10 +43,11 @@ from .strain import (
     remap_pattern,
 )
 
-__all__ = ["FIT_POINTS", "PC_MAPS", "REMAP_BATCH", "GrainGeometry", "StrainConfig", "StrainGeometry",
+__all__ = ["FIT_POINTS", "PC_MAPS", "PC_MODELS", "REMAP_BATCH", "GrainGeometry", "StrainConfig", "StrainGeometry",
            "binned_geometry", "compute_strain", "grain_geometry", "resolve_geometry"]
 
 PC_MAPS = ("auto", "constant", "file", "plane", "extrapolate")
+PC_MODELS = _PC_MODELS
 REMAP_BATCH = 32  # scan points re-correlated together against their remapped references
 FIT_POINTS = 16384  # points per fit call: large enough to fill a GPU, small enough for any memory
 
@@ -66,6 +68,11 @@ class StrainConfig:
     scan step is known (the file's, else ``step`` in micrometres), and the lower-bound GND
     density where the material has slip systems (FCC, BCC presets; ``slip_systems``: a
     slip-system file, e.g. for HCP).
+
+    Pattern-centre calibration: with ``pc_calibrate`` the PCs are refined at an even grid of
+    ``pc_calibration_points`` (rows, cols) scan points against patterns projected from
+    ``master_pattern`` (an EMsoft master-pattern file), and ``pc_model`` ("plane" or
+    "extrapolation") fitted to them gives every point's PC.
     """
 
     material: str | None = None
@@ -86,6 +93,10 @@ class StrainConfig:
     step: float | None = None
     gnd: bool = True
     slip_systems: str | None = None
+    master_pattern: str | None = None
+    pc_calibrate: bool = False
+    pc_calibration_points: tuple[int, int] = (5, 5)
+    pc_model: str = "plane"
 
     def __post_init__(self):
         m = self.material
@@ -130,6 +141,22 @@ class StrainConfig:
         if self.slip_systems is not None and not (isinstance(self.slip_systems, (str, os.PathLike))
                                                   and os.fspath(self.slip_systems)):
             raise ValueError(f"strain.slip_systems must be a slip-system file, got {self.slip_systems!r}")
+        if self.master_pattern is not None and not (isinstance(self.master_pattern, (str, os.PathLike))
+                                                    and os.fspath(self.master_pattern)):
+            raise ValueError(f"strain.master_pattern must be an EMsoft master-pattern file, "
+                             f"got {self.master_pattern!r}")
+        if not isinstance(self.pc_calibrate, bool):
+            raise ValueError(f"strain.pc_calibrate must be true or false, got {self.pc_calibrate!r}")
+        pts = self.pc_calibration_points
+        if not (isinstance(pts, (list, tuple)) and len(pts) == 2
+                and all(isinstance(v, (int, np.integer)) and not isinstance(v, bool) and v >= 1 for v in pts)):
+            raise ValueError(f"strain.pc_calibration_points must be two whole numbers >= 1 (rows, cols of the "
+                             f"calibration grid), got {pts!r}")
+        object.__setattr__(self, "pc_calibration_points", tuple(int(v) for v in pts))
+        if self.pc_model not in PC_MODELS:
+            raise ValueError(f"strain.pc_model must be one of {', '.join(PC_MODELS)}, got {self.pc_model!r}")
+        if self.pc_calibrate and self.master_pattern is None:
+            raise ValueError("strain.pc_calibrate needs strain.master_pattern (an EMsoft master-pattern file)")
         try:
             self.fit_options()  # validates the rejection options; its messages start with the field name
         except ValueError as e:

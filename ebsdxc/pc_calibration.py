@@ -42,7 +42,7 @@ import numpy as np
 from .geometry import check_shape, extrapolate_pc, fit_pc_plane
 from .simulate import simulate_patterns
 
-__all__ = ["PCModel", "PCRefinement", "fit_pc_model", "nelder_mead_batch", "pattern_ncc", "refine_pc"]
+__all__ = ["PC_MODELS", "PCModel", "PCRefinement", "fit_pc_model", "nelder_mead_batch", "pattern_ncc", "refine_pc"]
 
 
 def _xp(*arrays):
@@ -234,7 +234,7 @@ def nelder_mead_batch(fun, x0, step, *, xatol=1e-4, fatol=1e-8, max_iterations=1
 def refine_pc(patterns, master, *, pc0, orientations0, sample_tilt: float = 70.0, detector_tilt: float = 0.0,
               mask=None, pc_step: float = 0.01, angle_step: float = 1.0, pc_tolerance: float = 2e-5,
               angle_tolerance: float = 2e-3, ncc_tolerance: float = 1e-7, max_iterations: int = 1000,
-              refine_orientation: bool = True) -> PCRefinement:
+              refine_orientation: bool = True, prepare=None) -> PCRefinement:
     """Refine PC and orientation of each pattern by maximising its NCC with a simulation.
 
     Parameters
@@ -261,6 +261,10 @@ def refine_pc(patterns, master, *, pc0, orientations0, sample_tilt: float = 70.0
         Nelder-Mead iterations per pattern.
     refine_orientation : bool
         False: keep the orientations fixed and refine the PC only (3 parameters).
+    prepare : callable, optional
+        Applied to each batch of simulations ``(b, H, W)`` before the comparison: the per-pattern
+        processing the measured patterns had (a dynamic background division, a band-pass), so
+        both sides are compared as alike. Not a static background: that belongs to the detector.
 
     Returns
     -------
@@ -318,6 +322,8 @@ def refine_pc(patterns, master, *, pc0, orientations0, sample_tilt: float = 70.0
         if ok.any():
             sims = simulate_patterns(lam, shape=shape, pc=xp.asarray(pc[ok]), orientations=xp.asarray(g[ok]),
                                      **tilts)
+            if prepare is not None:
+                sims = prepare(sims)
             right, _ = _normalised(sims, dmask, xp)
             ncc = (left[xp.asarray(owner[ok])] * right).sum(axis=1)
             out[ok] = 1.0 - _asnumpy(ncc).astype(np.float64)
@@ -361,6 +367,10 @@ class PCModel:
         r = np.linalg.norm(self.residual[self.used], axis=-1) if self.used.any() else np.zeros(0)
         return {"mean_residual": float(r.mean()) if r.size else None,
                 "max_residual": float(r.max()) if r.size else None, "n_used": int(self.used.sum())}
+
+
+#: The models :func:`fit_pc_model` fits.
+PC_MODELS = ("plane", "extrapolation")
 
 
 def fit_pc_model(rows_cols, pc, *, grid_shape, model: str = "plane", use=None, step=None, pixel_size=None,

@@ -151,8 +151,9 @@ class WholePatternRefiner:
         #: Normalisation of the homography: the pattern's centre and half its larger side.
         self.origin = np.array([(w - 1) / 2.0, (h - 1) / 2.0])
         self.scale = max(h, w) / 2.0
-        self.templates = icgn.make_templates(refs, pixels=xp.asarray(np.stack([xs, ys], -1)), origin=self.origin,
-                                             scale=self.scale, shape_function="homography")
+        self._pixels = xp.asarray(np.stack([xs, ys], -1))
+        self.templates = icgn.make_templates(refs, pixels=self._pixels, origin=self.origin, scale=self.scale,
+                                             shape_function="homography")
         self.centres_uv = xp.asarray((np.asarray(centres, dtype=np.float64) - self.origin) / self.scale)
         self.min_peak_height = float(min_peak_height)
         #: Coarse levels for points without a usable start: (factor, templates), coarsest first.
@@ -197,22 +198,35 @@ class WholePatternRefiner:
         -------
         displacement, peak_height, status, RefineRecord
         """
+        B = patterns.shape[0]
+        tidx = self.xp.zeros(B, dtype=np.int64) if index is None else self.xp.asarray(index, dtype=np.int64)
+        return self._refine(self.templates, tidx, patterns, displacement, peak_height, status, coarse=True)
+
+    def refine_pairs(self, references, patterns, displacement, peak_height, status):
+        """Refine pattern b against preprocessed ``references[b]`` (B, H, W), e.g. references
+        simulated per point; templates are made for the batch. Without the coarse-to-fine
+        retry: such references are made close to their patterns."""
+        xp = self.xp
+        templates = icgn.make_templates(xp.asarray(references, dtype=xp.float32), pixels=self._pixels,
+                                        origin=self.origin, scale=self.scale, shape_function="homography")
+        tidx = xp.arange(len(references), dtype=np.int64)
+        return self._refine(templates, tidx, patterns, displacement, peak_height, status, coarse=False)
+
+    def _refine(self, templates, tidx, patterns, displacement, peak_height, status, *, coarse):
         xp = self.xp
         c = self.config
-        B = patterns.shape[0]
         d = xp.asarray(displacement, dtype=xp.float64)
         ok = (xp.asarray(status) == st.OK) & (xp.asarray(peak_height) >= self.min_peak_height)
         moved = self.centres_uv[None] + d / self.scale
         H0, _ = icgn.fit_warp(self.centres_uv, moved, ok, shape_function="homography", floor=0.5 / self.scale)
         coef = icgn.spline_coefficients(xp.asarray(patterns, dtype=xp.float32))
-        tidx = xp.zeros(B, dtype=np.int64) if index is None else xp.asarray(index, dtype=np.int64)
-        res = icgn.register(self.templates, coef, template_index=tidx, initial=H0,
+        res = icgn.register(templates, coef, template_index=tidx, initial=H0,
                             max_iterations=c.max_iterations, tolerance=c.tolerance_px, max_outside=c.max_outside)
         good = (res.status == icgn.ICGN_CONVERGED) & (res.zncc >= c.min_zncc)
         has_data = ~(xp.asarray(status) == st.MISSING_PATTERN).all(axis=1) & ~(
             xp.asarray(status) == st.NO_REFERENCE).all(axis=1)
         retry = xp.nonzero(~good & has_data)[0]
-        if retry.size and self.levels:
+        if coarse and retry.size and self.levels:
             res = self._coarse_to_fine(xp.asarray(patterns, dtype=xp.float32)[retry], coef[retry], tidx[retry],
                                        res, retry)
             good = (res.status == icgn.ICGN_CONVERGED) & (res.zncc >= c.min_zncc)

@@ -694,6 +694,21 @@ class ResultsWriter(ResultsHandle):
             g["done"][r] = done
         self._f.flush()
 
+    def write_record(self, group: str, arrays: dict, attrs: dict) -> None:
+        """A group of small datasets and attributes describing how the run was made (e.g. the
+        pattern-centre calibration), replacing one of that name."""
+        self._guarded(self._write_record, group, arrays, attrs)
+
+    def _write_record(self, group, arrays, attrs):
+        if group in self._g:
+            del self._g[group]
+        g = self._g.create_group(group)
+        for k, v in arrays.items():
+            g.create_dataset(k, data=np.asarray(v))
+        for k, v in attrs.items():
+            g.attrs[k] = v
+        self._f.flush()
+
     def write_references(self, index, labels) -> None:
         """Record which reference each point used: ``point_reference`` (rows, cols) int32 and
         the references' labels (JSON) in its ``references`` attribute. Only for runs of

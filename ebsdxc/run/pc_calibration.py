@@ -11,6 +11,7 @@ were left out of the fit and why.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from dataclasses import dataclass, field
 
@@ -25,7 +26,7 @@ from ..preprocess import PatternPreprocessor, PreprocessConfig
 from .grain_references import read_orientations
 from .inputs import check_averaging, read_points, static_background
 
-__all__ = ["PCCalibration", "calibrate_pattern_centre", "calibration_points"]
+__all__ = ["PCCalibration", "calibrate_pattern_centre", "calibrated_geometry", "calibration_points"]
 
 #: Points whose refined NCC is below this are left out of the model fit by default.
 MIN_NCC = 0.2
@@ -225,8 +226,12 @@ def calibrate_pattern_centre(source, master, *, points=(5, 5), pc0, orientations
     patterns = prep(xp.asarray(read_points(source, preprocess, flat)))
     mask = prep.screen_mask((H, W))
     lam = xp.asarray(getattr(master, "lambert", master))
+    # the simulations get the same per-pattern processing; the static background is the detector's
+    alike = PatternPreprocessor(dataclasses.replace(preprocess, static_background=None, average_neighbours=0,
+                                                    binning=1), backend)
     ref = refine_pc(patterns, lam, pc0=start_pc, orientations0=g0, sample_tilt=sample_tilt,
-                    detector_tilt=detector_tilt, mask=mask, **refine_options)
+                    detector_tilt=detector_tilt, mask=mask, prepare=None if alike.is_identity else alike.correct,
+                    **refine_options)
 
     excluded = []
     for ncc, ok in zip(ref.ncc, ref.converged):
@@ -267,3 +272,41 @@ def calibrate_pattern_centre(source, master, *, points=(5, 5), pc0, orientations
     return PCCalibration(points=rc, pc=ref.pc, orientation=ref.orientation, ncc=ref.ncc, ncc_start=ref.ncc_start,
                          converged=ref.converged, used=used, excluded=tuple(excluded), model=fitted,
                          settings=settings)
+
+
+def calibrated_geometry(geom, cfg, source, *, ref_index=None, orientations=None, backend=None, pixel_size=None):
+    """The strain geometry ``geom`` with its PCs from a calibration, and the calibration.
+
+    ``cfg`` (a :class:`~ebsdxc.hrebsd.StrainConfig`) names the master pattern, the points and
+    the model; the start PCs are ``geom``'s and the start orientations ``orientations``
+    (per point, e.g. a grain map's) or else the reference orientation. A reference that is a
+    scan point takes that point's calibrated PC; a reference from a file keeps its own.
+    """
+    import dataclasses
+
+    from .. import materials
+    from ..io.master_pattern import read_master_pattern
+
+    try:
+        mat = materials.material(cfg.material)
+    except (TypeError, ValueError):
+        mat = None  # several phases (per grain): the master pattern's material is not checked against one
+    if mat is not None and (mat.structure is None or mat.a is None):
+        mat = None
+    master = read_master_pattern(cfg.master_pattern, material=mat)
+    cal = calibrate_pattern_centre(source, master, points=cfg.pc_calibration_points, pc0=geom.pc,
+                                   orientations=geom.orientation if orientations is None else orientations,
+                                   backend=backend, sample_tilt=geom.sample_tilt, detector_tilt=geom.detector_tilt,
+                                   model=cfg.pc_model, step=source.grid.step, pixel_size=pixel_size,
+                                   binning=cfg.binning)
+    used = int(cal.used.sum())
+    sources = {**geom.sources, "pattern_centre": f"calibrated: {cfg.pc_model} fitted to {used} of {len(cal.used)} "
+                                                 f"points refined against {os.path.basename(cfg.master_pattern)}"}
+    pc_ref = geom.pc_ref
+    if ref_index is not None and geom.sources.get("pattern_centre_ref") == "scan point":
+        cols = source.grid.cols
+        flat = int(ref_index) if np.ndim(ref_index) == 0 else int(ref_index[0]) * cols + int(ref_index[1])
+        pc_ref = cal.pc_map.reshape(-1, 3)[flat].copy()
+        sources["pattern_centre_ref"] = "scan point, calibrated"
+    return dataclasses.replace(geom, pc=np.array(cal.pc_map), pc_ref=np.asarray(pc_ref, dtype=np.float64),
+                               sources=sources), cal

@@ -45,10 +45,13 @@ class Pipeline:
     static_background : (H, W) array or None
     batch : int, optional
         Patterns per batch, when known: informs the engine's automatic choice.
+    simulated : SimulatedReferences, optional
+        Each point's reference is simulated (``--ref simulated``): :meth:`match` takes the
+        batch's flat scan indices as ``index``; ``references`` then only sets the engine up.
     """
 
     def __init__(self, backend: Backend, config, layout: RoiLayout, references, *, static_background=None,
-                 batch=None):
+                 batch=None, simulated=None):
         if not isinstance(references, ReferenceSet):
             references = ReferenceSet.single(np.asarray(references))
         self.backend = backend
@@ -99,6 +102,12 @@ class Pipeline:
             strain = getattr(config, "strain", None)
             self.refiner = WholePatternRefiner(self.reference_images, layout.centres, refine, mask=screen,
                                                min_peak_height=getattr(strain, "min_peak_height", 0.3))
+        self.simulated = simulated
+        if simulated is not None:
+            self._master = xp.asarray(simulated.master, dtype=xp.float32)
+            # a simulation has no detector background: only the per-pattern processing, at its shape
+            self._alike = PatternPreprocessor(dataclasses.replace(config.preprocess, static_background=None,
+                                                                  average_neighbours=0, binning=1), stage_backend)
         self._fused = backend.is_gpu
         if self._fused:
             from ..engines.gpu_ops import PaddedTileBuffer
@@ -128,15 +137,67 @@ class Pipeline:
         patterns = xp.asarray(patterns)
         has_data = (patterns.reshape(patterns.shape[0], -1) != 0).any(axis=1)
         if crop is None:
-            res = self._match(patterns, index)
+            res = self._match(patterns, index) if self.simulated is None else self._match_simulated(patterns, index)
         else:
             off, n = crop
             ok = has_data if present is None else has_data & xp.asarray(present, dtype=bool)
             pp = self.preprocessor
             x = pp.average_neighbours(pp.convert(patterns), cols=cols, present=ok)
-            res = self._match(x[off:off + n], index, converted=True)
+            if self.simulated is None:
+                res = self._match(x[off:off + n], index, converted=True)
+            else:
+                res = self._match_simulated(x[off:off + n], index, converted=True)
             has_data = has_data[off:off + n]
         return self._flag(res, ~has_data, xp)
+
+    def _match_simulated(self, patterns, flat, converted=False) -> PeakResult:
+        """Match each pattern with the reference simulated for its point, re-simulating at the
+        orientation the fit finds (:mod:`ebsdxc.run.simulated_references`)."""
+        be = self.backend
+        xp = be.xp
+        sim = self.simulated
+        x = xp.asarray(patterns)
+        x = self.preprocessor.correct(x) if converted else self.preprocessor(x)
+        flat = np.asarray(be.asnumpy(flat) if not isinstance(flat, np.ndarray) else flat, dtype=np.int64)
+        B = len(flat)
+        g = sim.orientation[flat].copy()
+        pc = sim.pc[flat]
+        count = np.zeros(B, np.int8)
+        left = np.full(B, np.nan, np.float32)
+        final = None
+        todo = np.arange(B)
+        for it in range(sim.iterations):
+            refs = self._alike.correct(sim.simulate(xp, self._master, pc[todo], g[todo]))
+            res = self._match_prepared_pairs(refs, x[xp.asarray(todo)] if len(todo) < B else x)
+            count[todo] += 1
+            R, angle = sim.rotation_left(xp, res, pc[todo], g[todo])
+            left[todo] = angle
+            if final is None:
+                final = res
+            else:
+                _assign(final, res, xp.asarray(todo))
+            more = np.isfinite(angle) & (angle > sim.tolerance_deg)
+            if it == sim.iterations - 1 or not more.any():
+                break
+            todo = todo[more]
+            g[todo] = g[todo] @ np.swapaxes(R[more], -1, -2)  # the deformed crystal's orientation g R^T
+        extra = dict(final.extra or {})
+        extra["simulated_reference/orientation"] = xp.asarray(g)
+        extra["simulated_reference/simulations"] = xp.asarray(count)
+        extra["simulated_reference/rotation_left_deg"] = xp.asarray(left)
+        return PeakResult(final.displacement, final.peak_height, final.status, extra=extra)
+
+    def _match_prepared_pairs(self, references, x) -> PeakResult:
+        """Pattern b of preprocessed ``x`` against preprocessed reference b (and refined)."""
+        xp = self.backend.xp
+        b = len(x)
+        tiles = extract_tiles(xp.asarray(references, dtype=xp.float32), self.layout, xp)
+        pairs = self.engine.prepare_references(*prepare_tiles(tiles, self.window, xp))
+        res = self._match(x, np.arange(b, dtype=np.int32), references=pairs, preprocessed=True)
+        if self.refiner is None:
+            return res
+        d, h, s, record = self.refiner.refine_pairs(references, x, res.displacement, res.peak_height, res.status)
+        return PeakResult(d, h, s, extra=record.arrays)
 
     def _flag(self, res, empty, xp):
         status, disp, height = res.status, res.displacement, res.peak_height
@@ -150,15 +211,19 @@ class Pipeline:
         return PeakResult(xp.where(bad[..., None], nan, disp), xp.where(bad, nan, height),
                           status.astype(xp.uint8, copy=False), extra=res.extra)
 
-    def _match(self, patterns, index, converted=False, references=None) -> PeakResult:
+    def _match(self, patterns, index, converted=False, references=None, preprocessed=False) -> PeakResult:
         """``references`` other than the pipeline's own (remapped ones) are matched without
-        refinement: the refiner's templates are the pipeline's references."""
+        refinement: the refiner's templates are the pipeline's references. ``preprocessed``:
+        ``patterns`` went through the preprocessor already."""
         xp = self.backend.xp
         refs = self.references if references is None else references
         refine = self.refiner is not None and references is None
         if not self._fused:
             B = patterns.shape[0]
             prep = self.preprocessor.correct if converted else self.preprocessor
+            if preprocessed:
+                def prep(a):
+                    return a
             if self._pool is None or B <= self._sub_batch:
                 return self._match_host(prep(patterns), index, refs, refine)
             parts = list(self._pool.map(
@@ -173,7 +238,9 @@ class Pipeline:
         from ..engines.gpu_ops import prepare_tiles_padded
 
         x = xp.asarray(patterns)
-        if converted:
+        if preprocessed:
+            pass
+        elif converted:
             x = self.preprocessor.correct(x)
         elif not self.preprocessor.is_identity:  # else the tile kernel converts raw values itself
             x = self.preprocessor(x)
@@ -255,3 +322,12 @@ class Pipeline:
         if self.config.correlation.subpixel == "upsampled":
             per_tile += ny * (nx // 2 + 1) * 8
         return self.layout.n * per_tile
+
+
+def _assign(into: PeakResult, part: PeakResult, where) -> None:
+    """Put ``part``'s rows at ``where`` of ``into`` (arrays of one module)."""
+    into.displacement[where] = part.displacement
+    into.peak_height[where] = part.peak_height
+    into.status[where] = part.status
+    for k, v in (part.extra or {}).items():
+        into.extra[k][where] = v

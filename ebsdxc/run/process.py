@@ -12,15 +12,19 @@ import hashlib
 import json
 import os
 
+import h5py
 import numpy as np
 
 from .. import io as scan_io
 from ..backend import select_backend
+from ..crystal import matrix_to_euler as euler_of
 from ..errors import InputError
 from ..hrebsd import binned_geometry, compute_strain, grain_geometry, resolve_geometry, scan_metadata
 from ..icgn import ICGN_DESCRIPTIONS
 from ..io.results import ResultsWriter, input_record
+from ..materials import stiffness_tensor
 from ..progress import NullProgress, Progress
+from ..references import ReferenceSet
 from ..refine import POINT_DATASETS
 from ..rois import layout_for
 from ..status import NO_REFERENCE
@@ -28,11 +32,17 @@ from .executors import Executor, InlineExecutor
 from .grain_references import grain_references
 from .inputs import check_averaging, read_points, reference_set, static_background
 from .output import check_output, default_output, on_disk
+from .pc_calibration import calibrated_geometry
 from .pipeline import Pipeline
 from .planning import plan_tasks, processed_shape
+from .simulated_references import POINT_DATASETS as SIMULATED_DATASETS
+from .simulated_references import SimulatedReferences, point_geometry, start_orientations
 from .tasks import Job
 
-__all__ = ["process"]
+__all__ = ["process", "SIMULATED"]
+
+#: ``ref`` that asks for a reference simulated per point.
+SIMULATED = "simulated"
 
 
 def process(scan, *, ref=None, ref_index=None, reference_index=None, output=None, config=None, run=None,
@@ -47,7 +57,10 @@ def process(scan, *, ref=None, ref_index=None, reference_index=None, output=None
         Scan file (any format :func:`ebsdxc.io.open_scan` reads: also a folder or glob of
         images) or an open source.
     ref : str, optional
-        Reference pattern image (TIFF). Exactly one of ``ref`` and ``ref_index``.
+        Reference pattern image (TIFF). Exactly one of ``ref`` and ``ref_index``. ``"simulated"``:
+        each point's reference is simulated from ``config.strain.master_pattern`` at the
+        point's orientation (``orientations``, else the scan's map, else the one orientation)
+        and PC, giving absolute strain (:mod:`ebsdxc.run.simulated_references`).
     ref_index : int or (int, int) or list of them, optional
         Scan point(s) to use as references. Several points need ``reference_index``.
     reference_index : (rows, cols) int array, optional
@@ -70,7 +83,7 @@ def process(scan, *, ref=None, ref_index=None, reference_index=None, output=None
         Continue an interrupted run / replace an existing results file.
     progress : Progress
     orientations : str, optional
-        With a reference per grain (``config.grains.per_grain``): the orientation map
+        With a reference per grain (``config.grains.per_grain``) or simulated references: the orientation map
         (.ang, .ctf or a vendor h5 file); default: the one the scan file stores, else the
         grains are found from the patterns themselves.
     grain_ids : str, optional
@@ -130,6 +143,47 @@ def _reference_params(references, ref, grains=None) -> dict:
     return {"reference_index": points, "reference_map": digest}
 
 
+def _check_simulated_inputs(config, ref_index, reference_index, grain_inputs):
+    strain = config.strain
+    if ref_index is not None or reference_index is not None or config.grains.per_grain:
+        raise InputError("simulated references are made for every point: give no reference points or grains with them")
+    if grain_inputs.get("grain_ids") or grain_inputs.get("grain_refs"):
+        raise InputError("simulated references are made for every point: grain files do not apply")
+    if not strain.enabled:
+        raise InputError("simulated references need the material (strain.material, e.g. Ni): the result is strain")
+    if strain.master_pattern is None:
+        raise InputError("simulated references need the master pattern (strain.master_pattern, an EMsoft file)")
+
+
+def _first_finite(g) -> int:
+    ok = np.isfinite(g).all(axis=(1, 2))
+    if not ok.any():
+        raise InputError("simulated references need orientations: the orientation map indexes no point")
+    return int(np.flatnonzero(ok)[0])
+
+
+def _simulated_references(config, source, geom, layout, shape, orientations) -> SimulatedReferences:
+    from .. import materials
+    from ..io.master_pattern import read_master_pattern
+
+    scfg = config.strain
+    try:
+        mat = materials.material(scfg.material)
+        mat = mat if mat.structure is not None and mat.a is not None else None
+    except (TypeError, ValueError):
+        mat = None
+    master = read_master_pattern(scfg.master_pattern, material=mat)
+    try:
+        g = start_orientations(source, geom, orientations)
+    except ValueError as e:
+        raise InputError(str(e), orientations or source.path) from None
+    return SimulatedReferences(
+        master=np.asarray(master.lambert, dtype=np.float32), orientation=g, pc=geom.pc.reshape(-1, 3).copy(),
+        shape=tuple(shape), sample_tilt=geom.sample_tilt, detector_tilt=geom.detector_tilt,
+        stiffness=stiffness_tensor(geom.stiffness), centres=np.asarray(layout.centres, dtype=np.float64),
+        min_peak_height=scfg.min_peak_height, label=master.to_dict())
+
+
 def _check_grain_inputs(config, ref, ref_index, reference_index, grain_inputs) -> bool:
     per_grain = config.grains.per_grain
     given = [k for k, v in grain_inputs.items() if v is not None]
@@ -144,9 +198,13 @@ def _process(source, ref, ref_index, reference_index, output, config, run, execu
              command_line, grain_inputs):
     pre = config.preprocess
     check_averaging(pre, source)
-    per_grain = _check_grain_inputs(config, ref, ref_index, reference_index, grain_inputs)
+    simulated = ref == SIMULATED
+    if simulated:
+        _check_simulated_inputs(config, ref_index, reference_index, grain_inputs)
+        ref = None
+    per_grain = False if simulated else _check_grain_inputs(config, ref, ref_index, reference_index, grain_inputs)
     references = None
-    if not per_grain:
+    if not per_grain and not simulated:
         references = reference_set(source, pre, ref=ref, ref_index=ref_index, index=reference_index)
         if references.count > 1 and config.strain.enabled:
             raise InputError("strain against several references needs a reference per grain (grains.per_grain): "
@@ -167,18 +225,33 @@ def _process(source, ref, ref_index, reference_index, output, config, run, execu
         if per_grain:
             grains = grain_references(source, config, backend, static_background=static_bg, **grain_inputs)
             references = grains.references
-        geom = None
+        geom = calibration = sim = None
         if config.strain.enabled:  # before the long correlation pass: bad geometry fails at once
-            geom = _strain_geometry(config, source, shape, ref, ref_index, grains)
-        pipeline = Pipeline(backend, config, layout, references, static_background=static_bg, batch=run.batch)
+            geom, calibration = _strain_geometry(config, source, shape, ref, 0 if simulated else ref_index, grains,
+                                                 backend)
+        if simulated:
+            sim = _simulated_references(config, source, geom, layout, shape, grain_inputs["orientations"])
+            first = _first_finite(sim.orientation)
+            setup = sim.simulate(np, sim.master, sim.pc[first:first + 1], sim.orientation[first:first + 1])[0]
+            references = ReferenceSet.single(setup, {"simulated": "the first point's, to set the pipeline up"})
+        pipeline = Pipeline(backend, config, layout, references, static_background=static_bg, batch=run.batch,
+                            simulated=sim)
         try:
             job = Job(scan=source.path, dataset=source.metadata.get("dataset"), format=source.format,
                       grid=(source.grid.rows, source.grid.cols), config=config, layout=layout,
                       references=references, static_background=static_bg, device=run.device,
-                      threads=run.threads, batch=run.batch, local={"source": source, "pipeline": pipeline})
-            _run(job, executor, source, ref, _reference_params(references, ref, grains), out, config, resume,
-                 overwrite, progress, command_line, pipeline, grains, grain_inputs)
-            if geom is not None:
+                      threads=run.threads, batch=run.batch, simulated=sim,
+                      local={"source": source, "pipeline": pipeline})
+            ref_params = ({"reference": sim.to_dict()} if simulated
+                          else _reference_params(references, ref, grains))
+            _run(job, executor, source, ref, ref_params, out, config, resume,
+                 overwrite, progress, command_line, pipeline, grains, grain_inputs, calibration, sim)
+            if simulated:
+                with h5py.File(out, "r") as f:
+                    g_map = f["ebsdxc/simulated_reference/orientation"][()]
+                compute_strain(out, config.strain, point_geometry(geom, config.strain, g_map, path=source.path),
+                               backend=backend, overwrite=True, progress=progress)
+            elif geom is not None:
                 compute_strain(out, config.strain, geom, backend=backend, pipeline=pipeline,
                                read_points=lambda flat: read_points(source, pre, flat),
                                overwrite=True, progress=progress)
@@ -187,19 +260,30 @@ def _process(source, ref, ref_index, reference_index, output, config, run, execu
             pipeline.close()
 
 
-def _strain_geometry(config, source, shape, ref, ref_index, grains):
+def _strain_geometry(config, source, shape, ref, ref_index, grains, backend):
+    """The strain pass's geometry and, with ``strain.pc_calibrate``, the PC calibration it used."""
     pre = config.preprocess
     scfg, meta = binned_geometry(pre.binning, config.strain, scan_metadata(source))
+    calibration = None
+    pixel_size = scfg.pixel_size or meta.get("detector_pixel_size")
     if grains is None:
-        return resolve_geometry(scfg, shape=shape, grid=source.grid, scan_meta=meta, scan_path=source.path,
+        geom = resolve_geometry(scfg, shape=shape, grid=source.grid, scan_meta=meta, scan_path=source.path,
                                 ref_index=ref_index, ref_path=ref,
                                 ref_meta=scan_io.read_reference_metadata(ref) if ref else None)
+        if scfg.pc_calibrate:
+            geom, calibration = calibrated_geometry(geom, scfg, source, ref_index=ref_index, backend=backend,
+                                                    pixel_size=pixel_size)
+        return geom, calibration
     flat = grains.reference_flat()
     first = int(flat[flat >= 0][0])
     geom = resolve_geometry(scfg, shape=shape, grid=source.grid, scan_meta=meta, scan_path=source.path,
                             ref_index=first, per_grain=True)
+    if scfg.pc_calibrate:
+        geom, calibration = calibrated_geometry(geom, scfg, source, ref_index=first, backend=backend,
+                                                orientations=grains.orientations, pixel_size=pixel_size)
     return grain_geometry(geom, scfg, reference_flat=flat, orientations=grains.orientations, phase=grains.phase,
-                          phases=grains.phases, path=grains.source if grains.source != "scan file" else source.path)
+                          phases=grains.phases,
+                          path=grains.source if grains.source != "scan file" else source.path), calibration
 
 
 def _as_recorded(out, params, config):
@@ -225,7 +309,7 @@ def _as_recorded(out, params, config):
 
 
 def _run(job, executor, source, ref, ref_param, out, config, resume, overwrite, progress, command_line, pipeline,
-         grains=None, grain_inputs=None):
+         grains=None, grain_inputs=None, calibration=None, simulated=None):
     scan_on_disk = on_disk(source.path)
     inputs = [input_record(scan_on_disk)] if os.path.exists(scan_on_disk) else []
     for path in [ref, *(grain_inputs or {}).values()]:
@@ -242,18 +326,30 @@ def _run(job, executor, source, ref, ref_param, out, config, resume, overwrite, 
         writer = ResultsWriter.resume(out, grid=source.grid, parameters=_as_recorded(out, params, config),
                                       inputs=inputs, command_line=command_line)
     else:
-        refined = {}
+        refined = {"point_datasets": {}, "group_attrs": {}}
         if pipeline.refiner is not None:
             icgn_attrs = {k: json.dumps(v) if isinstance(v, (list, dict)) else v
                           for k, v in pipeline.refiner.to_dict().items()}
             icgn_attrs["codes"] = json.dumps({str(k): v for k, v in ICGN_DESCRIPTIONS.items()})
-            refined = {"point_datasets": POINT_DATASETS, "group_attrs": {"icgn": icgn_attrs}}
+            refined["point_datasets"].update(POINT_DATASETS)
+            refined["group_attrs"]["icgn"] = icgn_attrs
+        if simulated is not None:
+            refined["point_datasets"].update(SIMULATED_DATASETS)
+            refined["group_attrs"]["simulated_reference"] = {"record": json.dumps(simulated.to_dict())}
         writer = ResultsWriter.create(out, grid=source.grid, centres=job.layout.centres,
                                       roi_size=job.layout.size, parameters=params, inputs=inputs,
                                       command_line=command_line, overwrite=overwrite, attrs=attrs, **refined)
     with writer:
         for k, v in attrs.items():
             writer.set_attr(k, v)
+        if calibration is not None:
+            writer.write_record("pc_calibration", {
+                "points": calibration.points, "pc": calibration.pc, "ncc": calibration.ncc,
+                "used": calibration.used, "pc_map": calibration.pc_map,
+                "orientation_euler": euler_of(calibration.orientation)},
+                {"record": json.dumps(calibration.to_dict(), default=float), "pc_convention": "bruker",
+                 "meaning": "pattern-centre calibration: refined PCs at 'points' (row, col), the fitted model "
+                            "'pc_map' (rows, cols, 3) the strain pass uses; details in 'record'"})
         if not resume:
             if source.present is not None:
                 writer.mark_missing(~source.present)
@@ -262,7 +358,11 @@ def _run(job, executor, source, ref, ref_param, out, config, resume, overwrite, 
                                     phase=grains.grain_phase(),
                                     kam=None if grains.kam is None else np.degrees(grains.kam), attrs=grains.attrs())
                 writer.mark_status(grains.no_reference, NO_REFERENCE)
-            if job.references.count > 1:
+            if simulated is not None:
+                no_orientation = ~np.isfinite(simulated.orientation).all(axis=(1, 2))
+                if no_orientation.any():
+                    writer.mark_status(no_orientation.reshape(source.grid.rows, source.grid.cols), NO_REFERENCE)
+            elif job.references.count > 1:
                 writer.write_references(job.references.index.reshape(source.grid.rows, source.grid.cols),
                                         job.references.labels)
         done = writer.done

@@ -7,8 +7,10 @@ HR-EBSD strain pass (:func:`ebsdxc.hrebsd.compute_strain`).
 
 from __future__ import annotations
 
+import dataclasses
 import os
 
+import h5py
 import numpy as np
 
 from .. import io as scan_io
@@ -23,6 +25,7 @@ from .inputs import read_points, scan_reference, static_background
 from .output import on_disk
 from .pipeline import Pipeline
 from .planning import processed_shape
+from .simulated_references import point_geometry
 
 __all__ = ["strain"]
 
@@ -54,17 +57,22 @@ def strain(results, *, config: StrainConfig | None = None, scan=None, ref=None, 
 
     cfg = config or StrainConfig()
     progress = progress or NullProgress()
+    if cfg.pc_calibrate:
+        raise InputError("the pattern centre is calibrated by 'ebsdxc process --pc-calibrate'; 'ebsdxc strain' "
+                         "uses the calibration the results file records")
     rec = read_record(os.fspath(results))
     results = rec.path
     if not rec.any_done:
         raise InputError("holds no processed points", results)
     params = rec.parameters
     grains = read_grains(results) if params.get("reference_per_grain") else None
+    simulated = isinstance(params.get("reference"), dict) and params["reference"].get("kind") == "simulated"
     if grains is None and isinstance(params.get("reference_index"), list) and "reference_map" in params:
         raise InputError("was processed against several reference points without grains; strain needs one "
                          "reference, or a reference per grain", results)
     scan_format = rec.scan_format if rec.scan_format in scan_io.SCAN_FORMATS else None
-    remap = cfg.remap_threshold_deg > 0
+    # a simulated reference is re-made at the fitted orientation in the first pass; there is no image to remap
+    remap = cfg.remap_threshold_deg > 0 and not simulated
     scan_path = scan or rec.input_path("scan")
     source = None
     if scan_path and os.path.exists(on_disk(scan_path)):
@@ -84,6 +92,8 @@ def strain(results, *, config: StrainConfig | None = None, scan=None, ref=None, 
         if grains is not None:
             flat = reference_flat(grains["grain_id"], grains["reference_point"])
             ref_index = int(flat[flat >= 0][0])
+        elif simulated:
+            ref_index = 0  # each point is its own reference point: point_geometry below
         elif ref_index is None:
             ref_path = ref or rec.input_path("reference")
             if ref_path and not os.path.isfile(ref_path):
@@ -114,6 +124,12 @@ def strain(results, *, config: StrainConfig | None = None, scan=None, ref=None, 
                                 per_grain=grains is not None)
         if grains is not None:
             geom = _grain_geometry(geom, gcfg, grains, results)
+        geom = _stored_calibration(geom, gcfg, results, None if grains is not None or simulated else ref_index,
+                                   grid.cols)
+        if simulated:
+            with h5py.File(results, "r") as f:
+                g_map = f["ebsdxc/simulated_reference/orientation"][()]
+            geom = point_geometry(geom, gcfg, g_map, path=results)
         backend = select_backend(device)
         with backend.use():
             if not remap:
@@ -138,6 +154,28 @@ def strain(results, *, config: StrainConfig | None = None, scan=None, ref=None, 
     finally:
         if source is not None:
             source.close()
+
+
+def _stored_calibration(geom, cfg, results, ref_index, cols):
+    """``geom`` with the PCs of the calibration the results file records, unless the options say
+    where the PCs come from (``strain.pc_map`` other than auto, or ``strain.pc``); a reference
+    that is a scan point takes that point's."""
+    if cfg.pc_map != "auto" or cfg.pc is not None:
+        return geom
+    with h5py.File(results, "r") as f:
+        g = f["ebsdxc"]
+        if "pc_calibration" not in g:
+            return geom
+        pc_map = g["pc_calibration/pc_map"][()]
+    if pc_map.shape != geom.pc.shape:
+        return geom
+    sources = {**geom.sources, "pattern_centre": "calibrated: the calibration the results file records"}
+    pc_ref = geom.pc_ref
+    if ref_index is not None and geom.sources.get("pattern_centre_ref") == "scan point":
+        flat = int(ref_index) if np.ndim(ref_index) == 0 else int(ref_index[0]) * cols + int(ref_index[1])
+        pc_ref = pc_map.reshape(-1, 3)[flat].copy()
+        sources["pattern_centre_ref"] = "scan point, calibrated"
+    return dataclasses.replace(geom, pc=pc_map, pc_ref=pc_ref, sources=sources)
 
 
 def _grain_geometry(geom, cfg, grains, results):

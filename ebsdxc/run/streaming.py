@@ -117,7 +117,8 @@ def stream_chunks(pipeline, source, chunks, *, emit, references=None, buffers=No
     present = None if source.present is None else source.present.reshape(-1)
 
     def match(item, patterns):
-        index = refs.of(item.start, item.stop)
+        # simulated references: the pipeline simulates each point's own, by its flat index
+        index = refs.of(item.start, item.stop) if pipeline.simulated is None else np.arange(item.start, item.stop)
         if not halo:
             return pipeline.match(patterns, index=index)
         a = item.start - item.offset

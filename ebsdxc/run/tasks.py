@@ -51,6 +51,7 @@ class Job:
     device: str = "auto"
     threads: int | None = None
     batch: int | None = None
+    simulated: object = None  # SimulatedReferences: each point's reference simulated (--ref simulated)
     local: dict | None = field(default=None, compare=False, repr=False)
 
     @functools.cached_property
@@ -58,7 +59,8 @@ class Job:
         """Identity of what the job computes (not how or where); hashed once per job object."""
         parts = (self.scan, self.dataset, self.format, self.grid, self.config, self.layout.centres.tobytes(),
                  self.layout.size, _digest(self.references.patterns), _digest(self.references.index),
-                 _digest(self.static_background), self.device)
+                 _digest(self.static_background), self.device,
+                 None if self.simulated is None else self.simulated.digest())
         return hashlib.sha1(pickle.dumps(parts)).hexdigest()[:16]
 
     def __getstate__(self):
@@ -152,7 +154,7 @@ def _build(job: Job) -> dict:
     backend = select_backend(job.device, threads=job.threads)
     with backend.use():
         pipeline = Pipeline(backend, job.config, job.layout, job.references,
-                            static_background=job.static_background, batch=job.batch)
+                            static_background=job.static_background, batch=job.batch, simulated=job.simulated)
     return {"source": source, "pipeline": pipeline, "buffers": None, "owned": True, "owns_source": owns}
 
 

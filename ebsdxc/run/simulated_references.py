@@ -1,0 +1,162 @@
+"""References simulated per scan point from a master pattern (``--ref simulated``): absolute strain.
+
+A deformed sample may hold no strain-free point to serve as a reference. Instead each point is
+correlated against the pattern its crystal would give unstrained: projected from an EMsoft
+master pattern (:func:`ebsdxc.simulate.simulate_patterns`, on the GPU when there is one) at the
+point's orientation and pattern centre, and processed like the scan's patterns (the per-pattern
+background division and filters, not the detector's static background, which a simulation does
+not have). The fit against it is then the absolute elastic strain.
+
+The start orientation comes from an orientation map (indexing is good to about a degree) and
+the correlation sees the difference as a lattice rotation; so, as OpenXY does, the reference is
+simulated again at the orientation the fit found, ``g R^T`` (the deformed crystal's), until the
+rotation left is below ``tolerance_deg`` or ``iterations`` simulations were made. Each point's
+final reference orientation is kept (``simulated_reference/orientation``); the strain pass fits
+against it with the point's own PC.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+from dataclasses import dataclass
+
+import numpy as np
+
+from .. import status as st
+from ..crystal import rotation_angle
+from ..simulate import simulate_patterns
+from ..strain import FitOptions, fit_strain, polar_decomposition
+
+__all__ = ["SimulatedReferences", "POINT_DATASETS", "MAX_ITERATIONS"]
+
+#: OpenXY's bound on re-simulations.
+MAX_ITERATIONS = 6
+
+#: Per-point datasets of a run with simulated references (as :data:`ebsdxc.refine.POINT_DATASETS`).
+POINT_DATASETS = {
+    "simulated_reference/orientation": ((3, 3), np.float64, np.nan,
+                                        "orientation g (sample -> crystal, v_c = g v_s) of the unstrained crystal "
+                                        "each point's reference was simulated for: the last re-estimate"),
+    "simulated_reference/simulations": ((), np.int8, -1, "how many references were simulated for the point (-1: none)"),
+    "simulated_reference/rotation_left_deg": ((), np.float32, np.nan,
+                                              "lattice rotation (degrees) the last correlation still found between the "
+                                              "point and its last reference"),
+}
+
+
+@dataclass(frozen=True, eq=False)
+class SimulatedReferences:
+    """How to make each point's reference, picklable (it travels with a Dask job).
+
+    Attributes
+    ----------
+    master : (2, n, n) float32 ndarray
+        Square-Lambert master pattern [north, south].
+    orientation : (n_points, 3, 3) float64
+        Start orientation of every flat scan point (sample -> crystal).
+    pc : (n_points, 3) float64
+        Bruker PC of every point (its reference is simulated with it).
+    shape : (int, int)
+        Pattern shape after preprocessing (binning).
+    sample_tilt, detector_tilt : float
+    stiffness : (3, 3, 3, 3) float64
+        Crystal stiffness, for the fit that re-estimates the orientation.
+    centres : (n_roi, 2) float64
+        ROI centres of the run.
+    iterations : int
+        Most simulations per point (1: no re-estimation).
+    tolerance_deg : float
+        Re-estimation stops for a point whose remaining rotation is below this.
+    min_peak_height : float
+    label : dict
+        Provenance (the master pattern's description).
+    """
+
+    master: np.ndarray
+    orientation: np.ndarray
+    pc: np.ndarray
+    shape: tuple
+    sample_tilt: float
+    detector_tilt: float
+    stiffness: np.ndarray
+    centres: np.ndarray
+    iterations: int = 3
+    tolerance_deg: float = 0.01
+    min_peak_height: float = 0.3
+    label: dict = dataclasses.field(default_factory=dict)
+
+    def __post_init__(self):
+        if not (isinstance(self.iterations, int) and 1 <= self.iterations <= MAX_ITERATIONS):
+            raise ValueError(f"iterations must be a whole number in 1..{MAX_ITERATIONS}, got {self.iterations!r}")
+        if not (np.isfinite(self.tolerance_deg) and self.tolerance_deg > 0):
+            raise ValueError(f"tolerance_deg must be positive, got {self.tolerance_deg!r}")
+
+    def digest(self) -> str:
+        """Identity of what these references make (for a job's key)."""
+        h = hashlib.sha1()
+        for a in (self.master, self.orientation, self.pc, self.stiffness, self.centres):
+            h.update(np.ascontiguousarray(a).tobytes())
+        h.update(repr((self.shape, self.sample_tilt, self.detector_tilt, self.iterations, self.tolerance_deg,
+                       self.min_peak_height)).encode())
+        return h.hexdigest()[:16]
+
+    def to_dict(self) -> dict:
+        return {"kind": "simulated", "master_pattern": self.label, "iterations": self.iterations,
+                "tolerance_deg": self.tolerance_deg, "pattern_shape": list(self.shape),
+                "re_estimation": "the reference is simulated again at g R^T (R: the rotation the fit finds) until "
+                                 "the rotation left is below tolerance_deg"}
+
+    # -- on the device ------------------------------------------------------------------
+    def simulate(self, xp, master, pc, g):
+        """(B, H, W) float32 references for PCs (B, 3) and orientations (B, 3, 3) (host arrays)."""
+        return simulate_patterns(master, shape=self.shape, pc=xp.asarray(pc), orientations=xp.asarray(g),
+                                 sample_tilt=self.sample_tilt, detector_tilt=self.detector_tilt)
+
+    def rotation_left(self, xp, result, pc, g):
+        """The rotation R (B, 3, 3, host) the ROI shifts ``result`` show between each point and
+        its reference (NaN where they do not fit), and its angle in degrees."""
+        fit = fit_strain(result.displacement, result.peak_height, result.status, centres=self.centres,
+                         shape=self.shape, pc=xp.asarray(pc), pc_ref=xp.asarray(pc), stiffness=self.stiffness,
+                         orientation=xp.asarray(g), sample_tilt=self.sample_tilt,
+                         detector_tilt=self.detector_tilt, options=FitOptions(min_peak_height=self.min_peak_height))
+        _, R = polar_decomposition(fit.F, xp)
+        R = np.asarray(R.get() if hasattr(R, "get") else R)
+        angle = np.degrees(np.asarray(rotation_angle(R)))
+        return R, angle
+
+
+def flagged(status) -> np.ndarray:
+    """Points (B,) without a measurement to re-estimate from: no pattern."""
+    s = np.asarray(status.get() if hasattr(status, "get") else status)
+    return (s == st.MISSING_PATTERN).all(axis=1)
+
+
+def point_geometry(geom, cfg, orientation_map, *, path=None):
+    """The strain geometry of a run with simulated references: every point is its own
+    reference point (its own PC), with the orientation its last reference was simulated for
+    (``orientation_map`` (rows, cols, 3, 3), NaN where none)."""
+    from ..hrebsd import grain_geometry
+
+    g = np.asarray(orientation_map, dtype=np.float64)
+    rows, cols = g.shape[:2]
+    has = np.isfinite(g).all(axis=(-2, -1))
+    flat = np.where(has, np.arange(rows * cols).reshape(rows, cols), -1)
+    out = grain_geometry(geom, cfg, reference_flat=flat, orientations=np.where(has[..., None, None], g, 0.0),
+                         phase=None, phases=({"name": geom.material},), path=path)
+    sources = {**out.sources, "pattern_centre_ref": "each point's own (its reference is simulated with it)",
+               "orientation": "each point's simulated reference (re-estimated)"}
+    return dataclasses.replace(out, sources=sources)
+
+
+def start_orientations(source, geom, orientations=None) -> np.ndarray:
+    """(n_points, 3, 3) start orientation of every flat point: an orientation map (the file
+    ``orientations``, or the one the scan stores), else the strain geometry's one orientation
+    for all; NaN where the map has none (unindexed points, padding)."""
+    from ..crystal import euler_to_matrix
+    from .grain_references import read_orientations
+
+    omap = read_orientations(source, orientations)
+    if omap is None:
+        return np.broadcast_to(np.asarray(geom.orientation, dtype=np.float64), (source.grid.size, 3, 3)).copy()
+    return euler_to_matrix(np.asarray(omap.euler_deg, dtype=np.float64)).reshape(-1, 3, 3)
