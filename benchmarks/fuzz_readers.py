@@ -36,14 +36,24 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 MUTATIONS = ("truncate", "bitflip", "header")
 
-#: What a single bit flip can change without any reader noticing: the formats keep no
-#: checksum of their pattern or orientation values, so a flip inside stored raw values reads
-#: as a different value. Compressed data (gzip chunks) and structure (headers, offsets,
-#: HDF5 object headers, TIFF tags) are checked instead.
+#: What one damaged byte can still change without any reader noticing, after the structural
+#: guards (``ebsdxc.io.h5check``, ``image.check_page``/``tiff_checked``, the header and angle
+#: checks of the binary and text readers). The formats keep no checksum of their values, and
+#: these structures have no second copy to check them against. Long run 3 found only these.
 UNDETECTABLE = ("a bit flip inside uncompressed pattern values (HDF5 contiguous or unfiltered "
                 "chunks, .up1/.up2, .ebsp, TIFF/PNG strips)",
-                "a bit flip inside a number of an .ang/.ctf data row (still a number)",
-                "a bit flip inside stored orientation/quality values of a vendor h5")
+                "a bit flip inside a number of an .ang/.ctf data row that still parses to an "
+                "angle or a declared phase (a phase 1 -> 0 also blanks that point's angles)",
+                "a bit flip inside stored orientation/quality values of a vendor h5 (one value, "
+                "which orientations() and the orientation map both show)",
+                "an .up1/.up2 pattern width, height or grid field changed to one that the file "
+                "size still fits as an interrupted scan or a surplus of whole patterns",
+                "an HDF5 datatype's byte order or sign changed in place (uint16 -> >u2, >i2)",
+                "a small HDF5 dataset's data address moved onto unused bytes inside the file",
+                "a vendor's marker value damaged (root 'manufacturer' 'kikuchipy' -> 'kikuch)py'): "
+                "the file is then read as plain HDF5, without the vendor's extras",
+                "an old-layout group's symbol-table node losing entries while the group still "
+                "lists (an optional entry such as the static background then reads as absent)")
 
 
 @dataclass(frozen=True)
@@ -144,7 +154,7 @@ def build_seeds(folder) -> list[Seed]:
     ang = REPO / "sample_data" / "polycrystal" / "scan.ang"
     shutil.copy(ang, folder / "scan.ang")
     add("ang", "orientation", folder / "scan.ang")
-    write_ctf(folder / "scan.ctf", read_orientation_map(ang))
+    write_ctf(folder / "scan.ctf", read_orientation_map(ang), overwrite=True)  # a rerun in the same folder
     add("ctf", "orientation", folder / "scan.ctf")
     return seeds
 
@@ -215,6 +225,20 @@ def _read_everything(reader, path):
     return out
 
 
+def _same_change(got, want, a, b) -> bool:
+    """Whether keys ``a`` and ``b`` (two views of the same stored values) changed in the same
+    places, so that one changed value is counted once."""
+    import numpy as np
+
+    if not all(k in d for k in (a, b) for d in (got, want)):
+        return False
+    pairs = [(np.asarray(got[k]), np.asarray(want[k])) for k in (a, b)]
+    if any(g.shape != w.shape for g, w in pairs) or pairs[0][0].shape != pairs[1][0].shape:
+        return False
+    masks = [~((g == w) | (np.isnan(g) & np.isnan(w))) for g, w in pairs]
+    return bool(np.array_equal(masks[0], masks[1]))
+
+
 def _compare(got, want) -> tuple[int, int]:
     """(values that differ, scan points dropped) between a damaged read and the original.
 
@@ -228,6 +252,8 @@ def _compare(got, want) -> tuple[int, int]:
     for key in set(got) | set(want):
         if key in ("present", "grid"):
             continue
+        if key == "omap/euler" and _same_change(got, want, "orientations", key):
+            continue  # the same stored angles seen twice (orientations() and the map): count once
         if key not in got or key not in want:
             n_diff += max(np.size(got.get(key, 0)), np.size(want.get(key, 0)))
             continue

@@ -53,6 +53,7 @@ from .orientation_map import (
     OrientationMap,
     PhaseInfo,
     build_map,
+    check_angles,
     check_positions,
     laue_group_name,
     phase_indices,
@@ -309,6 +310,7 @@ def read_ang(path) -> OrientationMap:
     if "ci" in col and vendor in ("tsl", "orix"):
         phase_index[col["ci"] == -1] = -1
     euler = np.degrees(np.column_stack([col["phi1"], col["phi"], col["phi2"]]))
+    check_angles(euler, path, first_line=skip + 1, limit_deg=720.0 + 1e-3)  # 4 pi: not indexed
     quality = {k: v for k, v in col.items() if k not in ("phi1", "phi", "phi2", "x", "y", "phase")}
 
     meta = {"vendor": vendor, "columns": keys}

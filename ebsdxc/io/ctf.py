@@ -48,6 +48,7 @@ from .orientation_map import (
     OrientationMap,
     PhaseInfo,
     build_map,
+    check_angles,
     check_positions,
     ctf_laue_number,
     laue_group_name,
@@ -222,6 +223,7 @@ def read_ctf(path) -> OrientationMap:
 
     phase_index = phase_indices(col["Phase"], phases, path, first_line=skip + 1)
     euler = np.column_stack([col["Euler1"], col["Euler2"], col["Euler3"]])
+    check_angles(euler, path, first_line=skip + 1, limit_deg=720.0)
     rename = {"MAD": "dp", "BC": "osm", "BS": "iq"} if any(_EMSOFT in line for line in lines) else {}
     quality = {rename.get(k, quality_name(k)): v for k, v in col.items()
                if k not in ("Phase", "X", "Y", "Euler1", "Euler2", "Euler3")}

@@ -27,6 +27,7 @@ import h5py
 import numpy as np
 
 from ..errors import InputError
+from . import h5check
 
 __all__ = ["DirectReader", "plan", "threads"]
 
@@ -70,7 +71,8 @@ class DirectReader:
     axes; flat record ``i`` is ``np.unravel_index(i, nav_shape)``.
     """
 
-    def __init__(self, path, ds: h5py.Dataset, *, offset=None, chunks=None, filters=()):
+    def __init__(self, path, ds: h5py.Dataset, *, offset=None, chunks=None, filters=(),
+                 chunk_table=None):
         self.path = os.fspath(path)
         self.shape = tuple(int(n) for n in ds.shape)
         self.nav_shape = self.shape[:-2]
@@ -83,7 +85,7 @@ class DirectReader:
         self._pid = None
         self._last = (None, None)  # (chunk key, array): consecutive batches share an edge chunk
         if self.chunks is not None:
-            self._chunk_index = self._index_chunks(ds)
+            self._chunk_index = self._index_chunks(ds, chunk_table)
             self._chunk_bytes = int(np.prod(self.chunks)) * self.dtype.itemsize
 
     # file handle: one per process (readers are pickled to other processes) ------------
@@ -111,20 +113,12 @@ class DirectReader:
             pass
 
     # chunk index ------------------------------------------------------------------------
-    def _index_chunks(self, ds):
-        """{chunk origin (nav coords): (file offset, stored size, filter mask)} for every stored chunk."""
-        index = {}
-
-        def visit(info):
-            index[tuple(int(v) for v in info.chunk_offset[:-2])] = (
-                int(info.byte_offset), int(info.size), int(info.filter_mask))
-
-        if hasattr(ds.id, "chunk_iter"):  # HDF5 >= 1.12.3: one pass over the chunk index
-            ds.id.chunk_iter(visit)
-        else:
-            for i in range(ds.id.get_num_chunks()):
-                visit(ds.id.get_chunk_info(i))
-        return index
+    def _index_chunks(self, ds, table=None):
+        """{chunk origin (nav coords): (file offset, stored size, filter mask)} for every stored
+        chunk, from the checked chunk index (:func:`ebsdxc.io.h5check.chunk_table`)."""
+        if table is None:
+            table = h5check.chunk_table(ds, self.path)
+        return table.as_dict(axes=len(self.nav_shape))
 
     # reading ------------------------------------------------------------------------------
     def read(self, start: int, stop: int, out: np.ndarray) -> None:
@@ -215,8 +209,12 @@ class DirectReader:
         self._last = done[-1]
 
 
-def plan(path, ds: h5py.Dataset) -> DirectReader | None:
-    """A :class:`DirectReader` for ``ds`` when its storage allows one, else ``None``."""
+def plan(path, ds: h5py.Dataset, *, chunk_table=None) -> DirectReader | None:
+    """A :class:`DirectReader` for ``ds`` when its storage allows one, else ``None``.
+
+    ``chunk_table`` is the dataset's checked chunk index when the caller has it already
+    (:func:`ebsdxc.io.h5check.chunk_table`); it is built otherwise.
+    """
     try:
         if ds.ndim < 3 or ds.dtype.kind not in "uif" or not ds.dtype.isnative:
             return None
@@ -237,6 +235,6 @@ def plan(path, ds: h5py.Dataset) -> DirectReader | None:
         filters = _filters(dcpl)
         if any(f not in (_FILTER_DEFLATE, _FILTER_SHUFFLE) for f in filters):
             return None
-        return DirectReader(path, ds, chunks=ds.chunks, filters=filters)
+        return DirectReader(path, ds, chunks=ds.chunks, filters=filters, chunk_table=chunk_table)
     except (AttributeError, OSError, ValueError, RuntimeError):
         return None

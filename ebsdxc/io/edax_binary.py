@@ -330,6 +330,13 @@ def open(path, *, dataset=None, grid_shape=None) -> EDAXBinarySource:  # noqa: A
             f"is not an EDAX .up1/.up2 file: its header (version {version}, patterns "
             f"{head['width']} x {head['height']} px, data at byte {head['data_offset']} of "
             f"{size}) is not one", path)
+    header_size = _HEAD_V1.size if version == 1 else _HEAD_V3.size
+    if head["data_offset"] != header_size:
+        # every known writer starts the patterns right after the header; another offset is a
+        # damaged field, and reading from it would shift every pattern
+        raise InputError(f"header says the patterns start at byte {head['data_offset']}, not "
+                         f"right after its {header_size}-byte version {version} header (a "
+                         "damaged header?)", path)
     dtype = _choose_dtype(path, head, size)
     shape = (head["height"], head["width"])
     pattern_bytes = shape[0] * shape[1] * dtype.itemsize

@@ -150,8 +150,11 @@ class H5EBSDSource(HDF5Source):
     def static_background(self) -> np.ndarray | None:
         """The header's static background pattern ``(H, W)``, or ``None``."""
         obj = self._header().get("static_background")
-        if not isinstance(obj, h5py.Dataset) or tuple(obj.shape) != self.pattern_shape:
+        if not isinstance(obj, h5py.Dataset):
             return None
+        if tuple(obj.shape) != self.pattern_shape:  # stored, yet not one: never dropped in silence
+            raise InputError(f"the header's static_background is {tuple(obj.shape)}, not a "
+                             f"{self.pattern_shape[0]} x {self.pattern_shape[1]} px pattern", self.path)
         return read_entry(obj)
 
 

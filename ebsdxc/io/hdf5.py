@@ -31,7 +31,7 @@ import h5py
 import numpy as np
 
 from ..errors import InputError
-from . import direct
+from . import direct, h5check
 from .source import PatternSource, ScanGrid, choose_grid
 
 NAME = "hdf5"
@@ -48,6 +48,7 @@ _CHUNK_CACHE_BYTES = 64 * 2**20
 _CHUNK_CACHE_SLOTS = 10007
 
 _UNPLANNED = False  # the direct reader is planned on first read, after (re)opening (None: no direct path)
+_UNCHECKED = False  # the chunk index is checked on first read, after (re)opening
 
 _GRID_ATTRS = (("nrows", "ncols"), ("rows", "cols"), ("n_rows", "n_columns"))
 
@@ -99,15 +100,28 @@ def detect(path) -> bool:
     return is_hdf5_file(path)
 
 
-def open_file(path) -> h5py.File:
-    """Open ``path`` read-only with h5py, turning failures into :class:`InputError`."""
+def open_file(path, *, check=True) -> h5py.File:
+    """Open ``path`` read-only with h5py, turning failures into :class:`InputError`.
+
+    With ``check`` (the default) the file's structure is checked first
+    (:func:`ebsdxc.io.h5check.check_file`: names, objects, where data lie), so that a
+    damaged file is one error here rather than data that quietly differ later; a file
+    reopened after it was checked (a source sent to another process) skips it.
+    """
     if not is_hdf5_file(path):
         raise InputError("not a file format ebsdxc can read (it is not an HDF5 file)", path)
     try:
-        return h5py.File(path, "r", rdcc_nbytes=_CHUNK_CACHE_BYTES,
-                         rdcc_nslots=_CHUNK_CACHE_SLOTS)
+        f = h5py.File(path, "r", rdcc_nbytes=_CHUNK_CACHE_BYTES,
+                      rdcc_nslots=_CHUNK_CACHE_SLOTS)
     except OSError as exc:
         raise InputError(f"could not be opened as HDF5 ({exc})", path) from exc
+    if check:
+        try:
+            h5check.check_file(f, os.fspath(path))
+        except BaseException:
+            f.close()
+            raise
+    return f
 
 
 # --------------------------------------------------------------------------- helpers
@@ -360,9 +374,13 @@ class HDF5Source(PatternSource):
         ds = file[dataset]
         super().__init__(path, grid=grid, pattern_shape=ds.shape[-2:], dtype=ds.dtype,
                          metadata=metadata)
+        # a pattern dataset too large for check_file's walk is still checked itself
+        h5check.check_dataset(ds, self.path)
+        h5check.check_pattern_axes(ds, self.path)
         self._file = file
         self._ds = ds
         self._direct = _UNPLANNED
+        self._chunk_table = _UNCHECKED
         self._dataset_name = ds.name
         self._ndim = ds.ndim
         if ds.ndim == 4:
@@ -381,6 +399,7 @@ class HDF5Source(PatternSource):
         state["_file"] = None
         state["_ds"] = None
         state["_direct"] = _UNPLANNED
+        state["_chunk_table"] = _UNCHECKED
         return state
 
     def __setstate__(self, state):
@@ -390,7 +409,7 @@ class HDF5Source(PatternSource):
     def dataset(self):
         """The open :class:`h5py.Dataset` (reopened after pickling or :meth:`close`)."""
         if self._ds is None or not self._ds.id.valid:
-            self._file = open_file(self.path)
+            self._file = open_file(self.path, check=False)  # checked when first opened
             self._ds = self._file[self._dataset_name]
         return self._ds
 
@@ -400,14 +419,24 @@ class HDF5Source(PatternSource):
         if self._direct not in (None, _UNPLANNED):
             self._direct.close()
         self._direct = _UNPLANNED
+        self._chunk_table = _UNCHECKED
         self._file = None
         self._ds = None
+
+    def _checked_chunks(self):
+        """The dataset's :class:`~ebsdxc.io.h5check.ChunkTable` (``None`` when not chunked),
+        checked on first use after (re)opening: a damaged chunk index is an error before
+        any pattern is returned, whichever path reads them."""
+        if self._chunk_table is _UNCHECKED:
+            self._chunk_table = h5check.chunk_table(self.dataset, self.path)
+        return self._chunk_table
 
     def _direct_reader(self, out):
         """The :mod:`~ebsdxc.io.direct` reader when it can fill ``out``, else ``None`` (h5py reads)."""
         if self._direct is _UNPLANNED:
             use = os.environ.get("EBSDXC_DIRECT_READ", "1").strip().lower() not in ("0", "no", "false", "off")
-            self._direct = direct.plan(self.path, self.dataset) if use else None
+            self._direct = (direct.plan(self.path, self.dataset, chunk_table=self._checked_chunks())
+                            if use else None)
         if self._direct is None or out.dtype != self._direct.dtype or not out.flags.c_contiguous:
             return None
         return self._direct
@@ -432,6 +461,7 @@ class HDF5Source(PatternSource):
         start, stop = self._check_range(start, stop, out)
         if start == stop:
             return
+        self._checked_chunks()
         if not out.flags.c_contiguous:
             tmp = np.empty(out.shape, dtype=out.dtype)
             self.read_into(start, stop, tmp)

@@ -8,6 +8,8 @@ a reference pattern is exactly one greyscale image.
 from __future__ import annotations
 
 import builtins
+import contextlib
+import logging
 
 import numpy as np
 
@@ -18,6 +20,60 @@ DESCRIPTION = "one greyscale TIFF image"
 
 #: Little- and big-endian TIFF and BigTIFF headers.
 TIFF_MAGIC = (b"II*\x00", b"MM\x00*", b"II+\x00", b"MM\x00+")
+
+
+class _Complaints(logging.Handler):
+    """Collects what tifffile logs while a file is read."""
+
+    def __init__(self):
+        super().__init__(logging.WARNING)
+        self.messages = []
+
+    def emit(self, record):
+        self.messages.append(record.getMessage())
+
+
+@contextlib.contextmanager
+def tiff_checked(path):
+    """Read a TIFF inside this block: a tag tifffile could not parse is an :class:`InputError`.
+
+    tifffile logs a damaged tag (a width, a strip offset) and goes on without it, returning
+    an image of another shape or other pixels; TIFF keeps no checksum, so that log line is
+    the only sign of the damage.
+    """
+    logger = logging.getLogger("tifffile")
+    complaints = _Complaints()
+    logger.addHandler(complaints)
+
+    def complaint():
+        detail = " ".join(complaints.messages[0].split())[:200]
+        return InputError(f"is damaged: a TIFF tag could not be read ({detail})", path)
+
+    try:
+        yield
+    except InputError:
+        if complaints.messages:  # the tag tifffile dropped says more than what followed
+            raise complaint() from None
+        raise
+    finally:
+        logger.removeHandler(complaints)
+    if complaints.messages:
+        raise complaint()
+
+
+def check_page(page, path) -> None:
+    """Refuse a TIFF page whose tags contradict each other: no pixel type (a damaged
+    BitsPerSample), or uncompressed strips holding other than width x height pixels (a
+    damaged width, length or byte count)."""
+    if page.dtype is None:
+        raise InputError(f"is damaged: its TIFF tags give no pixel type (BitsPerSample "
+                         f"{page.bitspersample}, SampleFormat {int(page.sampleformat)})", path)
+    if int(page.compression) == 1:  # uncompressed: the strips hold exactly the pixels
+        need = int(np.prod(page.shape, dtype=np.int64)) * page.dtype.itemsize
+        held = int(sum(page.databytecounts))
+        if held != need:
+            raise InputError(f"is damaged: its strips hold {held} bytes but {page.shape} "
+                             f"{page.dtype} pixels need {need}", path)
 
 
 def is_tiff_file(path) -> bool:
@@ -56,7 +112,7 @@ def read_tiff(path) -> np.ndarray:
     if not is_tiff_file(path):
         raise InputError("not a TIFF image (reference images must be TIFF files)", path)
     try:
-        with tifffile.TiffFile(path) as tif:
+        with tiff_checked(path), tifffile.TiffFile(path) as tif:
             n_pages = len(tif.pages)
             if n_pages != 1:
                 raise InputError(
@@ -64,6 +120,7 @@ def read_tiff(path) -> np.ndarray:
                     "image: save the one you want as its own file, or take it from the scan "
                     "with --ref-index", path)
             page = tif.pages[0]
+            check_page(page, path)
             if getattr(page, "samplesperpixel", 1) > 1 or len(page.shape) != 2:
                 raise InputError(
                     f"is a colour or multi-channel image (shape {tuple(page.shape)}); "

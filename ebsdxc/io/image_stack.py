@@ -35,7 +35,7 @@ import struct
 import numpy as np
 
 from ..errors import InputError
-from .image import TIFF_MAGIC
+from .image import TIFF_MAGIC, check_page, tiff_checked
 from .source import PatternSource, choose_grid
 
 NAME = "image_stack"
@@ -123,11 +123,14 @@ def _tiff_info(path) -> tuple[tuple[int, int], np.dtype]:
     import tifffile  # only when a stack is actually opened
 
     try:
-        with tifffile.TiffFile(path) as tif:
+        with tiff_checked(path), tifffile.TiffFile(path) as tif:
             n_pages = len(tif.pages)
             page = tif.pages[0]
+            check_page(page, path)
             shape, dtype = tuple(page.shape), page.dtype
             spp = getattr(page, "samplesperpixel", 1)
+    except InputError:
+        raise
     except Exception as exc:  # tifffile raises many kinds for damaged files
         raise InputError(f"could not be read as a TIFF image ({exc})", path) from exc
     if n_pages != 1:
@@ -176,8 +179,11 @@ def read_image(path, kind: str) -> np.ndarray:
 
         try:
             # The page directly: a third faster than imread, which looks for series.
-            with tifffile.TiffFile(path) as tif:
+            with tiff_checked(path), tifffile.TiffFile(path) as tif:
+                check_page(tif.pages[0], path)
                 return tif.pages[0].asarray()
+        except InputError:
+            raise
         except Exception as exc:
             raise InputError(f"could not be read as a TIFF image ({exc})", path) from exc
     try:

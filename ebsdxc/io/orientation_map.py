@@ -343,6 +343,19 @@ def spread(values, records, fill=np.nan) -> np.ndarray:
     return out
 
 
+def check_angles(euler_deg, path, *, first_line: int, limit_deg: float) -> None:
+    """Refuse Euler angles (n, 3) degrees that are not finite or beyond ``limit_deg`` in size.
+
+    A text map keeps no checksum; a damaged digit that still parses (``98.4E540``) reads as
+    infinity or a huge angle, which no vendor writes: the line is named.
+    """
+    bad = ~np.isfinite(euler_deg) | (np.abs(euler_deg) > limit_deg)
+    if bad.any():
+        row = int(np.flatnonzero(bad.any(axis=1))[0])
+        raise InputError(f"line {first_line + row}: Euler angles {euler_deg[row].tolist()} deg are "
+                         f"not angles (finite, at most {limit_deg:g} deg); a damaged number?", path)
+
+
 def build_map(path, grid: ScanGrid, records, *, euler_deg, phase_index, phases, quality,
               frame, metadata=None) -> OrientationMap:
     """An :class:`OrientationMap` from per-record arrays in the file's order.

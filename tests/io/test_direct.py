@@ -119,7 +119,10 @@ def test_truncated_file_is_an_error_naming_it(tmp_path, data, layout):
     cfg = ProcessConfig(roi=RoiConfig(grid=(1, 1), size=16))
     with pytest.raises(InputError) as e:
         process(src, ref_index=0, config=cfg, run=RunConfig(device="cpu", batch=50), output=tmp_path / "r.h5")
-    assert str(path) in str(e.value) and "cannot read patterns" in str(e.value)
+    # the chunk index is checked before the first pattern is read (ebsdxc.io.h5check): a
+    # chunk now past the end of the file is named there; contiguous data fail in the read
+    msg = str(e.value)
+    assert str(path) in msg and ("cannot read patterns" in msg or "outside the file" in msg)
     src.close()
 
 
