@@ -274,11 +274,13 @@ def calibrate_pattern_centre(source, master, *, points=(5, 5), pc0, orientations
                          settings=settings)
 
 
-def calibrated_geometry(geom, cfg, source, *, ref_index=None, orientations=None, backend=None, pixel_size=None):
+def calibrated_geometry(geom, cfg, source, *, ref_index=None, orientations=None, backend=None, pixel_size=None,
+                        preprocess=None):
     """The strain geometry ``geom`` with its PCs from a calibration, and the calibration.
 
     ``cfg`` (a :class:`~ebsdxc.hrebsd.StrainConfig`) names the master pattern, the points and
-    the model; the start PCs are ``geom``'s and the start orientations ``orientations``
+    the model; patterns are prepared by ``preprocess`` (the run's; default: a dynamic
+    background division); the start PCs are ``geom``'s and the start orientations ``orientations``
     (per point, e.g. a grain map's) or else the reference orientation. A reference that is a
     scan point takes that point's calibrated PC; a reference from a file keeps its own.
     """
@@ -296,7 +298,8 @@ def calibrated_geometry(geom, cfg, source, *, ref_index=None, orientations=None,
     master = read_master_pattern(cfg.master_pattern, material=mat)
     cal = calibrate_pattern_centre(source, master, points=cfg.pc_calibration_points, pc0=geom.pc,
                                    orientations=geom.orientation if orientations is None else orientations,
-                                   backend=backend, sample_tilt=geom.sample_tilt, detector_tilt=geom.detector_tilt,
+                                   backend=backend, preprocess=preprocess, sample_tilt=geom.sample_tilt,
+                                   detector_tilt=geom.detector_tilt,
                                    model=cfg.pc_model, step=source.grid.step, pixel_size=pixel_size,
                                    binning=cfg.binning)
     used = int(cal.used.sum())

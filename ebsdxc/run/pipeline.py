@@ -164,23 +164,31 @@ class Pipeline:
         pc = sim.pc[flat]
         count = np.zeros(B, np.int8)
         left = np.full(B, np.nan, np.float32)
+        quality = np.full(B, -np.inf)
         final = None
         todo = np.arange(B)
+        tried = g
         for it in range(sim.iterations):
-            refs = self._alike.correct(sim.simulate(xp, self._master, pc[todo], g[todo]))
+            refs = self._alike.correct(sim.simulate(xp, self._master, pc[todo], tried[todo]))
             res = self._match_prepared_pairs(refs, x[xp.asarray(todo)] if len(todo) < B else x)
             count[todo] += 1
-            R, angle = sim.rotation_left(xp, res, pc[todo], g[todo])
-            left[todo] = angle
+            q = sim.match_quality(xp, res)
+            better = q >= quality[todo]  # a re-simulation that matches worse is dropped
+            keep = todo[better]
             if final is None:
                 final = res
-            else:
-                _assign(final, res, xp.asarray(todo))
-            more = np.isfinite(angle) & (angle > sim.tolerance_deg)
+            elif keep.size:
+                _assign(final, _rows(res, xp.asarray(np.flatnonzero(better))), xp.asarray(keep))
+            quality[keep] = q[better]
+            g[keep] = tried[keep]
+            R, angle, holds = sim.rotation_left(xp, res, pc[todo], g[todo])
+            left[keep] = angle[better]
+            more = better & holds & (angle > sim.tolerance_deg)
             if it == sim.iterations - 1 or not more.any():
                 break
             todo = todo[more]
-            g[todo] = g[todo] @ np.swapaxes(R[more], -1, -2)  # the deformed crystal's orientation g R^T
+            tried = g.copy()
+            tried[todo] = g[todo] @ np.swapaxes(R[more], -1, -2)  # the deformed crystal's orientation g R^T
         extra = dict(final.extra or {})
         extra["simulated_reference/orientation"] = xp.asarray(g)
         extra["simulated_reference/simulations"] = xp.asarray(count)
@@ -322,6 +330,12 @@ class Pipeline:
         if self.config.correlation.subpixel == "upsampled":
             per_tile += ny * (nx // 2 + 1) * 8
         return self.layout.n * per_tile
+
+
+def _rows(res: PeakResult, rows) -> PeakResult:
+    """The rows ``rows`` of a result."""
+    extra = None if res.extra is None else {k: v[rows] for k, v in res.extra.items()}
+    return PeakResult(res.displacement[rows], res.peak_height[rows], res.status[rows], extra=extra)
 
 
 def _assign(into: PeakResult, part: PeakResult, where) -> None:

@@ -8,6 +8,7 @@ arrive; then the strain pass when a material is given.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import os
@@ -143,6 +144,15 @@ def _reference_params(references, ref, grains=None) -> dict:
     return {"reference_index": points, "reference_map": digest}
 
 
+def _calibration_preprocess(pre, source):
+    """The run's preprocessing for the calibration's patterns, with a dynamic background
+    division (by a Gaussian blur of a tenth of the pattern) when it has none: a simulation has
+    no background to compare with."""
+    if pre.dynamic_background_sigma is not None or pre.bandpass is not None:
+        return pre
+    return dataclasses.replace(pre, dynamic_background_sigma=max(source.pattern_shape) / 10.0)
+
+
 def _check_simulated_inputs(config, ref_index, reference_index, grain_inputs):
     strain = config.strain
     if ref_index is not None or reference_index is not None or config.grains.per_grain:
@@ -162,7 +172,7 @@ def _first_finite(g) -> int:
     return int(np.flatnonzero(ok)[0])
 
 
-def _simulated_references(config, source, geom, layout, shape, orientations) -> SimulatedReferences:
+def _simulated_references(config, source, geom, layout, shape, g) -> SimulatedReferences:
     from .. import materials
     from ..io.master_pattern import read_master_pattern
 
@@ -173,10 +183,6 @@ def _simulated_references(config, source, geom, layout, shape, orientations) -> 
     except (TypeError, ValueError):
         mat = None
     master = read_master_pattern(scfg.master_pattern, material=mat)
-    try:
-        g = start_orientations(source, geom, orientations)
-    except ValueError as e:
-        raise InputError(str(e), orientations or source.path) from None
     return SimulatedReferences(
         master=np.asarray(master.lambert, dtype=np.float32), orientation=g, pc=geom.pc.reshape(-1, 3).copy(),
         shape=tuple(shape), sample_tilt=geom.sample_tilt, detector_tilt=geom.detector_tilt,
@@ -225,12 +231,29 @@ def _process(source, ref, ref_index, reference_index, output, config, run, execu
         if per_grain:
             grains = grain_references(source, config, backend, static_background=static_bg, **grain_inputs)
             references = grains.references
-        geom = calibration = sim = None
-        if config.strain.enabled:  # before the long correlation pass: bad geometry fails at once
-            geom, calibration = _strain_geometry(config, source, shape, ref, 0 if simulated else ref_index, grains,
-                                                 backend)
+        geom = calibration = sim = start = None
+        gconfig = config
         if simulated:
-            sim = _simulated_references(config, source, geom, layout, shape, grain_inputs["orientations"])
+            try:
+                start = start_orientations(source, None, grain_inputs["orientations"])
+            except ValueError as e:
+                raise InputError(str(e), grain_inputs["orientations"] or source.path) from None
+            if start is not None and config.strain.orientation is None:
+                # the geometry's one orientation (the PC calibration's start): the map's first point
+                first = start[_first_finite(start)]
+                gconfig = config.replace(strain=dataclasses.replace(
+                    config.strain, orientation=tuple(float(v) for v in euler_of(first))))
+        if config.strain.enabled:  # before the long correlation pass: bad geometry fails at once
+            geom, calibration = _strain_geometry(gconfig, source, shape, ref, 0 if simulated else ref_index, grains,
+                                                 backend, orientations=start)
+        if simulated:
+            if start is None:
+                start = np.broadcast_to(geom.orientation, (source.grid.size, 3, 3)).copy()
+            if calibration is not None:  # refined with the PC at the calibration points: a better start there
+                start = start.copy()
+                flat = calibration.points[:, 0] * source.grid.cols + calibration.points[:, 1]
+                start[flat[calibration.used]] = calibration.orientation[calibration.used]
+            sim = _simulated_references(config, source, geom, layout, shape, start)
             first = _first_finite(sim.orientation)
             setup = sim.simulate(np, sim.master, sim.pc[first:first + 1], sim.orientation[first:first + 1])[0]
             references = ReferenceSet.single(setup, {"simulated": "the first point's, to set the pipeline up"})
@@ -260,8 +283,9 @@ def _process(source, ref, ref_index, reference_index, output, config, run, execu
             pipeline.close()
 
 
-def _strain_geometry(config, source, shape, ref, ref_index, grains, backend):
-    """The strain pass's geometry and, with ``strain.pc_calibrate``, the PC calibration it used."""
+def _strain_geometry(config, source, shape, ref, ref_index, grains, backend, orientations=None):
+    """The strain pass's geometry and, with ``strain.pc_calibrate``, the PC calibration it used
+    (started from ``orientations`` (n_points, 3, 3) when given)."""
     pre = config.preprocess
     scfg, meta = binned_geometry(pre.binning, config.strain, scan_metadata(source))
     calibration = None
@@ -271,8 +295,10 @@ def _strain_geometry(config, source, shape, ref, ref_index, grains, backend):
                                 ref_index=ref_index, ref_path=ref,
                                 ref_meta=scan_io.read_reference_metadata(ref) if ref else None)
         if scfg.pc_calibrate:
+            start = None if orientations is None else orientations.reshape(source.grid.rows, source.grid.cols, 3, 3)
             geom, calibration = calibrated_geometry(geom, scfg, source, ref_index=ref_index, backend=backend,
-                                                    pixel_size=pixel_size)
+                                                    pixel_size=pixel_size, orientations=start,
+                                                    preprocess=_calibration_preprocess(pre, source))
         return geom, calibration
     flat = grains.reference_flat()
     first = int(flat[flat >= 0][0])
@@ -280,7 +306,8 @@ def _strain_geometry(config, source, shape, ref, ref_index, grains, backend):
                             ref_index=first, per_grain=True)
     if scfg.pc_calibrate:
         geom, calibration = calibrated_geometry(geom, scfg, source, ref_index=first, backend=backend,
-                                                orientations=grains.orientations, pixel_size=pixel_size)
+                                                orientations=grains.orientations, pixel_size=pixel_size,
+                                                preprocess=_calibration_preprocess(pre, source))
     return grain_geometry(geom, scfg, reference_flat=flat, orientations=grains.orientations, phase=grains.phase,
                           phases=grains.phases,
                           path=grains.source if grains.source != "scan file" else source.path), calibration

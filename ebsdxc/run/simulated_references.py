@@ -10,7 +10,10 @@ not have). The fit against it is then the absolute elastic strain.
 The start orientation comes from an orientation map (indexing is good to about a degree) and
 the correlation sees the difference as a lattice rotation; so, as OpenXY does, the reference is
 simulated again at the orientation the fit found, ``g R^T`` (the deformed crystal's), until the
-rotation left is below ``tolerance_deg`` or ``iterations`` simulations were made. Each point's
+rotation left is below ``tolerance_deg`` or ``iterations`` simulations were made. A step is taken
+only from a fit that holds (at least ``min_rois`` ROIs, residual below ``max_residual_px``) and
+only up to ``max_step_deg``; a re-simulated reference that matches worse (lower median peak
+height) than the one before is dropped and the point keeps the better one. Each point's
 final reference orientation is kept (``simulated_reference/orientation``); the strain pass fits
 against it with the point's own PC.
 """
@@ -84,6 +87,9 @@ class SimulatedReferences:
     iterations: int = 3
     tolerance_deg: float = 0.01
     min_peak_height: float = 0.3
+    max_step_deg: float = 5.0
+    max_residual_px: float = 0.5
+    min_rois: int = 6
     label: dict = dataclasses.field(default_factory=dict)
 
     def __post_init__(self):
@@ -98,12 +104,13 @@ class SimulatedReferences:
         for a in (self.master, self.orientation, self.pc, self.stiffness, self.centres):
             h.update(np.ascontiguousarray(a).tobytes())
         h.update(repr((self.shape, self.sample_tilt, self.detector_tilt, self.iterations, self.tolerance_deg,
-                       self.min_peak_height)).encode())
+                       self.min_peak_height, self.max_step_deg, self.max_residual_px, self.min_rois)).encode())
         return h.hexdigest()[:16]
 
     def to_dict(self) -> dict:
         return {"kind": "simulated", "master_pattern": self.label, "iterations": self.iterations,
                 "tolerance_deg": self.tolerance_deg, "pattern_shape": list(self.shape),
+                "max_step_deg": self.max_step_deg, "max_residual_px": self.max_residual_px, "min_rois": self.min_rois,
                 "re_estimation": "the reference is simulated again at g R^T (R: the rotation the fit finds) until "
                                  "the rotation left is below tolerance_deg"}
 
@@ -115,15 +122,33 @@ class SimulatedReferences:
 
     def rotation_left(self, xp, result, pc, g):
         """The rotation R (B, 3, 3, host) the ROI shifts ``result`` show between each point and
-        its reference (NaN where they do not fit), and its angle in degrees."""
+        its reference, its angle in degrees (NaN where they do not fit), and whether the fit
+        holds well enough to step on (B,) bool."""
         fit = fit_strain(result.displacement, result.peak_height, result.status, centres=self.centres,
                          shape=self.shape, pc=xp.asarray(pc), pc_ref=xp.asarray(pc), stiffness=self.stiffness,
                          orientation=xp.asarray(g), sample_tilt=self.sample_tilt,
                          detector_tilt=self.detector_tilt, options=FitOptions(min_peak_height=self.min_peak_height))
-        _, R = polar_decomposition(fit.F, xp)
+        F = fit.F
+        ok = xp.isfinite(F).all(axis=(1, 2))
+        _, R = polar_decomposition(xp.where(ok[:, None, None], F, xp.eye(3)), xp)  # a failed fit: no rotation
         R = np.asarray(R.get() if hasattr(R, "get") else R)
-        angle = np.degrees(np.asarray(rotation_angle(R)))
-        return R, angle
+        ok = np.asarray(ok.get() if hasattr(ok, "get") else ok)
+        angle = np.where(ok, np.degrees(np.asarray(rotation_angle(R))), np.nan)
+        res = fit.residual_px
+        used = fit.n_used
+        res = np.asarray(res.get() if hasattr(res, "get") else res)
+        used = np.asarray(used.get() if hasattr(used, "get") else used)
+        holds = ok & (res < self.max_residual_px) & (used >= self.min_rois) & (angle <= self.max_step_deg)
+        return R, angle, holds
+
+    @staticmethod
+    def match_quality(xp, result):
+        """Median peak height of each point's ok ROIs (B,), host; -1 where none."""
+        h = xp.where(result.status == st.OK, result.peak_height, xp.nan)
+        h = np.asarray(h.get() if hasattr(h, "get") else h, dtype=np.float64)
+        with np.errstate(all="ignore"):
+            q = np.nanmedian(np.where(np.isnan(h).all(axis=1, keepdims=True), -1.0, h), axis=1)
+        return q
 
 
 def flagged(status) -> np.ndarray:
@@ -149,14 +174,16 @@ def point_geometry(geom, cfg, orientation_map, *, path=None):
     return dataclasses.replace(out, sources=sources)
 
 
-def start_orientations(source, geom, orientations=None) -> np.ndarray:
-    """(n_points, 3, 3) start orientation of every flat point: an orientation map (the file
-    ``orientations``, or the one the scan stores), else the strain geometry's one orientation
-    for all; NaN where the map has none (unindexed points, padding)."""
+def start_orientations(source, geom=None, orientations=None) -> np.ndarray | None:
+    """(n_points, 3, 3) start orientation of every flat point from an orientation map (the file
+    ``orientations``, or the one the scan stores; NaN where it indexes no point), else the
+    strain geometry's one orientation for all (``None`` without ``geom``)."""
     from ..crystal import euler_to_matrix
     from .grain_references import read_orientations
 
     omap = read_orientations(source, orientations)
     if omap is None:
+        if geom is None:
+            return None
         return np.broadcast_to(np.asarray(geom.orientation, dtype=np.float64), (source.grid.size, 3, 3)).copy()
     return euler_to_matrix(np.asarray(omap.euler_deg, dtype=np.float64)).reshape(-1, 3, 3)
