@@ -48,6 +48,7 @@ from ebsdxc import materials
 from ebsdxc import simulate as sim
 from ebsdxc import strain as sn
 from ebsdxc.config import load_config
+from ebsdxc.crystal import rotation_from_vector
 from ebsdxc.hrebsd import StrainConfig
 from ebsdxc.refine import RefineConfig
 from ebsdxc.run import process
@@ -64,7 +65,7 @@ def deformation(rows, cols, *, rotation_deg=0.0, seed=4):
     F = sim.smooth_deformation_field(rows, cols, strain=1e-3, rotation=1e-3, seed=seed)
     if rotation_deg:
         axis = ROTATION_AXIS / np.linalg.norm(ROTATION_AXIS)
-        F = F @ sim._rotation_matrices(np.deg2rad(rotation_deg) * axis)
+        F = F @ rotation_from_vector(np.deg2rad(rotation_deg) * axis)
     return sn.traction_free(F, C, g)
 
 

@@ -30,6 +30,7 @@ from ebsdxc import simulate as sim
 from ebsdxc import strain as sn
 from ebsdxc.backend import select_backend
 from ebsdxc.config import load_config
+from ebsdxc.crystal import rotation_from_vector
 from ebsdxc.hrebsd import StrainConfig
 from ebsdxc.io.results import read_results, read_strain
 from ebsdxc.run import process, strain
@@ -47,7 +48,7 @@ def make_scan(rows, cols, size, *, noise, rotation_deg=0.0, seed=4):
     C = materials.stiffness_tensor(materials.parse_material("Ni")[1])
     F = sim.smooth_deformation_field(rows, cols, strain=1e-3, rotation=1e-3, seed=seed)
     if rotation_deg:
-        F = F @ sim._rotation_matrices(np.deg2rad(rotation_deg) * np.array([0.48, 0.6, -0.64]))
+        F = F @ rotation_from_vector(np.deg2rad(rotation_deg) * np.array([0.48, 0.6, -0.64]))
     F = sn.traction_free(F, C, g)
     return sim.simulate_scan(rows, cols, shape=(size, size), counts=1000 if noise else None, F=F,
                              euler_deg=EULER, seed=seed)

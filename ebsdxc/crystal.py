@@ -19,7 +19,7 @@ import functools
 import numpy as np
 
 __all__ = ["LAUE_GROUPS", "euler_to_matrix", "laue_group", "matrix_to_euler", "misorientation_angle",
-           "rotation_angle", "symmetry_operators"]
+           "rotation_angle", "rotation_from_vector", "symmetry_operators"]
 
 #: Laue group names, lowest symmetry first.
 LAUE_GROUPS = ("-1", "2/m", "mmm", "4/m", "4/mmm", "-3", "-3m", "6/m", "6/mmm", "m-3", "m-3m")
@@ -175,6 +175,21 @@ def matrix_to_euler(g, *, xp=None):
     out[..., 0] %= 360.0
     out[..., 2] %= 360.0
     return out
+
+
+def rotation_from_vector(w, *, xp=None):
+    """Rotation matrices (..., 3, 3) of rotation vectors ``w`` (..., 3): axis times angle in
+    radians (Rodrigues' formula), NumPy or CuPy."""
+    xp = xp or _xp(w)
+    w = xp.asarray(w, dtype=xp.float64)
+    theta = xp.linalg.norm(w, axis=-1)[..., None, None]
+    k = xp.zeros(w.shape[:-1] + (3, 3))
+    k[..., 0, 1], k[..., 0, 2], k[..., 1, 2] = -w[..., 2], w[..., 1], -w[..., 0]
+    k[..., 1, 0], k[..., 2, 0], k[..., 2, 1] = w[..., 2], -w[..., 1], w[..., 0]
+    safe = xp.where(theta > 0, theta, 1.0)
+    a = xp.where(theta > 0, xp.sin(safe) / safe, 1.0)
+    b = xp.where(theta > 0, (1 - xp.cos(safe)) / safe**2, 0.5)
+    return xp.eye(3) + a * k + b * (k @ k)
 
 
 def rotation_angle(R, *, xp=None):

@@ -39,6 +39,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .crystal import rotation_from_vector
 from .geometry import check_shape, extrapolate_pc, fit_pc_plane
 from .simulate import simulate_patterns
 
@@ -107,18 +108,6 @@ def _normalised(patterns, mask, xp):
     x -= x.mean(axis=1, keepdims=True)
     norm = xp.sqrt((x * x).sum(axis=1, keepdims=True))
     return (x / xp.where(norm > 0, norm, 1.0)).astype(xp.float32), _asnumpy(norm[:, 0] > 0)
-
-
-def _rotations(w: np.ndarray) -> np.ndarray:
-    """Rodrigues: (..., 3, 3) rotation matrices of rotation vectors (..., 3) in radians."""
-    theta = np.linalg.norm(w, axis=-1)[..., None, None]
-    k = np.zeros(w.shape[:-1] + (3, 3))
-    k[..., 0, 1], k[..., 0, 2], k[..., 1, 2] = -w[..., 2], w[..., 1], -w[..., 0]
-    k[..., 1, 0], k[..., 2, 0], k[..., 2, 1] = w[..., 2], -w[..., 1], w[..., 0]
-    with np.errstate(divide="ignore", invalid="ignore"):
-        a = np.where(theta > 0, np.sin(theta) / theta, 1.0)
-        b = np.where(theta > 0, (1 - np.cos(theta)) / theta**2, 0.5)
-    return np.eye(3) + a * k + b * (k @ k)
 
 
 # --------------------------------------------------------------------------- Nelder-Mead
@@ -312,7 +301,7 @@ def refine_pc(patterns, master, *, pc0, orientations0, sample_tilt: float = 70.0
         pc = pc0[owner] + p[:, :3]
         g = g0[owner]
         if refine_orientation:
-            g = g @ np.swapaxes(_rotations(p[:, 3:]), -1, -2)
+            g = g @ np.swapaxes(rotation_from_vector(p[:, 3:]), -1, -2)
         return pc, g
 
     def cost(owner, z):

@@ -74,7 +74,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .crystal import euler_to_matrix, matrix_to_euler, misorientation_angle
+from .crystal import euler_to_matrix, matrix_to_euler, misorientation_angle, rotation_from_vector
 from .geometry import check_shape, detector_axes, pc_pixels, pixel_directions, project
 from .gnd import MAP_AXES
 from .strain import polar_decomposition, rotation_log
@@ -626,18 +626,6 @@ def poisson_noise(pattern, *, counts: float, rng) -> np.ndarray:
     return np.clip(draws, 0, np.iinfo(np.uint16).max).astype(np.uint16)
 
 
-def _rotation_matrices(w: np.ndarray) -> np.ndarray:
-    """Rodrigues: rotation matrices (..., 3, 3) for rotation vectors w (..., 3) in radians."""
-    theta = np.linalg.norm(w, axis=-1)[..., None, None]
-    k = np.zeros(w.shape[:-1] + (3, 3))
-    k[..., 0, 1], k[..., 0, 2], k[..., 1, 2] = -w[..., 2], w[..., 1], -w[..., 0]
-    k[..., 1, 0], k[..., 2, 0], k[..., 2, 1] = w[..., 2], -w[..., 1], w[..., 0]
-    with np.errstate(divide="ignore", invalid="ignore"):
-        a = np.where(theta > 0, np.sin(theta) / theta, 1.0)
-        b = np.where(theta > 0, (1 - np.cos(theta)) / theta**2, 0.5)
-    return np.eye(3) + a * k + b * (k @ k)
-
-
 def smooth_deformation_field(rows: int, cols: int, *, strain: float = 1e-3,
                              rotation: float = 1e-3, seed: int = 0) -> np.ndarray:
     """Smoothly varying small deformation gradients over a scan grid.
@@ -689,7 +677,7 @@ def smooth_deformation_field(rows: int, cols: int, *, strain: float = 1e-3,
     eps -= (trace / 3.0)[..., None, None] * np.eye(3)  # deviatoric part, amplitude ~ strain
     eps += (0.5 * strain * field())[..., None, None] * np.eye(3)  # volumetric part
     w = rotation * np.stack([field() for _ in range(3)], axis=-1)
-    F = (np.eye(3) + eps) @ _rotation_matrices(w)
+    F = (np.eye(3) + eps) @ rotation_from_vector(w)
     return F
 
 
@@ -1378,7 +1366,7 @@ def simulate_polycrystal(rows: int, cols: int, *, n_grains: int = 4, shape=(128,
     d = np.zeros(gid.shape + (3,))
     d[..., :2] = (positions - centre[k]) * 1e-6  # map offset, metres
     theta = np.einsum("...ij,jk,...k->...i", K[k], MAP_AXES, d)
-    R = _rotation_matrices(theta)
+    R = rotation_from_vector(theta)
     g = g0[k] @ np.swapaxes(R, -1, -2)
     F = (np.eye(3) + eps[k]) @ R
     trK = np.trace(K, axis1=-2, axis2=-1)

@@ -91,3 +91,14 @@ def test_gpu_matches_numpy_float64():
                                    atol=1e-12)
     np.testing.assert_allclose(cp.asnumpy(crystal.euler_to_matrix(cp.asarray(e))), g, atol=1e-12)
     np.testing.assert_allclose(cp.asnumpy(crystal.matrix_to_euler(cp.asarray(g))), e, atol=1e-9)
+
+
+def test_rotation_from_vector_is_scipys_rotvec():
+    from scipy.spatial.transform import Rotation
+
+    from ebsdxc.crystal import rotation_from_vector
+
+    w = np.random.default_rng(3).normal(size=(20, 3))
+    w[0] = 0.0  # the identity, without a division by zero
+    np.testing.assert_allclose(rotation_from_vector(w), Rotation.from_rotvec(w).as_matrix(), atol=1e-13)
+    assert rotation_from_vector(w[1]).shape == (3, 3)

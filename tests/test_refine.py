@@ -15,6 +15,7 @@ from scipy import ndimage
 from ebsdxc import cli, icgn
 from ebsdxc import simulate as sim
 from ebsdxc import status as st
+from ebsdxc.crystal import rotation_from_vector
 from ebsdxc.io.results import read_results, read_strain
 from ebsdxc.refine import RefineConfig, WholePatternRefiner
 from ebsdxc.rois import grid_layout
@@ -33,7 +34,7 @@ def _scan(n, shape=(128, 128), rotation_deg=0.0, seed=2):
     if rotation_deg:
         axis = np.array([0.48, 0.6, -0.64]) / np.linalg.norm([0.48, 0.6, -0.64])
         w = np.deg2rad(rotation_deg) * axis
-        F = F @ sim._rotation_matrices(w[None])[0]
+        F = F @ rotation_from_vector(w[None])[0]
     g = sim.bunge_to_matrix(*EULER)
     pc = np.array([0.5, 0.45, 0.6])
     big = (shape[0] * k, shape[1] * k)

@@ -7,8 +7,9 @@ import pytest
 from scipy.optimize import brentq
 
 from ebsdxc import materials, strain
+from ebsdxc.crystal import rotation_from_vector
 from ebsdxc.rois import grid_layout
-from ebsdxc.simulate import _rotation_matrices, bunge_to_matrix, displacement_truth
+from ebsdxc.simulate import bunge_to_matrix, displacement_truth
 
 SHAPE = (240, 320)
 PC_REF = np.array([0.52, 0.42, 0.62])
@@ -35,7 +36,7 @@ def random_F(rng, strain_mag=1e-3, rot_mag=1e-3, n=1):
         e = rng.normal(scale=strain_mag, size=(3, 3))
         e = (e + e.T) / 2
         w = rng.normal(scale=rot_mag, size=3)
-        out.append(traction_free((np.eye(3) + e) @ _rotation_matrices(w)))
+        out.append(traction_free((np.eye(3) + e) @ rotation_from_vector(w)))
     return np.array(out)
 
 
@@ -90,7 +91,7 @@ def test_pc_shift_alone_is_not_strain():
 
 
 def test_large_rotation_is_exact():
-    R = _rotation_matrices(np.deg2rad(3.0) * np.array([0.6, -0.48, 0.64]))
+    R = rotation_from_vector(np.deg2rad(3.0) * np.array([0.6, -0.48, 0.64]))
     F = traction_free((np.eye(3) + np.diag([1e-3, -5e-4, 0])) @ R)
     c, q, h, s = exact_case(F[None], PC_REF[None])
     r = fit(c, q, h, s, PC_REF[None])
@@ -194,7 +195,7 @@ def test_presets_and_parsing(tmp_path):
 def test_rotate_stiffness():
     C = C_NI
     # cubic symmetry: a 90-degree turn about a cube axis changes nothing
-    q = _rotation_matrices(np.array([0, 0, np.pi / 2]))
+    q = rotation_from_vector(np.array([0, 0, np.pi / 2]))
     np.testing.assert_allclose(materials.rotate_stiffness(C, q), C, atol=1e-9)
     # but a general orientation does, and keeps the invariants (trace of C_iijj, C_ijij)
     Cs = materials.rotate_stiffness(C, G)
@@ -218,7 +219,7 @@ def test_remap_identity_and_rotation():
     ref = simulate_pattern(master, shape=shape, pc=pc, orientation=G, background=False)
     same = strain.remap_pattern(ref, np.eye(3), pc=pc)
     np.testing.assert_allclose(same, ref, rtol=1e-5, atol=1e-3)
-    R = _rotation_matrices(np.deg2rad(3.0) * np.array([0.3, 0.8, -0.52]))
+    R = rotation_from_vector(np.deg2rad(3.0) * np.array([0.3, 0.8, -0.52]))
     want = simulate_pattern(master, shape=shape, pc=pc, orientation=G, F=R, background=False)
     got = strain.remap_pattern(ref, R, pc=pc)
     inner = np.s_[12:-12, 12:-12]  # the edges take nearest values: not comparable
@@ -265,7 +266,7 @@ def test_gpu_remap_equals_numpy():
 
     rng = np.random.default_rng(0)
     img = rng.random((70, 90)).astype(np.float32)
-    R = _rotation_matrices(np.deg2rad(2.0) * np.array([0.3, 0.8, -0.52]))
+    R = rotation_from_vector(np.deg2rad(2.0) * np.array([0.3, 0.8, -0.52]))
     pc = np.array([0.5, 0.45, 0.6])
     want = strain.remap_pattern(img, R, pc=pc)
     got = strain.remap_pattern(cp.asarray(img), cp.asarray(R), pc=cp.asarray(pc))

@@ -20,6 +20,7 @@ from ebsdxc import cli, materials
 from ebsdxc import simulate as sim
 from ebsdxc import strain as sn
 from ebsdxc.config import RunConfig, load_config
+from ebsdxc.crystal import rotation_from_vector
 from ebsdxc.hrebsd import StrainConfig
 from ebsdxc.io.results import read_results, read_strain
 from ebsdxc.run import process, strain
@@ -52,7 +53,7 @@ def errors(path, F, *, traction_free=True):
 def simulated(tmp_path, rows, cols, size, *, noise, rotation_deg=0.0, seed=4):
     F = sim.smooth_deformation_field(rows, cols, strain=1e-3, rotation=1e-3, seed=seed)
     if rotation_deg:
-        F = F @ sim._rotation_matrices(np.deg2rad(rotation_deg) * np.array([0.48, 0.6, -0.64]))
+        F = F @ rotation_from_vector(np.deg2rad(rotation_deg) * np.array([0.48, 0.6, -0.64]))
     F = sn.traction_free(F, C_NI, G)
     sc = sim.simulate_scan(rows, cols, shape=(size, size), counts=1000 if noise else None, F=F,
                            euler_deg=EULER, seed=seed)
