@@ -818,7 +818,7 @@ def _cli_warnings():
         def show(message, category, filename, lineno, file=None, line=None):
             if not issubclass(category, UserWarning):
                 return original(message, category, filename, lineno, file, line)
-            text = " ".join(str(message).split())
+            text = _flag_names(" ".join(str(message).split()))  # settings by the flags that set them
             with contextlib.suppress(OSError, ValueError):  # stderr closed: a warning is never fatal
                 print(f"ebsdxc: warning: {text}", file=file if file is not None else sys.stderr)
 

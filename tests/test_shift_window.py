@@ -63,3 +63,15 @@ def test_cli_names_the_flags(tmp_path, capsys, sample_dir):
     assert rc != 0 and not out.exists()
     assert len(err.splitlines()) == 1, err
     assert "--max-shift (12 px)" in err and "--roi-size (16 px)" in err and "Traceback" not in err
+
+
+def test_a_size_from_the_pattern_warns_once_naming_both(tmp_path, capsys, sample_dir):
+    """The ROI size follows from the pattern size only when the pipeline is built: then the rule
+    is one warning line (the shipped hrebsd recipe meets it on the 160-px sample), not a refusal."""
+    out = tmp_path / "r.h5"
+    rc = cli.main(["process", f"{sample_dir}/scan.h5", "--ref", f"{sample_dir}/ref.tif", "--pipeline", "hrebsd",
+                   "--device", "cpu", "-q", "-o", str(out)])
+    err = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert rc == 0 and out.exists()
+    assert len(err) == 1 and "warning" in err[0]
+    assert "--max-shift (24 px) is more than half of --roi-size (40 px)" in err[0]

@@ -75,6 +75,13 @@ class Pipeline:
         self.window = window_2d(self.tile_shape, config.preprocess.window, xp)
         self._window_1d = (window_1d(h, config.preprocess.window), window_1d(w, config.preprocess.window))
         corr = config.correlation
+        why = corr.shift_refusal(min(self.tile_shape)) if hasattr(corr, "shift_refusal") else None
+        if why and getattr(config.roi, "size", None) is None:
+            # an explicit roi.size is refused by the configuration; a size derived from the
+            # pattern size is only known here, and a shipped recipe meets it on small patterns
+            why = why.replace("must be at most half of", "is more than half of")
+            warnings.warn(f"{why}; the ROI size follows from the {references.pattern_shape[1]} px patterns",
+                          UserWarning, stacklevel=2)
         self.engine = make_engine(getattr(corr, "engine", "auto"), stage_backend, self.tile_shape, corr,
                                   window_1d=self._window_1d, n_tiles=layout.n, batch=batch)
         #: (n_roi,) bool ROIs that reach off the detector mask (their results are flagged), or None.
