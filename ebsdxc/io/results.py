@@ -1019,6 +1019,9 @@ class StrainWriter(ResultsHandle):
             for k, v in attrs.items():
                 ds.attrs[k] = v
         g["fit_status"].attrs["codes"] = json.dumps({str(k): v for k, v in fit_codes.items()})
+        source = (parameters.get("sources") or {}).get("pattern_centre")
+        if source:  # where the PCs came from: the file, a plane, a calibration
+            g["pattern_centre"].attrs["source"] = str(source)
         g.create_dataset("roi_used", (rows, cols, n_roi), bool, chunks=(1, cols, n_roi), fillvalue=False,
                          dcpl=_early())
         g["roi_used"].attrs["meaning"] = "ROI kept by the rejection rule"

@@ -44,6 +44,7 @@ def test_calibrated_pattern_centre_is_found_and_used(scan, tmp_path):
         # the bound: within 0.05% of the detector width, from a start 1% off (here 0.02%)
         assert np.abs(pc_map - true_pc).max() < 5e-4
         np.testing.assert_allclose(g["pattern_centre"][()], pc_map)  # the strain pass used them
+        assert g["pattern_centre"].attrs["source"].startswith("calibrated: plane fitted to 9 of 9 points")
         record = json.loads(cal.attrs["record"])
         assert record["model"] == "plane" and record["master_pattern"]["xtalname"]
         sources = json.loads(g["strain"].attrs.get("parameters", g.attrs.get("strain_parameters", "{}")))
