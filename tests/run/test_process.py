@@ -196,16 +196,24 @@ def test_nan_block_stays_in_its_roi_with_fourier_filters(tmp_path, sample_patter
     cfg = small_config().replace(preprocess=PreprocessConfig(**pre))
     layout = layout_for(cfg.roi, (160, 160))
     x0, y0 = layout.origins[4]
-    pats = sample_patterns[0, :3].astype(np.float32).copy()
+    clean = sample_patterns[0, :3].astype(np.float32)
+    pats = clean.copy()
     pats[1, y0 + 5:y0 + 15, x0 + 5:x0 + 15] = np.nan
     tifffile.imwrite(tmp_path / "ref.tif", sample_ref)
-    out = tmp_path / "res.h5"
+    out, ref_out = tmp_path / "res.h5", tmp_path / "clean.h5"
     process(ArraySource(pats), ref=str(tmp_path / "ref.tif"), output=str(out), config=cfg, run=CPU)
+    process(ArraySource(clean), ref=str(tmp_path / "ref.tif"), output=str(ref_out), config=cfg, run=CPU)
     d, _ = read_all(out)
+    want, _ = read_all(ref_out)
     assert d["status"][0, 1, 4] == st.NOT_FINITE
     assert np.isnan(d["displacement"][0, 1, 4]).all()
-    assert (d["status"][0, [0, 2]] == st.OK).all()
-    assert (np.delete(d["status"][0, 1], 4) == st.OK).all(), d["status"][0, 1]
+    # every other ROI is as it is without the dead pixels (the same fits, the same flags: with the
+    # band-pass one barely concave peak is SUBPIXEL_FAILED either way)
+    others = np.ones(d["status"].shape, bool)
+    others[0, 1, 4] = False
+    np.testing.assert_array_equal(d["status"][others], want["status"][others])
+    assert (d["status"][others] != st.NOT_FINITE).all()
+    assert (want["status"][0] == st.OK).mean() > 0.9
 
 
 def test_reference_with_nan_block_invalidates_that_roi_everywhere(tmp_path, sample_patterns, sample_ref):
