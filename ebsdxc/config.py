@@ -20,7 +20,8 @@ One dataclass per recipe table, and **the TOML keys are the field names**::
     [grains]       GrainsConfig      per_grain, tolerance_deg, min_size, rule = "kam" | "quality" | "centre",
                                      min_boundary_distance, similarity_threshold
     [refine]       RefineConfig      method = "none" | "icgn", max_iterations, tolerance_px, margin,
-                                     max_outside, min_zncc (:class:`ebsdxc.refine.RefineConfig`)
+                                     max_outside, min_zncc, region = "pattern" | "rois"
+                                     (:class:`ebsdxc.refine.RefineConfig`)
     [run]          RunConfig         device, batch, threads, executor = "inline" | "threads" | "dask"
     [cluster]      ClusterConfig     address = "local" | "slurm" | "pbs" | "tcp://host:port", workers,
                                      retries, rows_per_task; sub-table [cluster.job]: dask-jobqueue

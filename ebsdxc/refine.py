@@ -36,6 +36,7 @@ from . import status as st
 __all__ = ["REFINE_METHODS", "RefineConfig", "WholePatternRefiner", "RefineRecord", "POINT_DATASETS"]
 
 REFINE_METHODS = ("none", "icgn")
+REFINE_REGIONS = ("pattern", "rois")
 
 
 def _xp(a):
@@ -66,6 +67,9 @@ class RefineConfig:
         registered exactly.
     min_zncc : float
         A converged point whose whole-pattern ZNCC is lower is flagged ``REFINE_FAILED``.
+    region : {"pattern", "rois"}
+        ``"pattern"``: the pattern minus the margin; ``"rois"``: only the pixels the ROI layout
+        covers (ROIs placed to avoid a detector flaw keep it out of the refinement too).
     """
 
     method: str = "none"
@@ -74,6 +78,7 @@ class RefineConfig:
     margin: float = 0.08
     max_outside: float = 0.25
     min_zncc: float = 0.2
+    region: str = "pattern"
 
     def __post_init__(self):
         if self.method not in REFINE_METHODS:
@@ -89,6 +94,8 @@ class RefineConfig:
             raise ValueError(f"refine.max_outside must be a fraction in [0, 1), got {self.max_outside!r}")
         if not (_real(self.min_zncc) and -1 <= self.min_zncc < 1):
             raise ValueError(f"refine.min_zncc must be in [-1, 1), got {self.min_zncc!r}")
+        if self.region not in REFINE_REGIONS:
+            raise ValueError(f"refine.region must be one of {', '.join(REFINE_REGIONS)}, got {self.region!r}")
 
     @property
     def enabled(self) -> bool:
@@ -126,13 +133,16 @@ class WholePatternRefiner:
     centres : (n, 2) array
         ROI centres ``[x, y]`` px.
     config : RefineConfig
+    roi_size : (int, int), optional
+        ``(w, h)`` of the ROIs, for ``config.region = "rois"``.
     mask : (H, W) bool array, optional
         The detector mask: pixels outside it are not registered.
     min_peak_height : float
         ROI matches below this peak height are not used for the starting homography.
     """
 
-    def __init__(self, reference_images, centres, config: RefineConfig, *, mask=None, min_peak_height=0.3):
+    def __init__(self, reference_images, centres, config: RefineConfig, *, mask=None, min_peak_height=0.3,
+                 roi_size=None):
         xp = _xp(reference_images)
         self.xp = xp
         self.config = config
@@ -144,6 +154,15 @@ class WholePatternRefiner:
         region[my:h - my, mx:w - mx] = True
         if mask is not None:
             region &= np.asarray(mask.get() if hasattr(mask, "get") else mask, dtype=bool)
+        if config.region == "rois":
+            if roi_size is None:
+                raise ValueError("refine.region rois needs the ROI size")
+            covered = np.zeros((h, w), dtype=bool)
+            rw, rh = (int(v) for v in roi_size)
+            for cx, cy in np.asarray(centres, dtype=np.float64):
+                x0, y0 = int(round(cx - (rw - 1) / 2)), int(round(cy - (rh - 1) / 2))
+                covered[max(y0, 0):max(y0 + rh, 0), max(x0, 0):max(x0 + rw, 0)] = True
+            region &= covered
         ys, xs = np.nonzero(region)
         if len(xs) < 64:
             raise ValueError(f"refine.margin leaves {len(xs)} pixels of the {h}x{w} pattern to register; "
@@ -179,7 +198,7 @@ class WholePatternRefiner:
         c = self.config
         return {"method": c.method, "shape_function": "homography", "interpolation": "cubic B-spline",
                 "criterion": "ZNSSD", "max_iterations": c.max_iterations, "tolerance_px": c.tolerance_px,
-                "margin": c.margin, "max_outside": c.max_outside, "min_zncc": c.min_zncc,
+                "margin": c.margin, "max_outside": c.max_outside, "min_zncc": c.min_zncc, "region": c.region,
                 "origin": self.origin.tolist(), "scale": self.scale, "pixels": self.templates.n_pixels}
 
     def refine(self, patterns, displacement, peak_height, status, index=None):

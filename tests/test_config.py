@@ -49,7 +49,7 @@ EVERY_KEY = {
     "grains": {"per_grain": True, "tolerance_deg": 3.0, "min_size": 8, "rule": "centre", "min_boundary_distance": 1,
                "similarity_threshold": 0.6},
     "refine": {"method": "icgn", "max_iterations": 20, "tolerance_px": 0.001, "margin": 0.1, "max_outside": 0.1,
-               "min_zncc": 0.3},
+               "min_zncc": 0.3, "region": "rois"},
     "run": {"device": "cpu", "batch": 16, "threads": 2, "executor": "threads"},
     "cluster": {"address": "slurm", "workers": 3, "retries": 1, "rows_per_task": 4, "job": {"cores": 1}},
 }

@@ -108,7 +108,8 @@ class Pipeline:
         if refine is not None and refine.enabled:
             strain = getattr(config, "strain", None)
             self.refiner = WholePatternRefiner(self.reference_images, layout.centres, refine, mask=screen,
-                                               min_peak_height=getattr(strain, "min_peak_height", 0.3))
+                                               min_peak_height=getattr(strain, "min_peak_height", 0.3),
+                                               roi_size=layout.size)
         self.simulated = simulated
         if simulated is not None:
             self._master = xp.asarray(simulated.master, dtype=xp.float32)
