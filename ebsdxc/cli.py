@@ -584,6 +584,17 @@ def _print_summary(out, cfg):
         gr = s["grains"]
         print(f"{out}: {gr['count']} grains, {gr['with_reference']} with a reference point; "
               f"{s['points_without_reference']} points without a reference")
+    if "pc_calibration" in s:
+        c = s["pc_calibration"]
+        print(f"{out}: pattern centre calibrated at {c['used']} of {c['points']} points")
+    if "simulated_reference" in s:
+        r = s["simulated_reference"]
+        print(f"{out}: references simulated for {r['points']} points, {r['median_simulations']:.0f} per point "
+              f"(median), rotation left {r['median_rotation_left_deg']:.4f} deg (median)")
+    if "icgn" in s:
+        r = s["icgn"]
+        print(f"{out}: IC-GN converged at {r['converged']}/{r['points']} points, {r['median_iterations']:.0f} "
+              f"iterations and whole-pattern ZNCC {r['median_zncc']:.3f} (medians)")
     if s["stale"]:
         print(f"{out}: {' and '.join(s['stale'])} results are stale (fitted before the displacement changed): "
               "run 'ebsdxc strain --overwrite' on it")

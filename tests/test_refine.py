@@ -126,7 +126,9 @@ def test_cli_refine_icgn_on_the_sample(tmp_path, capsys):
     scan, ref = os.path.join(SAMPLE, "scan.h5"), os.path.join(SAMPLE, "ref.tif")
     plain, refined = str(tmp_path / "plain.h5"), str(tmp_path / "icgn.h5")
     assert cli.main(["process", scan, "--ref", ref, "-o", plain, "--material", "Ni", "-q"]) == 0
+    capsys.readouterr()
     assert cli.main(["process", scan, "--ref", ref, "-o", refined, "--material", "Ni", "--refine", "icgn", "-q"]) == 0
+    assert "IC-GN converged at 100/100 points" in capsys.readouterr().out
     with h5py.File(refined, "r") as f:
         g = f["ebsdxc"]
         assert json.loads(g.attrs["parameters"])["refine"]["method"] == "icgn"

@@ -928,7 +928,33 @@ def read_summary(path) -> dict:
                if "grains" in g else {}),
             **({"gnd_points": int(np.isfinite(g["gnd_density"][...]).sum())} if "gnd_density" in g else {}),
             **({"gnd_complete": bool(a["gnd_complete"])} if "gnd_complete" in a else {}),
+            **({"icgn": _icgn_summary(g["icgn"])} if "icgn" in g else {}),
+            **({"simulated_reference": _simulated_summary(g["simulated_reference"])}
+               if "simulated_reference" in g else {}),
+            **({"pc_calibration": {"points": int(g["pc_calibration/used"].shape[0]),
+                                   "used": int(g["pc_calibration/used"][()].sum())}}
+               if "pc_calibration" in g else {}),
         }
+
+
+def _icgn_summary(grp) -> dict:
+    """Converged points, median iterations and whole-pattern ZNCC of a refined run."""
+    status = grp["status"][()]
+    refined = status != 255
+    ok = status == 0
+    its = grp["iterations"][()][ok]
+    zncc = grp["zncc"][()][ok]
+    return {"points": int(refined.sum()), "converged": int(ok.sum()),
+            "median_iterations": float(np.median(its)) if its.size else float("nan"),
+            "median_zncc": float(np.median(zncc)) if zncc.size else float("nan")}
+
+
+def _simulated_summary(grp) -> dict:
+    sims = grp["simulations"][()]
+    left = grp["rotation_left_deg"][()]
+    made = sims > 0
+    return {"points": int(made.sum()), "median_simulations": float(np.median(sims[made])) if made.any() else 0.0,
+            "median_rotation_left_deg": float(np.nanmedian(left)) if np.isfinite(left).any() else float("nan")}
 
 
 # --------------------------------------------------------------------------- strain (HR-EBSD)

@@ -41,11 +41,12 @@ def _absolute_error(out, F):
     return float(np.sqrt(np.nanmean((e - (V - np.eye(3))) ** 2, axis=0)).max())
 
 
-def test_absolute_strain_against_simulated_references(scan, tmp_path):
+def test_absolute_strain_against_simulated_references(scan, tmp_path, capsys):
     path, F, g = scan
     out = str(tmp_path / "r.h5")
     assert cli.main(["process", path, "--ref", "simulated", "--master-pattern", MASTER, "--material", "Ni",
                      "--pipeline", "hrebsd", "--roi-size", "48", "-o", out, "-q"]) == 0
+    assert "references simulated for 9 points, 2 per point" in capsys.readouterr().out
     # the bound for absolute strain is 1e-4 RMS (measured here: about 5e-5 at 160 px)
     assert _absolute_error(out, F) < 1e-4
     with h5py.File(out, "r") as f:
