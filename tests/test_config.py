@@ -45,7 +45,8 @@ EVERY_KEY = {
                "pc_map": "constant", "pixel_size": 40.0, "binning": 2, "orientation": [10.0, 20.0, 30.0],
                "sample_tilt": 69.0, "detector_tilt": 2.0, "remap_threshold_deg": 0.5, "min_peak_height": 0.4,
                "outlier_sigma": 3.0, "residual_floor_px": 0.2, "min_rois": 6, "step": 0.5, "gnd": False,
-               "slip_systems": "slip.csv"},
+               "slip_systems": "slip.csv", "master_pattern": "ni.h5", "pc_calibrate": True,
+               "pc_calibration_points": [3, 4], "pc_model": "extrapolation"},
     "grains": {"per_grain": True, "tolerance_deg": 3.0, "min_size": 8, "rule": "centre", "min_boundary_distance": 1,
                "similarity_threshold": 0.6},
     "refine": {"method": "icgn", "max_iterations": 20, "tolerance_px": 0.001, "margin": 0.1, "max_outside": 0.1,
@@ -110,7 +111,7 @@ def test_every_key_of_every_table_reaches_its_field(tmp_path):
         obj = section(pcfg, rcfg, table)
         for key, value in values.items():
             got = as_recipe(getattr(obj, key))
-            if key in ("centres", "static_background", "slip_systems"):  # relative to the recipe's folder
+            if key in ("centres", "static_background", "slip_systems", "master_pattern"):  # relative to the recipe's folder
                 value = str(tmp_path / value)
             assert got == value, (table, key, got, value)
     # and nothing differs from the defaults but what the recipe says
