@@ -151,3 +151,18 @@ def test_real_ni_patterns(tmp_path):
     assert (height[good] > 0.45).all() and (height[~good] < 0.35).all()
     assert fitted[good].mean() >= 0.75 and not fitted[~good].any()
     assert np.nanmedian(left[good]) < 1.0
+
+
+def test_results_do_not_depend_on_the_batch(scan, tmp_path):
+    """Re-estimation and IC-GN run per batch: batches of 1 and of the whole scan agree bit for bit."""
+    path, _, _ = scan
+    files = []
+    for batch in ("1", "9"):
+        out = str(tmp_path / f"b{batch}.h5")
+        assert cli.main(["process", path, "--ref", "simulated", "--master-pattern", MASTER, "--material", "Ni",
+                         "--pipeline", "hrebsd", "--roi-size", "48", "--refine", "icgn", "--batch", batch,
+                         "-o", out, "-q"]) == 0
+        files.append(out)
+    with h5py.File(files[0], "r") as a, h5py.File(files[1], "r") as b:
+        for k in ("displacement", "simulated_reference/orientation", "icgn/homography", "strain"):
+            np.testing.assert_array_equal(a["ebsdxc"][k][()], b["ebsdxc"][k][()], err_msg=k)
