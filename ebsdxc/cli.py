@@ -153,8 +153,9 @@ def _strain_options(p, *, in_process):
     s.add_argument("--no-remap", action="store_true", help="never remap")
     s.add_argument("--min-peak-height", type=float, metavar="H",
                    help="ROIs with a lower correlation peak are not used (default 0.3)")
-    s.add_argument("--step", type=float, metavar="UM",
-                   help="scan step in micrometres, for the GND density when the scan file records none")
+    s.add_argument("--step", type=float, metavar="UM|PX",
+                   help="scan step in micrometres, for the GND density when the scan file records none; with "
+                        "--mode dic: the spacing of the subsets in px (default 8)")
     s.add_argument("--no-gnd", action="store_true", help="no Nye tensor and GND density")
     s.add_argument("--slip-systems", metavar="FILE",
                    help="slip systems of an HCP material for the GND density (CSV of Miller-Bravais plane, "
@@ -236,6 +237,15 @@ def _parser():
     pp.add_argument("--kernel", metavar="NAME[:OPTS]",
                     help="definition-based kernel of the direct engine, e.g. grouped_overlap:g=4,kr=8 "
                          "(default: the fastest measured; see 'ebsdxc bench')")
+    dg = pp.add_argument_group("DIC (--mode dic): SCAN is the frames, --ref the reference image")
+    dg.add_argument("--mode", choices=("ebsd", "dic"), default="ebsd",
+                    help="ebsd (default): ROIs of diffraction patterns; dic: subsets on a grid of images, "
+                         "displacement and Green-Lagrange strain fields (/ebsdxc/dic)")
+    dg.add_argument("--subset", type=_positive_int, metavar="PX", help="subset side, odd (default 31)")
+    dg.add_argument("--search", type=_positive_int, metavar="PX",
+                    help="integer search around the rigid shift, +- px (default 16)")
+    dg.add_argument("--strain-window", type=_positive_int, metavar="N",
+                    help="points on a side of the strain fit's window, odd (default 5)")
     pp.add_argument("--refine", choices=REFINE_METHODS,
                     help="icgn: refine every point by whole-pattern IC-GN (a homography, cubic B-spline "
                          "interpolation), started from the ROI matches; the ROI shifts become the homography's "
@@ -355,6 +365,8 @@ _FLAGS = {
     "preprocess.average_kernel": "--average-kernel", "preprocess.average_sigma": "--average-sigma",
     "correlation.engine": "--engine", "correlation.max_shift": "--max-shift", "correlation.subpixel": "--subpixel",
     "correlation.kernel": "--kernel", "refine.method": "--refine",
+    "dic.subset": "--subset", "dic.search": "--search", "dic.strain_window": "--strain-window",
+    "dic.step": "--step",
     "strain.material": "--material", "strain.pc": "--pc", "strain.pc_ref": "--pc-ref",
     "strain.pc_convention": "--pc-convention", "strain.pc_map": "--pc-map", "strain.pixel_size": "--pixel-size",
     "strain.binning": "--binning", "strain.orientation": "--orientation", "strain.sample_tilt": "--sample-tilt",
@@ -402,6 +414,22 @@ def _overrides(a) -> dict:
         value = getattr(a, flag[2:].replace("-", "_"), None)
         if value is not None:
             put(key, list(value) if isinstance(value, tuple) else value)
+    # --step is the GND scan step (um) for EBSD and the subset spacing (px) for DIC
+    dic = getattr(a, "mode", "ebsd") == "dic"
+    if dic:
+        put("dic.enabled", True)
+        step = out.get("strain", {}).pop("step", None)
+        if not out.get("strain"):
+            out.pop("strain", None)
+        if step is not None:
+            if step != int(step) or step < 1:
+                raise InputError(f"--step with --mode dic is the subset spacing in whole pixels, got {step:g}")
+            put("dic.step", int(step))
+    elif "dic" in out:
+        out["dic"].pop("step", None)
+        if out["dic"]:
+            raise InputError(f"{_FLAGS['dic.' + next(iter(out['dic']))]} applies with --mode dic")
+        out.pop("dic")
     layouts = [x for x in (getattr(a, "roi_grid", None), getattr(a, "roi_ring", None),
                            getattr(a, "roi_centres", None)) if x]
     if len(layouts) > 1:

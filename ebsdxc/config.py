@@ -19,6 +19,9 @@ One dataclass per recipe table, and **the TOML keys are the field names**::
                                      pc_calibration_points, pc_model (:class:`ebsdxc.hrebsd.StrainConfig`)
     [grains]       GrainsConfig      per_grain, tolerance_deg, min_size, rule = "kam" | "quality" | "centre",
                                      min_boundary_distance, similarity_threshold
+    [dic]          DicConfig         enabled, subset, step, search, coarse_size, shape_function,
+                                     max_iterations, tolerance_px, min_zncc, strain_window
+                                     (:class:`ebsdxc.dic.DicConfig`)
     [refine]       RefineConfig      method = "none" | "icgn", max_iterations, tolerance_px, margin,
                                      max_outside, min_zncc, region = "pattern" | "rois"
                                      (:class:`ebsdxc.refine.RefineConfig`)
@@ -27,7 +30,7 @@ One dataclass per recipe table, and **the TOML keys are the field names**::
                                      retries, rows_per_task; sub-table [cluster.job]: dask-jobqueue
                                      keyword arguments (queue, account, walltime, cores, memory, ...)
 
-The first six tables form a :class:`ProcessConfig`: the settings that define the result,
+The first seven tables form a :class:`ProcessConfig`: the settings that define the result,
 stored in the results file (:meth:`ProcessConfig.parameters`) and compared on resume. ``[run]``
 and ``[cluster]`` form a :class:`RunConfig`: where and how fast it runs, never stored.
 
@@ -53,6 +56,7 @@ except ModuleNotFoundError:  # Python 3.10
     import tomli as tomllib
 
 from ._resources import data_dir
+from .dic import DicConfig
 from .engines.base import EngineConfig
 from .errors import InputError
 from .hrebsd import StrainConfig
@@ -223,6 +227,7 @@ class ProcessConfig:
     strain: StrainConfig = field(default_factory=StrainConfig)
     grains: GrainsConfig = field(default_factory=GrainsConfig)
     refine: RefineConfig = field(default_factory=RefineConfig)
+    dic: DicConfig = field(default_factory=DicConfig)
 
     def parameters(self) -> dict:
         """JSON-able parameters stored in the results file.
@@ -236,6 +241,8 @@ class ProcessConfig:
             d.pop("grains")  # one reference: the record stays what it was before grains existed
         if not self.refine.enabled:
             d.pop("refine")  # likewise without refinement
+        if not self.dic.enabled:
+            d.pop("dic")
         d["correlation"].pop("engine", None)
         return _jsonable(d)
 
@@ -253,7 +260,7 @@ class ProcessConfig:
             pre.setdefault("static_background", params["static_background"])
         tables = {"roi": dict(params.get("roi") or {}), "preprocess": pre,
                   "correlation": dict(params.get("correlation") or {}), "grains": dict(params.get("grains") or {}),
-                  "refine": dict(params.get("refine") or {})}
+                  "refine": dict(params.get("refine") or {}), "dic": dict(params.get("dic") or {})}
         for name, table in tables.items():
             unknown = set(table) - _KEYS[name]
             if unknown:
@@ -261,7 +268,7 @@ class ProcessConfig:
                                  "(results of a newer ebsdxc?)")
         return cls(roi=RoiConfig(**tables["roi"]), preprocess=PreprocessConfig(**tables["preprocess"]),
                    correlation=EngineConfig(**tables["correlation"]), grains=GrainsConfig(**tables["grains"]),
-                   refine=RefineConfig(**tables["refine"]))
+                   refine=RefineConfig(**tables["refine"]), dic=DicConfig(**tables["dic"]))
 
     def replace(self, **kw) -> ProcessConfig:
         return dataclasses.replace(self, **kw)
@@ -373,7 +380,7 @@ class RunConfig:
 
 # --------------------------------------------------------------------------- recipes
 
-TABLES = ("roi", "preprocess", "correlation", "strain", "grains", "refine", "run", "cluster")
+TABLES = ("roi", "preprocess", "correlation", "strain", "grains", "refine", "dic", "run", "cluster")
 
 
 def _fields(cls, *, without=()) -> set:
@@ -382,6 +389,7 @@ def _fields(cls, *, without=()) -> set:
 
 _KEYS = {"roi": _fields(RoiConfig), "preprocess": _fields(PreprocessConfig), "correlation": _fields(EngineConfig),
          "strain": _fields(StrainConfig), "grains": _fields(GrainsConfig), "refine": _fields(RefineConfig),
+         "dic": _fields(DicConfig),
          "run": _fields(RunConfig, without=("cluster",)),
          "cluster": _fields(ClusterConfig)}
 # Settings that name files: relative paths resolve against the recipe's folder.
@@ -506,6 +514,7 @@ def load_config(recipe=None, overrides: dict | None = None) -> tuple[ProcessConf
     strain = build("strain", lambda ts: StrainConfig(**merged(ts)))
     grains = build("grains", lambda ts: GrainsConfig(**merged(ts)))
     refine = build("refine", lambda ts: RefineConfig(**merged(ts)))
+    dic = build("dic", lambda ts: DicConfig(**merged(ts)))
 
     def cluster_table(ts):
         out = merged(ts)
@@ -519,7 +528,7 @@ def load_config(recipe=None, overrides: dict | None = None) -> tuple[ProcessConf
     if cluster.job:
         _check_job_keys(cluster.job, layers)
     return ProcessConfig(roi=roi, preprocess=pre, correlation=corr, strain=strain, grains=grains,
-                         refine=refine), run
+                         refine=refine, dic=dic), run
 
 
 _SETTING = re.compile(r"\b(" + "|".join(TABLES) + r")\.(\w+)")

@@ -335,7 +335,7 @@ def _gradients(coef, image, x, y, xp):
 
 
 def make_templates(images, *, pixels, weights=None, image_index=None, origin, scale,
-                   shape_function: str = "homography") -> Templates:
+                   shape_function: str = "homography", coefficients=None) -> Templates:
     """Prepare IC-GN templates from reference images.
 
     Parameters
@@ -353,6 +353,9 @@ def make_templates(images, *, pixels, weights=None, image_index=None, origin, sc
     scale : float or (T,) array
         Pixels per normalised unit.
     shape_function : {"homography", "affine"}
+    coefficients : (M, H, W) array, optional
+        The images' B-spline coefficients when already made (:func:`spline_coefficients`):
+        many batches of subsets of one large image need them once.
 
     Returns
     -------
@@ -389,7 +392,7 @@ def make_templates(images, *, pixels, weights=None, image_index=None, origin, sc
     if not bool((scale > 0).all()):
         raise ValueError("scale must be positive")
 
-    coef = spline_coefficients(images)
+    coef = spline_coefficients(images) if coefficients is None else coefficients
     f = images.astype(xp.float64)[index[:, None], py, px]
     gx, gy = _gradients(coef, index, px, py, xp)
     u32 = ((px - origin[:, 0:1]) / scale[:, None]).astype(xp.float32)

@@ -21,6 +21,7 @@ from ebsdxc.config import (
     load_config,
     shipped_recipes,
 )
+from ebsdxc.dic import DicConfig
 from ebsdxc.engines.base import EngineConfig
 from ebsdxc.errors import InputError
 from ebsdxc.hrebsd import StrainConfig
@@ -28,7 +29,7 @@ from ebsdxc.preprocess import PreprocessConfig
 from ebsdxc.refine import RefineConfig
 
 CLASSES = {"roi": RoiConfig, "preprocess": PreprocessConfig, "correlation": EngineConfig, "strain": StrainConfig,
-           "grains": GrainsConfig, "refine": RefineConfig, "run": RunConfig, "cluster": ClusterConfig}
+           "grains": GrainsConfig, "refine": RefineConfig, "dic": DicConfig, "run": RunConfig, "cluster": ClusterConfig}
 
 # A value other than the default for every field of every table, as a recipe writes it.
 EVERY_KEY = {
@@ -51,6 +52,8 @@ EVERY_KEY = {
                "similarity_threshold": 0.6},
     "refine": {"method": "icgn", "max_iterations": 20, "tolerance_px": 0.001, "margin": 0.1, "max_outside": 0.1,
                "min_zncc": 0.3, "region": "rois"},
+    "dic": {"enabled": True, "subset": 21, "step": 5, "search": 8, "coarse_size": 256, "shape_function": "affine",
+            "max_iterations": 20, "tolerance_px": 0.01, "min_zncc": 0.7, "strain_window": 7},
     "run": {"device": "cpu", "batch": 16, "threads": 2, "executor": "threads"},
     "cluster": {"address": "slurm", "workers": 3, "retries": 1, "rows_per_task": 4, "job": {"cores": 1}},
 }
@@ -85,7 +88,7 @@ def recipe(tmp_path, tables, name="r.toml"):
 
 def section(pcfg, rcfg, table):
     return {"roi": pcfg.roi, "preprocess": pcfg.preprocess, "correlation": pcfg.correlation,
-            "strain": pcfg.strain, "grains": pcfg.grains, "refine": pcfg.refine, "run": rcfg,
+            "strain": pcfg.strain, "grains": pcfg.grains, "refine": pcfg.refine, "dic": pcfg.dic, "run": rcfg,
             "cluster": rcfg.cluster}[table]
 
 
@@ -111,7 +114,8 @@ def test_every_key_of_every_table_reaches_its_field(tmp_path):
         obj = section(pcfg, rcfg, table)
         for key, value in values.items():
             got = as_recipe(getattr(obj, key))
-            if key in ("centres", "static_background", "slip_systems", "master_pattern"):  # relative to the recipe's folder
+            # file settings are relative to the recipe's folder
+            if key in ("centres", "static_background", "slip_systems", "master_pattern"):
                 value = str(tmp_path / value)
             assert got == value, (table, key, got, value)
     # and nothing differs from the defaults but what the recipe says

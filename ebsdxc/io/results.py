@@ -440,13 +440,17 @@ class ResultsWriter(ResultsHandle):
     @classmethod
     def create(cls, path, *, grid, centres, roi_size, parameters: dict, inputs: list,
                command_line: str = "", overwrite=False, attrs: dict | None = None,
-               point_datasets: dict | None = None, group_attrs: dict | None = None) -> ResultsWriter:
+               point_datasets: dict | None = None, group_attrs: dict | None = None,
+               dic_points=None) -> ResultsWriter:
         """A new results file; ``attrs`` are more attributes of ``/ebsdxc`` (written with the rest:
         attributes added later may need room the disk no longer has).
 
         ``point_datasets`` are per-point datasets the run writes with each batch (``write``'s
         ``extra``): name (under ``/ebsdxc``) -> (trailing shape, dtype, fill value, meaning);
         ``group_attrs`` maps a group name to attributes for it (e.g. ``{"icgn": {...}}``).
+        ``dic_points`` (ny, nx, 2): a DIC run, whose scan points are the frames and whose ROIs are
+        the subsets (row-major over the grid): the file gets the ``/ebsdxc/dic`` group of the DIC
+        contract (:func:`write_dic_strain` fills its strain).
         """
         path = os.fspath(path)
         lock = ResultsLock(path, command=command_line).acquire()
@@ -460,6 +464,8 @@ class ResultsWriter(ResultsHandle):
                                      "refusing to replace it", path)
                 os.remove(path)
             need = _space_needed(grid.rows, grid.cols, len(centres), _point_bytes(point_datasets))
+            if dic_points is not None:  # the strain, 4 float32 per subset and frame
+                need += grid.rows * grid.cols * len(centres) * 16
             _check_space(path, need)
             _try_reserve(path, need)
             try:
@@ -472,6 +478,8 @@ class ResultsWriter(ResultsHandle):
                     cls._build(f, grid=grid, centres=centres, roi_size=roi_size, parameters=parameters,
                                inputs=inputs, command_line=command_line, attrs=attrs or {})
                     cls._build_point_datasets(f, grid, point_datasets or {}, group_attrs or {})
+                    if dic_points is not None:
+                        cls._build_dic(f, grid, np.asarray(dic_points, dtype=np.float64))
                     f.flush()
                     fd = os.open(path, os.O_WRONLY)
                     try:
@@ -543,6 +551,37 @@ class ResultsWriter(ResultsHandle):
             sub = g.require_group(group)
             for k, v in attrs.items():
                 sub.attrs[k] = v
+
+    @staticmethod
+    def _build_dic(f, grid, points):
+        g = f[GROUP]
+        ny, nx = points.shape[:2]
+        n_frames = grid.rows * grid.cols
+        if g["displacement"].shape[2] != ny * nx:
+            raise ValueError(f"{ny}x{nx} DIC points but {g['displacement'].shape[2]} ROIs")
+        d = g.require_group("dic")  # the per-frame datasets may have made it
+        d.attrs["meaning"] = ("digital image correlation: scan points are the frames (in order), ROIs the subsets "
+                              "(row-major over the grid); these views give the DIC contract's shapes")
+        p = d.create_dataset("points", data=points)
+        p.attrs["components"] = "x, y (px, origin at the centre of pixel (0, 0)): subset centres in the reference"
+        # Views of the data as written, not copies: virtual datasets over this same file ('.').
+        for name, tail, dtype, fill, meaning in (
+                ("displacement", (2,), np.float32, np.nan,
+                 "u, v px: position in the frame minus position in the reference; NaN where status != 0"),
+                ("status", (), np.uint8, st.NOT_PROCESSED, "codes as /ebsdxc/status (its 'codes' attribute)"),
+                ("zncc", (), np.float32, np.nan, "zero-mean normalised correlation of the subset at the result")):
+            src = {"displacement": "displacement", "status": "status", "zncc": "peak_height"}[name]
+            layout = h5py.VirtualLayout(shape=(n_frames, ny, nx, *tail), dtype=dtype)
+            vs = h5py.VirtualSource(".", f"{GROUP}/{src}", shape=g[src].shape, dtype=dtype)
+            for r in range(grid.rows):  # frame r * cols + c is scan point (r, c)
+                for iy in range(ny):
+                    layout[r * grid.cols:(r + 1) * grid.cols, iy] = vs[r, :, iy * nx:(iy + 1) * nx]
+            v = d.create_virtual_dataset(name, layout, fillvalue=fill)
+            v.attrs["meaning"] = meaning
+        s = d.create_dataset("strain", (n_frames, ny, nx, 2, 2), np.float32, chunks=(1, ny, nx, 2, 2),
+                             fillvalue=np.nan, dcpl=_early())
+        s.attrs["meaning"] = "Green-Lagrange strain [[Exx, Exy], [Eyx, Eyy]] (the strain pass of the run)"
+        d.attrs["strain_complete"] = False
 
     @classmethod
     def resume(cls, path, *, grid, parameters: dict, inputs: list, command_line: str = "") -> ResultsWriter:
@@ -635,6 +674,9 @@ class ResultsWriter(ResultsHandle):
                 a.modify(flag, False)
                 a.modify(f"{name}_stale", True)
                 changed = True
+        if "dic" in self._g and bool(self._g["dic"].attrs.get("strain_complete", False)):
+            self._g["dic"].attrs.modify("strain_complete", False)
+            changed = True
         if changed:
             self._f.flush()
 
@@ -1172,3 +1214,25 @@ def read_strain(path) -> dict:
         out["strain_parameters"] = json.loads(g.attrs["strain_parameters"])
         out["strain_complete"] = bool(g.attrs["strain_complete"])
     return out
+
+
+def write_dic_strain(path, strain, *, attrs: dict) -> None:
+    """Write the Green-Lagrange strain (n_frames, ny, nx, 2, 2) of a DIC results file into
+    ``/ebsdxc/dic/strain``; ``dic`` attribute ``strain_complete`` turns true only after it."""
+    path = require_results(path)
+    with ResultsLock(path, command="dic strain"):
+        failure = None
+        with _quiet_failed_writes():
+            try:
+                with h5py.File(path, "r+") as f:
+                    d = f[GROUP]["dic"]
+                    d.attrs["strain_complete"] = False
+                    f.flush()
+                    d["strain"][...] = np.asarray(strain, dtype=np.float32)
+                    d.attrs["strain_parameters"] = json.dumps(attrs, sort_keys=True)
+                    f.flush()
+                    d.attrs["strain_complete"] = True
+            except (OSError, RuntimeError, ValueError, KeyError) as e:
+                failure = _why(e)
+        if failure is not None:
+            raise InputError(f"cannot write the DIC strain ({failure}); it stays marked incomplete", path)

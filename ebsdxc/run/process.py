@@ -29,6 +29,8 @@ from ..references import ReferenceSet
 from ..refine import POINT_DATASETS
 from ..rois import layout_for
 from ..status import NO_REFERENCE
+from .dic import DicPipeline, dic_layout, dic_strain_pass
+from .dic import point_datasets as dic_point_datasets
 from .executors import Executor, InlineExecutor
 from .grain_references import grain_references
 from .inputs import check_averaging, read_points, reference_set, static_background
@@ -153,6 +155,17 @@ def _calibration_preprocess(pre, source):
     return dataclasses.replace(pre, dynamic_background_sigma=max(source.pattern_shape) / 10.0)
 
 
+def _check_dic_inputs(config, ref, reference_index, grain_inputs):
+    if ref == SIMULATED or reference_index is not None or config.grains.per_grain or any(
+            v is not None for v in grain_inputs.values()):
+        raise InputError("DIC correlates every frame with one reference image: give --ref IMAGE or --ref-index N")
+    if config.strain.enabled:
+        raise InputError("DIC measures displacement and strain fields of images: strain.material (HR-EBSD) "
+                         "does not apply")
+    if config.refine.enabled:
+        raise InputError("DIC refines every subset by IC-GN already: refine.method applies to EBSD patterns")
+
+
 def _check_simulated_inputs(config, ref_index, reference_index, grain_inputs):
     strain = config.strain
     if ref_index is not None or reference_index is not None or config.grains.per_grain:
@@ -204,6 +217,9 @@ def _process(source, ref, ref_index, reference_index, output, config, run, execu
              command_line, grain_inputs):
     pre = config.preprocess
     check_averaging(pre, source)
+    dic = config.dic.enabled
+    if dic:
+        _check_dic_inputs(config, ref, reference_index, grain_inputs)
     simulated = ref == SIMULATED
     if simulated:
         _check_simulated_inputs(config, ref_index, reference_index, grain_inputs)
@@ -216,7 +232,11 @@ def _process(source, ref, ref_index, reference_index, output, config, run, execu
             raise InputError("strain against several references needs a reference per grain (grains.per_grain): "
                              "process without a material, or with one reference")
     shape = processed_shape(pre.binning, source.pattern_shape, source.path)
-    layout = layout_for(config.roi, shape, path=source.path)
+    dic_points = None
+    if dic:
+        layout, dic_points = dic_layout(config, shape)
+    else:
+        layout = layout_for(config.roi, shape, path=source.path)
     static_bg = None
     if pre.static_background != "mean":  # checked before anything is written
         static_bg = static_background(pre.static_background, source)
@@ -257,8 +277,11 @@ def _process(source, ref, ref_index, reference_index, output, config, run, execu
             first = _first_finite(sim.orientation)
             setup = sim.simulate(np, sim.master, sim.pc[first:first + 1], sim.orientation[first:first + 1])[0]
             references = ReferenceSet.single(setup, {"simulated": "the first point's, to set the pipeline up"})
-        pipeline = Pipeline(backend, config, layout, references, static_background=static_bg, batch=run.batch,
-                            simulated=sim)
+        if dic:
+            pipeline = DicPipeline(backend, config, layout, references, static_background=static_bg)
+        else:
+            pipeline = Pipeline(backend, config, layout, references, static_background=static_bg, batch=run.batch,
+                                simulated=sim)
         try:
             job = Job(scan=source.path, dataset=source.metadata.get("dataset"), format=source.format,
                       grid=(source.grid.rows, source.grid.cols), config=config, layout=layout,
@@ -268,7 +291,9 @@ def _process(source, ref, ref_index, reference_index, output, config, run, execu
             ref_params = ({"reference": sim.to_dict()} if simulated
                           else _reference_params(references, ref, grains))
             _run(job, executor, source, ref, ref_params, out, config, resume,
-                 overwrite, progress, command_line, pipeline, grains, grain_inputs, calibration, sim)
+                 overwrite, progress, command_line, pipeline, grains, grain_inputs, calibration, sim, dic_points)
+            if dic:
+                dic_strain_pass(out, config, dic_points)
             if simulated:
                 with h5py.File(out, "r") as f:
                     g_map = f["ebsdxc/simulated_reference/orientation"][()]
@@ -336,7 +361,7 @@ def _as_recorded(out, params, config):
 
 
 def _run(job, executor, source, ref, ref_param, out, config, resume, overwrite, progress, command_line, pipeline,
-         grains=None, grain_inputs=None, calibration=None, simulated=None):
+         grains=None, grain_inputs=None, calibration=None, simulated=None, dic_points=None):
     scan_on_disk = on_disk(source.path)
     inputs = [input_record(scan_on_disk)] if os.path.exists(scan_on_disk) else []
     for path in [ref, *(grain_inputs or {}).values()]:
@@ -360,6 +385,9 @@ def _run(job, executor, source, ref, ref_param, out, config, resume, overwrite, 
             icgn_attrs["codes"] = json.dumps({str(k): v for k, v in ICGN_DESCRIPTIONS.items()})
             refined["point_datasets"].update(POINT_DATASETS)
             refined["group_attrs"]["icgn"] = icgn_attrs
+        if dic_points is not None:
+            refined["point_datasets"].update(dic_point_datasets(job.layout.n))
+            refined["dic_points"] = dic_points
         if simulated is not None:
             refined["point_datasets"].update(SIMULATED_DATASETS)
             refined["group_attrs"]["simulated_reference"] = {"record": json.dumps(simulated.to_dict())}

@@ -24,6 +24,7 @@ from ..backend import is_out_of_memory, select_backend
 from ..errors import InputError
 from ..references import ReferenceSet
 from ..rois import RoiLayout
+from .dic import DicPipeline
 from .pipeline import Pipeline
 from .planning import auto_batch, plan_chunks
 from .streaming import stream_chunks
@@ -153,8 +154,9 @@ def _build(job: Job) -> dict:
         source, owns = scan_io.open_scan(job.scan, dataset=job.dataset, format=job.format, grid_shape=job.grid), True
     backend = select_backend(job.device, threads=job.threads)
     with backend.use():
-        pipeline = Pipeline(backend, job.config, job.layout, job.references,
-                            static_background=job.static_background, batch=job.batch, simulated=job.simulated)
+        kind = DicPipeline if getattr(getattr(job.config, "dic", None), "enabled", False) else Pipeline
+        pipeline = kind(backend, job.config, job.layout, job.references,
+                        static_background=job.static_background, batch=job.batch, simulated=job.simulated)
     return {"source": source, "pipeline": pipeline, "buffers": None, "owned": True, "owns_source": owns}
 
 

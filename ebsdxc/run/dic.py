@@ -1,0 +1,145 @@
+"""DIC mode of the run (``--mode dic``): frames against a reference image, subsets on a grid.
+
+The frames are the scan's patterns (a folder, glob or multi-page TIFF, an HDF5 dataset: any
+source :func:`ebsdxc.io.open_scan` reads) and the subsets its ROIs, so the planning, streaming,
+task, executor and results-file machinery of ``process`` runs unchanged: a frame is a scan
+point, done when all its subsets are. :class:`DicPipeline` is the per-batch stage
+(:func:`ebsdxc.dic.match_subsets` per frame); after the frames, the strain pass fits the
+displacement gradient (:mod:`ebsdxc.dic_strain`) and writes ``/ebsdxc/dic/strain``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .. import dic as dic_stage
+from .. import status as st
+from ..backend import Backend
+from ..engines import PeakResult
+from ..errors import InputError
+from ..preprocess import PatternPreprocessor
+from ..references import ReferenceSet
+from ..rois import RoiLayout
+
+__all__ = ["DicPipeline", "dic_layout", "dic_strain_pass", "point_datasets"]
+
+
+def dic_layout(config, shape):
+    """The subsets of a DIC run as an ROI layout (row-major over the point grid) and the grid
+    ``points`` (ny, nx, 2)."""
+    c = config.dic
+    try:
+        points, _ = dic_stage.subset_grid(shape, subset=c.subset, step=c.step)
+    except ValueError as e:
+        raise InputError(str(e)) from None
+    return RoiLayout(points.reshape(-1, 2), (c.subset, c.subset)), points
+
+
+class DicPipeline:
+    """Frames -> subset displacements against one resident reference image.
+
+    The interface :func:`ebsdxc.run.streaming.stream_chunks` and
+    :func:`ebsdxc.run.tasks.run_task` use (``match``, ``streams``, ``release_memory``,
+    ``close``, ``bytes_per_pattern``), as :class:`~ebsdxc.run.pipeline.Pipeline` has it.
+    """
+
+    simulated = None
+    refiner = None
+
+    class engine:  # noqa: N801 - what the results file's 'engine' attribute names
+        name = "dic: whole-image and subset cross-correlation start, subset IC-GN"
+
+    def __init__(self, backend: Backend, config, layout: RoiLayout, references, *, static_background=None,
+                 batch=None, simulated=None):
+        if not isinstance(references, ReferenceSet):
+            references = ReferenceSet.single(np.asarray(references))
+        if references.count != 1:
+            raise InputError("DIC correlates every frame with one reference image")
+        self.backend = backend
+        self.config = config
+        self.layout = layout
+        self.reference_set = references
+        xp = backend.xp
+        self.preprocessor = PatternPreprocessor(config.preprocess, backend, static_background=static_background)
+        if self.preprocessor.halo_rows:
+            raise InputError("DIC does not average neighbouring frames (preprocess.average_neighbours)")
+        self.reference = self.preprocessor(xp.asarray(references.patterns))[0]
+        self.points = layout.centres
+        self._streams = None
+
+    @property
+    def reference_image(self):
+        return self.reference
+
+    def match(self, patterns, *, index=None, crop=None, cols=None, present=None) -> PeakResult:
+        """(B, H, W) raw frames -> :class:`PeakResult` (B, n_subsets) on the backend."""
+        xp = self.backend.xp
+        frames = xp.asarray(patterns)
+        B, n = frames.shape[0], self.layout.n
+        disp = np.full((B, n, 2), np.nan, np.float32)
+        zncc = np.full((B, n), np.nan, np.float32)
+        status = np.full((B, n), st.MISSING_PATTERN, np.uint8)
+        iterations = np.full((B, n), -1, np.int16)
+        x = self.preprocessor(frames)
+        for b in range(B):
+            if not bool((frames[b] != 0).any()):
+                continue  # no frame: a placeholder of zeros
+            m = dic_stage.match_subsets(self.reference, x[b], self.points, config=self.config.dic)
+            disp[b] = m.displacement
+            zncc[b] = m.zncc
+            status[b] = m.status
+            iterations[b] = m.iterations
+        return PeakResult(xp.asarray(disp), xp.asarray(zncc), xp.asarray(status),
+                          extra={"dic/subset_iterations": xp.asarray(iterations)})
+
+    def streams(self):
+        if self._streams is None:
+            cp = self.backend.xp
+            self._streams = (cp.cuda.Stream(non_blocking=True), cp.cuda.Stream(non_blocking=True))
+        return self._streams
+
+    def release_memory(self):
+        if not self.backend.is_gpu:
+            return
+        cp = self.backend.xp
+        with self.backend.use():
+            cp.cuda.Device().synchronize()
+            cp.fft.config.get_plan_cache().clear()
+            cp.get_default_memory_pool().free_all_blocks()
+
+    def close(self):
+        pass
+
+    def bytes_per_pattern(self) -> int:
+        """Device memory per frame in a batch: the frame, its spline coefficients and filter
+        temporaries (whole images), the subsets' templates and search windows are batched
+        inside a frame."""
+        h, w = self.reference_set.pattern_shape
+        return int(h * w * 8 * 6)
+
+
+def point_datasets(n_points: int) -> dict:
+    """Per-frame datasets a DIC run adds (as :data:`ebsdxc.refine.POINT_DATASETS`)."""
+    return {"dic/subset_iterations": ((n_points,), np.int16, -1,
+                                      "IC-GN iterations of each subset (-1: not refined), row-major over the grid")}
+
+
+def dic_strain_pass(out, config, points) -> dict:
+    """Fit the displacement gradient of every frame and write the Green-Lagrange strain."""
+    import h5py
+
+    from .. import dic_strain
+    from ..io.results import write_dic_strain
+
+    c = config.dic
+    with h5py.File(out, "r") as f:
+        d = f["ebsdxc/dic/displacement"][()].astype(np.float64)
+    grad = dic_strain.fit_gradients(d, step=c.step, window=c.strain_window)
+    strain = dic_strain.green_lagrange(grad)
+    attrs = {"method": "least-squares plane of u and v over a window of strain_window x strain_window points, "
+                       "then E = (F^T F - I) / 2 with F = I + grad u",
+             "strain_window": c.strain_window, "step": c.step, "subset": c.subset,
+             "gauge_length_px": float(dic_strain.gauge_length(c.step, c.strain_window, c.subset))}
+    write_dic_strain(out, strain, attrs=attrs)
+    return attrs
+
