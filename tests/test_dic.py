@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from exact_warps import affine_pair
 
 from ebsdxc import dic
 from ebsdxc import status as st
@@ -12,26 +13,8 @@ from ebsdxc import status as st
 H, W = 180, 220
 
 
-def _texture(seed=0, n=250):
-    rng = np.random.default_rng(seed)
-    k = rng.normal(size=(n, 2)) * 0.35
-    ph = rng.uniform(0, 2 * np.pi, n)
-    amp = rng.uniform(0.5, 1, n)
-
-    def f(x, y):
-        out = np.zeros_like(x)
-        for a, (kx, ky), p in zip(amp, k, ph):
-            out += a * np.sin(kx * x + ky * y + p)
-        return out
-    return f
-
-
 def _pair(G, t, shape=(H, W), seed=0):
-    """Reference f and frame g with g(X + t + G X) = f(X), exact."""
-    f = _texture(seed)
-    yy, xx = np.mgrid[0:shape[0], 0:shape[1]].astype(float)
-    X = (np.stack([xx, yy], -1) - t) @ np.linalg.inv(np.eye(2) + np.asarray(G)).T
-    return f(xx, yy), f(X[..., 0], X[..., 1])
+    return affine_pair(G, t, shape, seed=seed)
 
 
 CFG = dic.DicConfig(enabled=True, subset=31, step=12)

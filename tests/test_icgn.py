@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from exact_warps import texture
 
 from ebsdxc import icgn
 
@@ -13,15 +14,8 @@ ORIGIN = np.array([(W_ - 1) / 2, (H_ - 1) / 2])
 S = 48.0
 
 
-def _field(seed=0, n=14):
-    rng = np.random.default_rng(seed)
-    k = rng.normal(size=(n, 2)) * 0.22
-    ph = rng.uniform(0, 2 * np.pi, n)
-    amp = rng.uniform(0.5, 1, n)
-
-    def f(x, y):
-        return sum(a * np.sin(kx * x + ky * y + p) for a, (kx, ky), p in zip(amp, k, ph))
-    return f
+def _field(seed=0):
+    return texture(seed, n=14, spread=0.22)
 
 
 def _pair(p_true, shape_function="homography", seed=0):

@@ -10,6 +10,7 @@ import h5py
 import numpy as np
 import pytest
 import tifffile
+from exact_warps import texture
 
 from ebsdxc import cli
 from ebsdxc import status as st
@@ -19,24 +20,10 @@ FIELDS = [(np.diag([2e-3, -1e-3]), np.array([3.3, -1.6])),
           (np.array([[1e-2, 2e-3], [0.0, 4e-3]]), np.array([-0.4, 0.25]))]
 
 
-def _texture(seed=0, n=250):
-    rng = np.random.default_rng(seed)
-    k = rng.normal(size=(n, 2)) * 0.35
-    ph = rng.uniform(0, 2 * np.pi, n)
-    amp = rng.uniform(0.5, 1, n)
-
-    def f(x, y):
-        out = np.zeros_like(x)
-        for a, (kx, ky), p in zip(amp, k, ph):
-            out += a * np.sin(kx * x + ky * y + p)
-        return out
-    return f
-
-
 @pytest.fixture(scope="module")
 def frames(tmp_path_factory):
     d = tmp_path_factory.mktemp("dic")
-    f = _texture()
+    f = texture()
     yy, xx = np.mgrid[0:H, 0:W].astype(float)
     tifffile.imwrite(d / "ref.tif", (f(xx, yy) * 300 + 32768).astype(np.uint16))
     os.makedirs(d / "frames")
