@@ -881,6 +881,25 @@ def _quiet_broken_pipe():
     return 141  # 128 + SIGPIPE, as a shell reports a command killed by a broken pipe
 
 
+class _Terminated(KeyboardInterrupt):
+    """SIGTERM (``kill``, a batch system's cancel or time limit): the run stops as on Ctrl-C."""
+
+
+def _stop_on_sigterm() -> None:
+    import signal
+
+    def ignore(signum, frame):
+        pass
+
+    def stop(signum, frame):
+        # Once: SLURM signals every process of a job and its script may forward the signal too;
+        # a second TERM must not break the clean-up the first one started (KILL still ends it).
+        signal.signal(signal.SIGTERM, ignore)
+        raise _Terminated()
+
+    signal.signal(signal.SIGTERM, stop)
+
+
 def main(argv=None) -> int:
     as_program = argv is None
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -890,6 +909,7 @@ def main(argv=None) -> int:
 
         # the process ends after the command: skip the collector's last sweep over every object
         atexit.register(gc.freeze)
+        _stop_on_sigterm()
     try:
         try:
             with _cli_warnings():
@@ -910,7 +930,11 @@ def _main(argv) -> int:
     except InputError as e:
         print(f"ebsdxc: error: {_arguments_as_flags(e)}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as e:
+        if isinstance(e, _Terminated):
+            print("ebsdxc: cancelled (SIGTERM); the results file is marked incomplete; --resume continues",
+                  file=sys.stderr)
+            return 143  # 128 + SIGTERM, as a shell reports a command ended by it
         print("ebsdxc: interrupted; the results file is marked incomplete, continue with --resume",
               file=sys.stderr)
         return 130

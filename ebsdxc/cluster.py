@@ -24,9 +24,9 @@ Clusters (:func:`connect`):
     dask-jobqueue's ``SLURMCluster`` / ``PBSCluster`` with the job settings of a recipe's
     ``[cluster]`` table.
 
-Shutdown goes workers first, then the scheduler (:func:`stop_workers`; the job clusters of
-:func:`connect` do it in ``close()``): Dask's own order leaves tracebacks in the job logs of
-runs that went well.
+Shutdown goes workers first, then the scheduler (:func:`stop_workers`; the clusters
+:func:`connect` starts do it in ``close()``): Dask's own order leaves tracebacks in the job
+logs of runs that went well, and warnings in those of runs stopped early.
 """
 
 from __future__ import annotations
@@ -85,14 +85,15 @@ def connect(cfg: ClusterConfig):
             except ImportError:
                 LocalCUDACluster = None
             if LocalCUDACluster is not None:
-                cluster = LocalCUDACluster(n_workers=min(cfg.workers or n_gpu, n_gpu), threads_per_worker=1)
+                cluster = _workers_closed_first(LocalCUDACluster)(n_workers=min(cfg.workers or n_gpu, n_gpu),
+                                                                  threads_per_worker=1)
             else:
                 cluster = _one_worker_per_gpu(distributed, min(cfg.workers or n_gpu, n_gpu))
         else:
             cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
             n = cfg.workers or max(1, cores // 2)
-            cluster = distributed.LocalCluster(n_workers=n, threads_per_worker=max(1, cores // n),
-                                               processes=True, dashboard_address=None)
+            cluster = _workers_closed_first(distributed.LocalCluster)(
+                n_workers=n, threads_per_worker=max(1, cores // n), processes=True, dashboard_address=None)
         return distributed.Client(cluster), cluster
     try:
         import dask_jobqueue
@@ -108,7 +109,7 @@ def connect(cfg: ClusterConfig):
 
 
 def _workers_closed_first(cls):
-    """``cls``, a dask-jobqueue cluster class, whose ``close()`` stops the workers before the scheduler.
+    """``cls``, a Dask cluster class, whose ``close()`` stops the workers before the scheduler.
 
     dask-jobqueue closes the scheduler and cancels the worker jobs at the same time; a worker
     still running when its scheduler has gone logs a ``CommClosedError`` traceback into its
@@ -141,7 +142,10 @@ async def _close_workers(scheduler, *, timeout: float = 20.0) -> None:
     while it closes. So: each nanny stops its worker through the worker's stop queue (the
     worker closes its connection cleanly) and answers once the process has ended; the next
     one starts once the scheduler has let the last one go. Workers without a nanny are
-    retired. Best effort within ``timeout`` seconds: what is left is closed the usual way.
+    retired. Each worker is first left to finish the tasks its threads run: after a run
+    stopped early (Ctrl-C, a cancelled job), tasks the client let go of run to their end,
+    and a worker closed under them logs a warning for each. Best effort within ``timeout``
+    seconds: what is left is closed the usual way.
     """
     import asyncio
 
@@ -160,10 +164,22 @@ async def _close_workers(scheduler, *, timeout: float = 20.0) -> None:
         except OSError:  # the nanny closed the connection on its way out: gone
             pass
 
+    async def idle(address):
+        # Tasks the client let go of (a run stopped early) still run to their end in the
+        # worker's threads; a worker closed before that logs a warning for each.
+        from distributed.protocol.pickle import dumps
+
+        try:
+            async with rpc(address, timeout=max(0.1, deadline - loop.time())) as r:
+                await r.run(function=dumps(_until_idle), kwargs=dumps({"timeout": deadline - loop.time()}))
+        except OSError:  # gone already
+            pass
+
     try:
         for address, info in (await workers()).items():
             if loop.time() >= deadline:
                 return
+            await asyncio.wait_for(idle(address), deadline - loop.time())
             if info.get("nanny"):
                 await asyncio.wait_for(terminate(info["nanny"]), deadline - loop.time())
             else:
@@ -173,6 +189,17 @@ async def _close_workers(scheduler, *, timeout: float = 20.0) -> None:
                 await asyncio.sleep(0.05)
     except Exception:  # the scheduler is gone, or a worker hangs: the usual close follows
         return
+
+
+async def _until_idle(dask_worker, timeout: float) -> None:
+    """Return once no thread of ``dask_worker`` runs a task, or after ``timeout`` seconds."""
+    import asyncio
+
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    state = getattr(dask_worker, "state", None)  # the worker's state machine (distributed >= 2022.11)
+    while state is not None and (state.executing or state.long_running) and loop.time() < deadline:
+        await asyncio.sleep(0.05)
 
 
 def stop_workers(client, *, timeout: float = 20.0) -> None:
@@ -200,7 +227,8 @@ def _one_worker_per_gpu(distributed, n):
 
     workers = {f"gpu-{i}": {"cls": Nanny, "options": {"nthreads": 1, "env": {"CUDA_VISIBLE_DEVICES": str(i)}}}
                for i in range(n)}
-    return SpecCluster(scheduler={"cls": Scheduler, "options": {"dashboard_address": None}}, workers=workers)
+    return _workers_closed_first(SpecCluster)(scheduler={"cls": Scheduler, "options": {"dashboard_address": None}},
+                                              workers=workers)
 
 
 # --------------------------------------------------------------------------- the task
@@ -305,5 +333,9 @@ class DaskExecutor(Executor):
                     emit(*piece)
                 fut.release()
         except BaseException:
-            self.client.cancel(futures)
+            # Released, not cancelled: the scheduler drops the tasks no client wants all the same,
+            # where cancel() logs a line per task into the scheduler's log (a job cancelled by
+            # SLURM: hundreds of lines about one cancel).
+            for fut in futures:
+                fut.release()
             raise

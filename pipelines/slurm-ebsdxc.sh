@@ -23,8 +23,12 @@
 #   PIPELINE      recipe name or file (default hrebsd)
 #   EXTRA_ARGS    more 'ebsdxc process' options, e.g. "--material Ni" or "--resume"
 #
-# A run that stops early (time limit, node failure) is continued by submitting the same job
-# again with EXTRA_ARGS="--resume": only points not yet in the results file are processed.
+# A run that stops early (time limit, scancel, node failure) is continued by submitting the same
+# job again with EXTRA_ARGS="--resume": only points not yet in the results file are processed.
+# At its time limit or on scancel SLURM sends TERM to every process of the job at once; this
+# script then stops them in order (the client, which marks the results file incomplete, then
+# the workers, then the scheduler) within SLURM's grace time (KillWait, 30 s by default), each
+# leaving at most one line in the log, no traceback.
 #
 # (The scheduler on the first node, a worker per GPU through srun, the client waiting for all
 # workers, then 'ebsdxc process --cluster tcp://...'; see the numbered steps below.)
@@ -71,8 +75,24 @@ SCHED=${SCHED:-$PWD/ebsdxc-dask-$JOB.json}
 export SCHED THREADS_PER_WORKER DASK_INTERFACE
 rm -f "$SCHED"    # a stale file would send the workers to a scheduler that is gone
 
+# The scheduler and the workers start with TERM blocked (a pending TERM waits, SIGKILL still
+# ends them): SLURM's TERM reaches every process at once, and a scheduler that closed before its
+# client left, or workers before their tasks were cancelled, log tracebacks. This script stops
+# them itself, in order: workers through their nannies, then the scheduler with INT (on which
+# Dask closes as on TERM). NO_TERM runs a Python module with TERM blocked; the worker processes
+# a nanny starts inherit the mask. It starts multiprocessing's resource tracker first, as the
+# tracker unblocks TERM in the process that starts it.
+NO_TERM='import runpy, signal, sys
+from multiprocessing import resource_tracker
+resource_tracker.ensure_running()
+signal.pthread_sigmask(signal.SIG_BLOCK, [signal.SIGTERM])
+sys.argv = sys.argv[1:]
+runpy.run_module(sys.argv[0], run_name="__main__", alter_sys=True)'
+export NO_TERM
+
 SCHED_PID=""
 WORKERS_PID=""
+CLIENT_PID=""
 
 # shellcheck disable=SC2317  # called by the EXIT trap
 gone() {
@@ -92,25 +112,41 @@ gone() {
 
 # shellcheck disable=SC2317  # called by the EXIT trap
 cleanup() {
-    # Workers first, one by one through their nannies, while the scheduler still listens
-    # (ebsdxc.cluster.stop_workers; srun's step ends with them), then the scheduler (TERM).
-    # Dask's own shutdown (client.shutdown(): the scheduler first) leaves every worker
-    # writing to a closed connection, a CommClosedError traceback in the log of a job that
-    # went well. Short: SLURM kills the job some 30 s after its time-limit TERM.
+    # In order: the client (TERM: it lets its tasks go, marks the results file incomplete and
+    # says so in one line; SLURM may have sent it TERM already, a second one is ignored), the
+    # workers one by one through their nannies once their running tasks end, while the
+    # scheduler still listens (ebsdxc.cluster.stop_workers; srun's step ends with them), then
+    # the scheduler (INT).
+    # Dask's own shutdown (client.shutdown(): the scheduler first) leaves every worker writing
+    # to a closed connection, a CommClosedError traceback in the log of a job that went well.
+    # Short: SLURM kills every process some 30 s after its TERM (KillWait).
     set +e
     local pid
+    if [ -n "$CLIENT_PID" ]; then
+        kill -TERM "$CLIENT_PID" 2>/dev/null
+        gone 6 "$CLIENT_PID" || kill -KILL "$CLIENT_PID" 2>/dev/null
+        wait "$CLIENT_PID" 2>/dev/null
+    fi
     if [ -n "$WORKERS_PID" ] && [ -s "$SCHED" ] && kill -0 "$SCHED_PID" 2>/dev/null; then
-        timeout 25 "$PYTHON" -c '
+        # Cancelled while workers were still starting: let them join (5 s at most), so that
+        # none is left to find its scheduler gone.
+        timeout 15 "$PYTHON" -c '
 import sys, distributed
 from ebsdxc.cluster import stop_workers
-with distributed.Client(scheduler_file=sys.argv[1], timeout="10s") as client:
-    stop_workers(client, timeout=20)
-' "$SCHED" >/dev/null 2>&1
-        gone 10 "$WORKERS_PID"
+with distributed.Client(scheduler_file=sys.argv[1], timeout="5s") as client:
+    try:
+        client.wait_for_workers(int(sys.argv[2]), timeout=5)
+    except TimeoutError:
+        pass
+    stop_workers(client, timeout=8)
+' "$SCHED" "$NWORKERS" >/dev/null 2>&1
+        gone 2 "$WORKERS_PID"
     fi
-    for pid in $WORKERS_PID $SCHED_PID; do   # the scheduler stops on TERM; so does whatever is left
-        kill "$pid" 2>/dev/null
-        gone 10 "$pid" || kill -KILL "$pid" 2>/dev/null
+    # The scheduler stops on INT (its TERM is blocked); what is left ends on TERM or KILL.
+    [ -n "$WORKERS_PID" ] && kill -TERM "$WORKERS_PID" 2>/dev/null   # srun ends its step
+    [ -n "$SCHED_PID" ] && kill -INT "$SCHED_PID" 2>/dev/null
+    for pid in $WORKERS_PID $SCHED_PID; do
+        gone 3 "$pid" || kill -KILL "$pid" 2>/dev/null
     done
     for pid in $WORKERS_PID $SCHED_PID; do
         wait "$pid" 2>/dev/null
@@ -118,8 +154,21 @@ with distributed.Client(scheduler_file=sys.argv[1], timeout="10s") as client:
     rm -f "$SCHED"
 }
 trap cleanup EXIT
-trap 'exit 143' TERM   # SLURM's time limit: still run cleanup (EXIT) on the way out
+# SLURM's time limit or scancel: one line, then cleanup (EXIT) stops the rest in order.
+trap 'echo "slurm-ebsdxc.sh: cancelled (SIGTERM); stopping the client, the workers, then the scheduler" >&2
+      exit 143' TERM
 trap 'exit 130' INT
+
+# Commands run in the background and are waited for: a trap runs at once during 'wait', but
+# only after a command in the foreground has ended.
+waited() {
+    "$@" &
+    CLIENT_PID=$!
+    local status=0
+    wait "$CLIENT_PID" || status=$?
+    CLIENT_PID=""
+    return "$status"
+}
 
 iface=()
 if [ -n "$DASK_INTERFACE" ]; then
@@ -129,7 +178,7 @@ fi
 # 1. The scheduler, in the background on this (the first) node. --port 0: any free port (the
 #    address goes into the scheduler file); no dashboard (nobody can reach it on a compute node),
 #    and its HTTP endpoint on any free port (8787 may be taken by another job on the node).
-"$PYTHON" -m distributed.cli.dask_scheduler --scheduler-file "$SCHED" --port 0 --no-dashboard \
+"$PYTHON" -c "$NO_TERM" distributed.cli.dask_scheduler --scheduler-file "$SCHED" --port 0 --no-dashboard \
     --dashboard-address :0 \
     ${iface[@]+"${iface[@]}"} &
 SCHED_PID=$!
@@ -150,6 +199,7 @@ done
 #    CUDA_VISIBLE_DEVICES are not 0..G-1 and where SLURM already binds one GPU per task (a list
 #    of one is kept as it is); no CUDA_VISIBLE_DEVICES (no GPUs): nothing changes.
 #    --cpus-per-task is repeated for srun: since SLURM 22.05 srun no longer takes it from sbatch.
+#    --quiet: srun's own notes on a cancelled step (three lines) add nothing to SLURM's one.
 # shellcheck disable=SC2016  # expanded by the task's own shell, on its node
 WORKER='
 set -eu
@@ -159,18 +209,18 @@ if [ -n "${CUDA_VISIBLE_DEVICES:-}" ]; then
 fi
 iface=()
 [ -n "${DASK_INTERFACE:-}" ] && iface=(--interface "$DASK_INTERFACE")
-exec "$PYTHON" -m distributed.cli.dask_worker --scheduler-file "$SCHED" \
+exec "$PYTHON" -c "$NO_TERM" distributed.cli.dask_worker --scheduler-file "$SCHED" \
     --nthreads "$THREADS_PER_WORKER" --nworkers 1 --no-dashboard --resources GPU=1 \
     --name "ebsdxc-$(hostname)-${SLURM_LOCALID:-0}" --local-directory "${TMPDIR:-/tmp}" \
     --death-timeout 120 ${iface[@]+"${iface[@]}"}
 '
-srun --nodes="$NNODES" --ntasks="$NWORKERS" --cpus-per-task="${SLURM_CPUS_PER_TASK:-1}" \
+srun --quiet --nodes="$NNODES" --ntasks="$NWORKERS" --cpus-per-task="${SLURM_CPUS_PER_TASK:-1}" \
     --kill-on-bad-exit=0 bash -c "$WORKER" &
 WORKERS_PID=$!
 
 # 3. Wait until every worker has joined (a worker that cannot start fails the job here).
 echo "slurm-ebsdxc.sh: waiting for $NWORKERS Dask workers on $NNODES node(s)" >&2
-"$PYTHON" -c '
+waited "$PYTHON" -c '
 import sys, distributed
 client = distributed.Client(scheduler_file=sys.argv[1], timeout="60s")
 client.wait_for_workers(int(sys.argv[2]), timeout=float(sys.argv[3]))
@@ -193,5 +243,5 @@ if [ -n "$OUT" ]; then
     args+=(-o "$OUT")
 fi
 status=0
-"$PYTHON" -m ebsdxc process "${scans[@]}" "${args[@]}" ${extra[@]+"${extra[@]}"} || status=$?
+waited "$PYTHON" -m ebsdxc process "${scans[@]}" "${args[@]}" ${extra[@]+"${extra[@]}"} || status=$?
 exit "$status"   # the EXIT trap shuts the scheduler and the workers down

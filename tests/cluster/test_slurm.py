@@ -1,8 +1,9 @@
 """The SLURM paths against a real SLURM (slurmctld, slurmd and munge on this machine), not a
 fake ``srun``: ``--cluster slurm`` (worker jobs through dask-jobqueue) and
 ``pipelines/slurm-ebsdxc.sh`` submitted with sbatch, each compared with a single-process run,
-their logs free of tracebacks; and a job cancelled mid-run (as at its time limit), submitted
-again with ``--resume``.
+their logs free of tracebacks; and a job cancelled mid-run (as at its time limit): one line
+per process in its log, no traceback, an incomplete results file of valid points that
+``--resume`` finishes, inline or submitted again.
 
 The cluster is started with ``../shared/tools/slurm-single-node.sh`` (or the script named by
 ``EBSDXC_SLURM_TOOL``; Debian's slurm-wlm and munge, as root, about a minute the first time)
@@ -14,6 +15,7 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import textwrap
@@ -33,6 +35,9 @@ FINISHED = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_
             "BOOT_FAIL", "DEADLINE"}
 
 pytestmark = pytest.mark.slow
+
+#: What a line about a cancel says (SLURM's, the job script's, ebsdxc's, Dask's on a TERM).
+CANCEL_WORDS = re.compile(r"cancel|SIGTERM|signal[- ]15|terminat|killed", re.IGNORECASE)
 
 
 def _sinfo_answers():
@@ -145,6 +150,56 @@ def no_traceback(text, where):
         assert bad not in text, f"{where} holds a {bad}:\n{text[-4000:]}"
 
 
+# =========================================================================== SIGTERM, no SLURM
+
+
+@pytest.mark.parametrize("where", ["inline", "local"])
+def test_process_terminated_mid_run_says_so_in_one_line_then_resumes(where, big_scan, sample_dir, tmp_path):
+    """TERM to `ebsdxc process` mid-run (what SLURM's cancel and time limit send, and the job
+    script forwards), with no SLURM: one line, exit status 143, no traceback; the results file
+    incomplete with every done point valid; --resume gives the uninterrupted results."""
+    ref = f"{sample_dir}/ref.tif"
+    common = [big_scan, "--ref", ref, "--pipeline", "hrebsd", "--device", "cpu"]
+    if where == "inline":  # a second or so of batches to stop in
+        common += ["--batch", "1"]
+    else:  # the job script's client: a Dask client
+        common += ["--cluster", "local", "--workers", "1", "--rows-per-task", "1"]
+    one = cli(big_scan, "--ref", ref, "--pipeline", "hrebsd", "--device", "cpu", "-q", "-o", str(tmp_path / "one.h5"))
+    assert one.returncode == 0, one.stderr[-3000:]
+    out = tmp_path / "run.h5"
+    p = subprocess.Popen([sys.executable, "-m", "ebsdxc", "process", *common, "-o", str(out)],
+                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, cwd=tmp_path)
+    seen = []
+    try:
+        for line in p.stderr:  # text mode: the progress bar's \r ends a line too
+            seen.append(line)
+            m = re.search(r"(\d+)/400 \[", line)
+            if m and 0 < int(m.group(1)) < 400:
+                break
+        p.send_signal(signal.SIGTERM)
+        rest = p.stderr.read()
+        code = p.wait(timeout=60)
+    finally:
+        if p.poll() is None:
+            p.kill()
+    text = "".join(seen) + rest
+    assert code == 143, text[-3000:]
+    no_traceback(text, "stderr")
+    assert [line for line in rest.splitlines() if CANCEL_WORDS.search(line)] == [
+        "ebsdxc: cancelled (SIGTERM); the results file is marked incomplete; --resume continues"], rest
+    part, want = read_results(out), read_results(tmp_path / "one.h5")
+    assert not part["attrs"]["complete"] and 0 < part["done"].sum() < part["done"].size
+    done = part["done"]
+    for name in ("displacement", "peak_height", "status"):
+        assert part[name][done].tobytes() == want[name][done].tobytes(), f"{name} of a point marked done"
+    r = cli(*common, "-q", "-o", str(out), "--resume", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr[-3000:]
+    got = read_results(out)
+    assert got["done"].all() and got["attrs"]["complete"]
+    for name in ("displacement", "peak_height", "status"):
+        assert got[name].tobytes() == want[name].tobytes(), f"{name} differs from the uninterrupted run"
+
+
 # =========================================================================== --cluster slurm
 
 
@@ -243,56 +298,111 @@ def test_sbatch_script_gives_the_single_process_results_and_a_clean_log(slurm, j
     print(f"sbatch slurm-ebsdxc.sh, {n} workers, 100 points: {elapsed:.1f} s from submission to the end")
 
 
-def test_sbatch_job_cancelled_mid_run_then_resubmitted_with_resume(slurm, jobs, tmp_path, big_scan,
-                                                                    sample_dir):
-    """scancel mid-run (what SLURM does at a job's time limit: TERM to every process of the
-    job), then the same job again with EXTRA_ARGS="--resume": the single-process results."""
+@pytest.fixture(scope="module")
+def cancelled_job(slurm, big_scan, sample_dir, tmp_path_factory):
+    """The shipped script scancelled mid-run (what SLURM does at a job's time limit as well: TERM
+    to every process of the job at once), and the uninterrupted single-process run to compare
+    with: a dict of the job's id, state, exit code and log, its results file, ``one.h5``, the
+    progress it was cancelled at and the seconds it took to go."""
+    tmp = tmp_path_factory.mktemp("job")
     ref = f"{sample_dir}/ref.tif"
-    n = slurm["workers"]
-    one = cli(big_scan, "--ref", ref, "--pipeline", "hrebsd", "--device", "cpu", "-q", "-o",
-              str(tmp_path / "one.h5"))
+    one = cli(big_scan, "--ref", ref, "--pipeline", "hrebsd", "--device", "cpu", "-q", "-o", str(tmp / "one.h5"))
     assert one.returncode == 0, one.stderr[-3000:]
-    out = tmp_path / "sbatch.h5"
+    out, log = tmp / "sbatch.h5", tmp / "job1.out"
+    env = user_env(tmp, SCAN=big_scan, REF=ref, OUT=str(out), EXTRA_ARGS="--device cpu --rows-per-task 1")
+    job = sbatch(slurm, tmp, log, env, ntasks=slurm["workers"])
+    try:
+        deadline = time.monotonic() + 300
+        progress = []
+        while time.monotonic() < deadline and job_state(job)[0] not in FINISHED:
+            text = log.read_text() if log.exists() else ""
+            progress = [int(p) for p in re.findall(r"(\d+)/400 \[", text)]
+            if progress and 0 < progress[-1] < 400:
+                break
+            time.sleep(0.1)
+        assert progress and 0 < progress[-1] < 400, f"no progress to cancel into:\n{log.read_text()[-3000:]}"
+        t0 = time.monotonic()
+        subprocess.run(["scancel", job], check=True, timeout=30)
+        state, code = wait_finished(job, timeout=120)
+        deadline = time.monotonic() + 60
+        while in_queue([job]) and time.monotonic() < deadline:
+            time.sleep(0.25)
+        gone_s = time.monotonic() - t0
+    finally:
+        subprocess.run(["scancel", job], capture_output=True, timeout=30)
+    return {"job": job, "state": state, "code": code, "log": log.read_text(), "out": out, "one": tmp / "one.h5",
+            "env": env, "dir": tmp, "progress": progress[-1], "gone_s": gone_s}
 
-    log1 = tmp_path / "job1.out"
-    env = user_env(tmp_path, SCAN=big_scan, REF=ref, OUT=str(out), EXTRA_ARGS="--device cpu --rows-per-task 1")
-    job1 = sbatch(slurm, tmp_path, log1, env, ntasks=n)
-    jobs.append(job1)
-    deadline = time.monotonic() + 300
-    progress = []
-    while time.monotonic() < deadline and job_state(job1)[0] not in FINISHED:
-        text = log1.read_text() if log1.exists() else ""
-        progress = [int(p) for p in re.findall(r"(\d+)/400 \[", text)]
-        if progress and 0 < progress[-1] < 400:
-            break
-        time.sleep(0.1)
-    assert progress and 0 < progress[-1] < 400, f"no progress to cancel into:\n{log1.read_text()[-3000:]}"
-    t0 = time.monotonic()
-    subprocess.run(["scancel", job1], check=True, timeout=30)
-    state, _ = wait_finished(job1, timeout=120)
-    deadline = time.monotonic() + 60
-    while in_queue([job1]) and time.monotonic() < deadline:
-        time.sleep(0.25)
-    cancelled_s = time.monotonic() - t0
-    assert state == "CANCELLED"
-    part = read_results(out)
+
+def test_sbatch_job_cancelled_leaves_one_line_per_process(cancelled_job):
+    """scancel: the script stops the client, the workers, then the scheduler itself, in time
+    (its exit status, not SLURM's KILL after KillWait); the log holds no traceback and no Dask
+    warning, and of the cancel only SLURM's line per step, the script's and the client's."""
+    c = cancelled_job
+    # a line of its own for each message: the progress bar ends in \r, not \n
+    text = re.sub(r"(?=slurmstepd|slurm-ebsdxc\.sh: |ebsdxc: |srun: )", "\n", c["log"].replace("\r", "\n"))
+    assert c["state"] == "CANCELLED"
+    assert c["code"] == "143:0", f"the script did not finish its clean-up (exit code {c['code']}):\n{text[-4000:]}"
+    no_traceback(text, "the cancelled job's log")
+    assert not re.search(r" - (WARNING|ERROR|CRITICAL) - ", text), f"Dask complained:\n{text[-4000:]}"
+    about = [line.strip() for line in text.splitlines() if CANCEL_WORDS.search(line)]
+    slurm_own = [line for line in about if line.startswith("slurmstepd")]
+    ours = sorted(line for line in about if not line.startswith("slurmstepd"))
+    steps = [re.search(r"\*\*\* (JOB|STEP) (\S+) ", line) for line in slurm_own]
+    assert all(steps) and len({m.group(2) for m in steps}) == len(steps), f"SLURM's lines: {slurm_own}"
+    assert ours == [
+        "ebsdxc: cancelled (SIGTERM); the results file is marked incomplete; --resume continues",
+        "slurm-ebsdxc.sh: cancelled (SIGTERM); stopping the client, the workers, then the scheduler",
+    ], f"lines about the cancel other than SLURM's: {ours}\n{text[-4000:]}"
+    assert "End worker" in text and "End scheduler" in text  # the whole cluster went down, in order
+    assert text.rindex("End worker") < text.rindex("Closing scheduler"), "workers stop before the scheduler"
+    assert not (c["dir"] / f"ebsdxc-dask-{c['job']}.json").exists()  # the scheduler file is cleaned up
+    print(f"cancelled at {c['progress']}/400 points, job gone {c['gone_s']:.1f} s after scancel")
+
+
+def _copy(path, to):
+    shutil.copyfile(path, to)
+    return to
+
+
+def test_sbatch_job_cancelled_leaves_an_incomplete_file_of_valid_points(cancelled_job):
+    c = cancelled_job
+    part, want = read_results(c["out"]), read_results(c["one"])
     assert not part["attrs"]["complete"] and 0 < part["done"].sum() < part["done"].size
-    want = read_results(tmp_path / "one.h5")
     done = part["done"]
     for name in ("displacement", "peak_height", "status"):
         assert part[name][done].tobytes() == want[name][done].tobytes(), f"{name} of a point marked done"
 
-    log2 = tmp_path / "job2.out"
-    env["EXTRA_ARGS"] = "--device cpu --rows-per-task 1 -q --resume"
+
+def test_sbatch_job_cancelled_then_resumed_inline_gives_the_uninterrupted_results(cancelled_job, big_scan,
+                                                                               sample_dir, tmp_path):
+    """--resume without SLURM (one process) finishes what the cancelled job left."""
+    out = _copy(cancelled_job["out"], tmp_path / "resumed.h5")
+    r = cli(big_scan, "--ref", f"{sample_dir}/ref.tif", "--pipeline", "hrebsd", "--device", "cpu", "-q",
+            "-o", str(out), "--resume")
+    assert r.returncode == 0, r.stderr[-3000:]
+    no_traceback(r.stderr, "the resumed run's stderr")
+    got, want = read_results(out), read_results(cancelled_job["one"])
+    assert got["attrs"]["parameters"] == want["attrs"]["parameters"]
+    assert got["done"].all() and got["attrs"]["complete"]
+    for name in ("displacement", "peak_height", "status"):
+        assert got[name].tobytes() == want[name].tobytes(), f"{name} differs from the uninterrupted run"
+
+
+def test_sbatch_job_cancelled_then_resubmitted_with_resume(slurm, jobs, cancelled_job, tmp_path):
+    """The same job again with EXTRA_ARGS="--resume": the single-process results, a clean log."""
+    out = _copy(cancelled_job["out"], tmp_path / "sbatch.h5")
+    log = tmp_path / "job2.out"
+    env = dict(cancelled_job["env"], OUT=str(out), TMPDIR=str(tmp_path),
+               EXTRA_ARGS="--device cpu --rows-per-task 1 -q --resume")
     t0 = time.monotonic()
-    job2 = sbatch(slurm, tmp_path, log2, env, ntasks=n)
-    jobs.append(job2)
-    state, code = wait_finished(job2, timeout=300)
+    job = sbatch(slurm, tmp_path, log, env, ntasks=slurm["workers"])
+    jobs.append(job)
+    state, code = wait_finished(job, timeout=300)
     resumed_s = time.monotonic() - t0
-    text = log2.read_text()
+    text = log.read_text()
     assert (state, code) == ("COMPLETED", "0:0"), text[-4000:]
     assert "400/400 points" in text
     no_traceback(text, "the resumed job's log")
-    assert_same_results(out, tmp_path / "one.h5")
-    print(f"cancelled at {progress[-1]}/400 points, job gone {cancelled_s:.1f} s after scancel; "
-          f"resumed job {resumed_s:.1f} s")
+    assert_same_results(out, cancelled_job["one"])
+    print(f"resumed job {resumed_s:.1f} s")
