@@ -117,7 +117,7 @@ def _triple(text):
 
 def _strain_options(p, *, in_process):
     from .geometry import PC_CONVENTIONS
-    from .hrebsd import PC_MAPS, PC_MODELS
+    from .hrebsd import PC_MAPS, PC_MODELS, SIMULATED_PC
 
     s = p.add_argument_group("strain (HR-EBSD)", "computed when a material is given" if in_process else None)
     s.add_argument("--material", metavar="NAME|cubic:C11,C12,C44|FILE",
@@ -142,6 +142,10 @@ def _strain_options(p, *, in_process):
     s.add_argument("--pc-model", choices=PC_MODELS,
                    help="PC over the scan from the calibration points: a plane (default), or the beam-shift "
                         "extrapolation with the scan step and --pixel-size")
+    s.add_argument("--simulated-pc", choices=SIMULATED_PC,
+                   help="--ref simulated: simulate each point's reference with the PC model's PC (model, default) "
+                        "or refine each point's PC by NCC with simulations first (refine; it takes part of a "
+                        "strain for a PC)")
     s.add_argument("--pixel-size", type=float, metavar="UM", help="detector pixel size in micrometres (unbinned)")
     s.add_argument("--binning", type=_positive_int, metavar="N", help="detector binning")
     s.add_argument("--orientation", type=_triple, metavar="PHI1,PHI,PHI2",
@@ -373,7 +377,8 @@ _FLAGS = {
     "strain.detector_tilt": "--detector-tilt", "strain.remap_threshold_deg": "--remap-threshold",
     "strain.min_peak_height": "--min-peak-height", "strain.master_pattern": "--master-pattern",
     "strain.pc_calibrate": "--pc-calibrate", "strain.pc_calibration_points": "--pc-calibration-points",
-    "strain.pc_model": "--pc-model", "strain.step": "--step", "strain.slip_systems": "--slip-systems",
+    "strain.pc_model": "--pc-model", "strain.simulated_pc": "--simulated-pc",
+    "strain.step": "--step", "strain.slip_systems": "--slip-systems",
     "grains.per_grain": "--ref-per-grain", "grains.tolerance_deg": "--grain-tolerance",
     "grains.min_size": "--min-grain-size", "grains.rule": "--ref-rule",
     "run.device": "--device", "run.batch": "--batch",

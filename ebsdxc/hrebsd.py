@@ -43,11 +43,12 @@ from .strain import (
     remap_pattern,
 )
 
-__all__ = ["FIT_POINTS", "PC_MAPS", "PC_MODELS", "REMAP_BATCH", "GrainGeometry", "StrainConfig", "StrainGeometry",
-           "binned_geometry", "compute_strain", "grain_geometry", "resolve_geometry"]
+__all__ = ["FIT_POINTS", "PC_MAPS", "PC_MODELS", "SIMULATED_PC", "REMAP_BATCH", "GrainGeometry", "StrainConfig",
+           "StrainGeometry", "binned_geometry", "compute_strain", "grain_geometry", "resolve_geometry"]
 
 PC_MAPS = ("auto", "constant", "file", "plane", "extrapolate")
 PC_MODELS = _PC_MODELS
+SIMULATED_PC = ("model", "refine")
 REMAP_BATCH = 32  # scan points re-correlated together against their remapped references
 FIT_POINTS = 16384  # points per fit call: large enough to fill a GPU, small enough for any memory
 
@@ -73,6 +74,11 @@ class StrainConfig:
     ``pc_calibration_points`` (rows, cols) scan points against patterns projected from
     ``master_pattern`` (an EMsoft master-pattern file), and ``pc_model`` ("plane" or
     "extrapolation") fitted to them gives every point's PC.
+
+    Simulated references (``--ref simulated``): ``simulated_pc`` "model" simulates each point's
+    reference with the PC the model gives it; "refine" refines each point's PC and orientation
+    by NCC with simulations first (:mod:`ebsdxc.run.simulated_references` says what that costs
+    in strain).
     """
 
     material: str | None = None
@@ -97,6 +103,7 @@ class StrainConfig:
     pc_calibrate: bool = False
     pc_calibration_points: tuple[int, int] = (5, 5)
     pc_model: str = "plane"
+    simulated_pc: str = "model"
 
     def __post_init__(self):
         m = self.material
@@ -155,6 +162,9 @@ class StrainConfig:
         object.__setattr__(self, "pc_calibration_points", tuple(int(v) for v in pts))
         if self.pc_model not in PC_MODELS:
             raise ValueError(f"strain.pc_model must be one of {', '.join(PC_MODELS)}, got {self.pc_model!r}")
+        if self.simulated_pc not in SIMULATED_PC:
+            raise ValueError(f"strain.simulated_pc must be one of {', '.join(SIMULATED_PC)}, "
+                             f"got {self.simulated_pc!r}")
         if self.pc_calibrate and self.master_pattern is None:
             raise ValueError("strain.pc_calibrate needs strain.master_pattern (an EMsoft master-pattern file)")
         try:

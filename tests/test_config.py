@@ -47,7 +47,7 @@ EVERY_KEY = {
                "sample_tilt": 69.0, "detector_tilt": 2.0, "remap_threshold_deg": 0.5, "min_peak_height": 0.4,
                "outlier_sigma": 3.0, "residual_floor_px": 0.2, "min_rois": 6, "step": 0.5, "gnd": False,
                "slip_systems": "slip.csv", "master_pattern": "ni.h5", "pc_calibrate": True,
-               "pc_calibration_points": [3, 4], "pc_model": "extrapolation"},
+               "pc_calibration_points": [3, 4], "pc_model": "extrapolation", "simulated_pc": "refine"},
     "grains": {"per_grain": True, "tolerance_deg": 3.0, "min_size": 8, "rule": "centre", "min_boundary_distance": 1,
                "similarity_threshold": 0.6},
     "refine": {"method": "icgn", "max_iterations": 20, "tolerance_px": 0.001, "margin": 0.1, "max_outside": 0.1,

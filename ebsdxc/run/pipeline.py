@@ -169,7 +169,15 @@ class Pipeline:
         flat = np.asarray(be.asnumpy(flat) if not isinstance(flat, np.ndarray) else flat, dtype=np.int64)
         B = len(flat)
         g = sim.orientation[flat].copy()
-        pc = sim.pc[flat]
+        pc = sim.pc[flat].copy()
+        if sim.pc_refine:
+            # a missing pattern (all zeros) or an unindexed point has nothing to refine from
+            spread = x.reshape(B, -1).std(axis=1)
+            usable = np.asarray(be.asnumpy(xp.isfinite(spread) & (spread > 0)), dtype=bool) & np.isfinite(g).all(
+                axis=(1, 2))
+            if usable.any():
+                u = np.flatnonzero(usable)
+                pc[u], g[u], _ = sim.refine_pc(xp, self._master, x[xp.asarray(u)], pc[u], g[u], self._alike.correct)
         count = np.zeros(B, np.int8)
         left = np.full(B, np.nan, np.float32)
         quality = np.full(B, -np.inf)
@@ -201,6 +209,7 @@ class Pipeline:
         extra["simulated_reference/orientation"] = xp.asarray(g)
         extra["simulated_reference/simulations"] = xp.asarray(count)
         extra["simulated_reference/rotation_left_deg"] = xp.asarray(left)
+        extra["simulated_reference/pattern_centre"] = xp.asarray(pc)
         return PeakResult(final.displacement, final.peak_height, final.status, extra=extra)
 
     def _match_prepared_pairs(self, references, x) -> PeakResult:

@@ -13,7 +13,6 @@ import hashlib
 import json
 import os
 
-import h5py
 import numpy as np
 
 from .. import io as scan_io
@@ -39,7 +38,7 @@ from .pc_calibration import calibrated_geometry
 from .pipeline import Pipeline
 from .planning import plan_tasks, processed_shape
 from .simulated_references import POINT_DATASETS as SIMULATED_DATASETS
-from .simulated_references import SimulatedReferences, point_geometry, start_orientations
+from .simulated_references import SimulatedReferences, point_geometry, simulated_geometry_maps, start_orientations
 from .tasks import Job
 
 __all__ = ["process", "SIMULATED"]
@@ -200,7 +199,7 @@ def _simulated_references(config, source, geom, layout, shape, g) -> SimulatedRe
         master=np.asarray(master.lambert, dtype=np.float32), orientation=g, pc=geom.pc.reshape(-1, 3).copy(),
         shape=tuple(shape), sample_tilt=geom.sample_tilt, detector_tilt=geom.detector_tilt,
         stiffness=stiffness_tensor(geom.stiffness), centres=np.asarray(layout.centres, dtype=np.float64),
-        min_peak_height=scfg.min_peak_height, label=master.to_dict())
+        min_peak_height=scfg.min_peak_height, pc_refine=scfg.simulated_pc == "refine", label=master.to_dict())
 
 
 def _check_grain_inputs(config, ref, ref_index, reference_index, grain_inputs) -> bool:
@@ -295,9 +294,9 @@ def _process(source, ref, ref_index, reference_index, output, config, run, execu
             if dic:
                 dic_strain_pass(out, config, dic_points)
             if simulated:
-                with h5py.File(out, "r") as f:
-                    g_map = f["ebsdxc/simulated_reference/orientation"][()]
-                compute_strain(out, config.strain, point_geometry(geom, config.strain, g_map, path=source.path),
+                g_map, pc_map = simulated_geometry_maps(out)
+                compute_strain(out, config.strain, point_geometry(geom, config.strain, g_map, pc_map=pc_map,
+                                                                  path=source.path),
                                backend=backend, overwrite=True, progress=progress)
             elif geom is not None:
                 compute_strain(out, config.strain, geom, backend=backend, pipeline=pipeline,

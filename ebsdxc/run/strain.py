@@ -25,7 +25,7 @@ from .inputs import read_points, scan_reference, static_background
 from .output import on_disk
 from .pipeline import Pipeline
 from .planning import processed_shape
-from .simulated_references import point_geometry
+from .simulated_references import point_geometry, simulated_geometry_maps
 
 __all__ = ["strain"]
 
@@ -127,9 +127,8 @@ def strain(results, *, config: StrainConfig | None = None, scan=None, ref=None, 
         geom = _stored_calibration(geom, gcfg, results, None if grains is not None or simulated else ref_index,
                                    grid.cols)
         if simulated:
-            with h5py.File(results, "r") as f:
-                g_map = f["ebsdxc/simulated_reference/orientation"][()]
-            geom = point_geometry(geom, gcfg, g_map, path=results)
+            g_map, pc_map = simulated_geometry_maps(results)
+            geom = point_geometry(geom, gcfg, g_map, pc_map=pc_map, path=results)
         backend = select_backend(device)
         with backend.use():
             if not remap:

@@ -166,3 +166,48 @@ def test_results_do_not_depend_on_the_batch(scan, tmp_path):
     with h5py.File(files[0], "r") as a, h5py.File(files[1], "r") as b:
         for k in ("displacement", "simulated_reference/orientation", "icgn/homography", "strain"):
             np.testing.assert_array_equal(a["ebsdxc"][k][()], b["ebsdxc"][k][()], err_msg=k)
+
+
+@pytest.fixture(scope="module")
+def pc_off_scan(tmp_path_factory):
+    """A strain-free scan whose file PCs are 0.5% of the width off in PCx and PCz."""
+    d = tmp_path_factory.mktemp("simref_pc")
+    sc = sim.simulate_scan(2, 2, shape=(160, 160), counts=None, strain=0.0, rotation=0.0, seed=5)
+    path, _ = sc.save(str(d), euler_deg=EULER)
+    with h5py.File(path, "r+") as f:
+        f["patterns"].attrs["pattern_centre"] = sc.pc + np.array([0.005, 0.0, 0.005])
+    return path, sc.pc.reshape(-1, 3)
+
+
+@pytest.mark.parametrize("mode", ["model", "refine"])
+def test_per_point_pc_refinement(pc_off_scan, tmp_path, mode):
+    path, pc_true = pc_off_scan
+    out = str(tmp_path / "r.h5")
+    assert cli.main(["process", path, "--ref", "simulated", "--master-pattern", MASTER, "--material", "Ni",
+                     "--pipeline", "hrebsd", "--roi-size", "48", "--simulated-pc", mode, "-o", out, "-q"]) == 0
+    with h5py.File(out, "r") as f:
+        pc = f["ebsdxc/simulated_reference/pattern_centre"][()].reshape(-1, 3)
+        params = json.loads(f["ebsdxc"].attrs["parameters"])
+        strain_pc = f["ebsdxc/pattern_centre"]
+        source = strain_pc.attrs.get("source", "")
+        strain_pc = strain_pc[()].reshape(-1, 3)
+    e = read_strain(out)["strain"].reshape(-1, 3, 3)
+    err = float(np.sqrt(np.nanmean(e ** 2, axis=0)).max())  # the truth is strain-free
+    if mode == "model":
+        # the references are simulated with the file's wrong PC: the fit reads the PC error as strain
+        np.testing.assert_allclose(pc, pc_true + [0.005, 0, 0.005], atol=1e-12)
+        assert err > 2e-4
+        assert params["reference"]["pattern_centre"] == "the scan's PC model"
+        assert "refined" not in source
+    else:
+        # each point's PC refined by NCC with simulations: within 0.05% of the width, as calibration
+        assert np.abs(pc - pc_true).max() < 5e-4
+        assert err < 1e-4
+        assert params["reference"]["pattern_centre"].startswith("each point's own")
+        assert "refined by NCC" in source
+    # the strain was fitted with the PC each reference was simulated with
+    np.testing.assert_allclose(strain_pc, pc, atol=1e-9)
+    # 'ebsdxc strain' fits again with the PCs the references were simulated with
+    before = read_strain(out)["strain"]
+    assert cli.main(["strain", out, "--material", "Ni", "--overwrite", "-q"]) == 0
+    np.testing.assert_allclose(read_strain(out)["strain"], before, atol=1e-9)
