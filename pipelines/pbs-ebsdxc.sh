@@ -22,8 +22,12 @@
 #   PIPELINE      recipe name or file (default hrebsd)
 #   EXTRA_ARGS    more 'ebsdxc process' options, e.g. "--material Ni" or "--resume"
 #
-# A run that stops early (wall time, node failure) is continued by submitting the same job
+# A run that stops early (wall time, qdel, node failure) is continued by submitting the same job
 # again with EXTRA_ARGS=--resume: only points not yet in the results file are processed.
+# At its wall time or on qdel PBS sends TERM to every process of the job at once; this script
+# then stops them in order (the client, which marks the results file incomplete, then the
+# workers, then the scheduler) within PBS's grace time (kill_delay, 10 s by default), each
+# leaving at most one line in the log, no traceback.
 #
 #PBS -N ebsdxc
 #PBS -l select=2:ncpus=16:ngpus=2
@@ -82,36 +86,72 @@ SCHED=${SCHED:-$PWD/ebsdxc-dask-$JOB.json}
 WORKER_SH=$PWD/ebsdxc-dask-$JOB-worker.sh
 rm -f "$SCHED"    # a stale file would send the workers to a scheduler that is gone
 
+# The scheduler and the workers start with TERM blocked (a pending TERM waits, SIGKILL still
+# ends them): PBS's TERM reaches every process of the job at once, and a scheduler that closed
+# before its client left, or workers before their tasks were let go, log tracebacks. This script
+# stops them itself, in order: workers through their nannies, then the scheduler with INT (on
+# which Dask closes as on TERM). NO_TERM runs a Python module with TERM blocked; the worker
+# processes a nanny starts inherit the mask. It starts multiprocessing's resource tracker first,
+# as the tracker unblocks TERM in the process that starts it.
+NO_TERM='import runpy, signal, sys
+from multiprocessing import resource_tracker
+resource_tracker.ensure_running()
+signal.pthread_sigmask(signal.SIG_BLOCK, [signal.SIGTERM])
+sys.argv = sys.argv[1:]
+runpy.run_module(sys.argv[0], run_name="__main__", alter_sys=True)'
+
 SCHED_PID=""
+CLIENT_PID=""
 LAUNCH_PIDS=()
 
 # shellcheck disable=SC2317  # called by the EXIT trap
+gone() {
+    # Wait up to $1 s for the processes $2... to end; true when they all have.
+    local deadline=$((SECONDS + $1)) pid alive
+    shift
+    while :; do
+        alive=0
+        for pid in "$@"; do
+            kill -0 "$pid" 2>/dev/null && alive=1
+        done
+        [ "$alive" = 0 ] && return 0
+        [ "$SECONDS" -ge "$deadline" ] && return 1
+        sleep 0.5
+    done
+}
+
+# shellcheck disable=SC2317  # called by the EXIT trap
 cleanup() {
-    # Workers first, one by one through their nannies, while the scheduler still listens
-    # (ebsdxc.cluster.stop_workers; the node scripts end with them), then the scheduler
-    # (TERM). Dask's own shutdown (client.shutdown(): the scheduler first) leaves every
-    # worker writing to a closed connection, a CommClosedError traceback in the log of a job
-    # that went well. PBS ends the job's processes on every node anyway.
+    # In order: the client (TERM: it lets its tasks go, marks the results file incomplete and
+    # says so in one line; PBS may have sent it TERM already, a second one is ignored), the
+    # workers one by one through their nannies once their running tasks end, while the
+    # scheduler still listens (ebsdxc.cluster.stop_workers; the node scripts end with them),
+    # then the scheduler (INT: its TERM is blocked). Dask's own shutdown (client.shutdown():
+    # the scheduler first) leaves every worker writing to a closed connection, a
+    # CommClosedError traceback in the log of a job that went well. Short: PBS kills every
+    # process of the job kill_delay (10 s by default) after its TERM.
     set +e
-    local pid alive
+    local pid
+    if [ -n "$CLIENT_PID" ]; then
+        kill -TERM "$CLIENT_PID" 2>/dev/null
+        gone 4 "$CLIENT_PID" || kill -KILL "$CLIENT_PID" 2>/dev/null
+        wait "$CLIENT_PID" 2>/dev/null
+    fi
     if [ -s "$SCHED" ] && kill -0 "$SCHED_PID" 2>/dev/null; then
-        timeout 25 "$PYTHON" -c '
+        timeout 8 "$PYTHON" -c '
 import sys, distributed
 from ebsdxc.cluster import stop_workers
-with distributed.Client(scheduler_file=sys.argv[1], timeout="10s") as client:
-    stop_workers(client, timeout=20)
+with distributed.Client(scheduler_file=sys.argv[1], timeout="3s") as client:
+    stop_workers(client, timeout=5)
 ' "$SCHED" >/dev/null 2>&1
-        for _ in $(seq 20); do
-            alive=0
-            for pid in ${LAUNCH_PIDS[@]+"${LAUNCH_PIDS[@]}"}; do
-                kill -0 "$pid" 2>/dev/null && alive=1
-            done
-            [ "$alive" = 0 ] && break
-            sleep 0.5
-        done
+        gone 2 ${LAUNCH_PIDS[@]+"${LAUNCH_PIDS[@]}"}
     fi
+    for pid in ${LAUNCH_PIDS[@]+"${LAUNCH_PIDS[@]}"}; do
+        kill -TERM "$pid" 2>/dev/null
+    done
+    [ -n "$SCHED_PID" ] && kill -INT "$SCHED_PID" 2>/dev/null
     for pid in ${LAUNCH_PIDS[@]+"${LAUNCH_PIDS[@]}"} $SCHED_PID; do
-        kill "$pid" 2>/dev/null
+        gone 2 "$pid" || kill -KILL "$pid" 2>/dev/null
     done
     for pid in ${LAUNCH_PIDS[@]+"${LAUNCH_PIDS[@]}"} $SCHED_PID; do
         wait "$pid" 2>/dev/null
@@ -119,8 +159,21 @@ with distributed.Client(scheduler_file=sys.argv[1], timeout="10s") as client:
     rm -f "$SCHED" "$WORKER_SH"
 }
 trap cleanup EXIT
-trap 'exit 143' TERM   # PBS's wall-time limit: still run cleanup (EXIT) on the way out
+# PBS's wall-time limit or qdel: one line, then cleanup (EXIT) stops the rest in order.
+trap 'echo "pbs-ebsdxc.sh: cancelled (SIGTERM); stopping the client, the workers, then the scheduler" >&2
+      exit 143' TERM
 trap 'exit 130' INT
+
+# Commands run in the background and are waited for: a trap runs at once during 'wait', but
+# only after a command in the foreground has ended.
+waited() {
+    "$@" &
+    CLIENT_PID=$!
+    local status=0
+    wait "$CLIENT_PID" || status=$?
+    CLIENT_PID=""
+    return "$status"
+}
 
 iface=()
 if [ -n "$DASK_INTERFACE" ]; then
@@ -130,7 +183,7 @@ fi
 # 1. The scheduler, in the background on this (the first) node. --port 0: any free port (the
 #    address goes into the scheduler file); no dashboard (nobody can reach it on a compute node),
 #    and its HTTP endpoint on any free port (8787 may be taken by another job on the node).
-"$PYTHON" -m distributed.cli.dask_scheduler --scheduler-file "$SCHED" --port 0 --no-dashboard \
+"$PYTHON" -c "$NO_TERM" distributed.cli.dask_scheduler --scheduler-file "$SCHED" --port 0 --no-dashboard \
     --dashboard-address :0 \
     ${iface[@]+"${iface[@]}"} &
 SCHED_PID=$!
@@ -158,7 +211,7 @@ done
 cat > "$WORKER_SH" <<'NODE'
 # ebsdxc: the Dask workers of one node (written and started by pbs-ebsdxc.sh)
 set -eu
-ENV_SETUP=$1 PYTHON=$2 SCHED=$3 GPUS=$4 THREADS=$5 DASK_INTERFACE=$6
+ENV_SETUP=$1 PYTHON=$2 SCHED=$3 GPUS=$4 THREADS=$5 DASK_INTERFACE=$6 NO_TERM=$7
 eval "$ENV_SETUP"
 gpus=()
 if [ -n "${CUDA_VISIBLE_DEVICES:-}" ]; then
@@ -173,16 +226,19 @@ for ((k = 0; k < GPUS; k++)); do
     else
         gpu=$k
     fi
-    CUDA_VISIBLE_DEVICES=$gpu "$PYTHON" -m distributed.cli.dask_worker --scheduler-file "$SCHED" \
+    CUDA_VISIBLE_DEVICES=$gpu "$PYTHON" -c "$NO_TERM" distributed.cli.dask_worker --scheduler-file "$SCHED" \
         --nthreads "$THREADS" --nworkers 1 --no-dashboard --resources GPU=1 \
         --name "ebsdxc-$(hostname)-$k" --local-directory "${TMPDIR:-/tmp}" --death-timeout 120 \
         ${iface[@]+"${iface[@]}"} &
     pids+=($!)
 done
-trap 'kill "${pids[@]}" 2>/dev/null' TERM INT
+# PBS's TERM reaches this script too: the job script stops the workers (their TERM is blocked)
+# through the scheduler, and this script ends with them; INT (by hand) stops them at once.
+trap '' TERM
+trap 'kill -INT "${pids[@]}" 2>/dev/null' INT
 wait
 NODE
-wargs=("$ENV_SETUP" "$PYTHON" "$SCHED" "$GPUS_PER_NODE" "$THREADS_PER_WORKER" "$DASK_INTERFACE")
+wargs=("$ENV_SETUP" "$PYTHON" "$SCHED" "$GPUS_PER_NODE" "$THREADS_PER_WORKER" "$DASK_INTERFACE" "$NO_TERM")
 for i in "${!NODES[@]}"; do
     if [ "$LAUNCHER" = ssh ]; then
         # ssh joins its arguments into one command line for the remote shell: quote each one.
@@ -195,7 +251,7 @@ done
 
 # 3. Wait until every worker has joined (a worker that cannot start fails the job here).
 echo "pbs-ebsdxc.sh: waiting for $NWORKERS Dask workers on ${#NODES[@]} node(s)" >&2
-"$PYTHON" -c '
+waited "$PYTHON" -c '
 import sys, distributed
 client = distributed.Client(scheduler_file=sys.argv[1], timeout="60s")
 client.wait_for_workers(int(sys.argv[2]), timeout=float(sys.argv[3]))
@@ -218,5 +274,5 @@ if [ -n "$OUT" ]; then
     args+=(-o "$OUT")
 fi
 status=0
-"$PYTHON" -m ebsdxc process "${scans[@]}" "${args[@]}" ${extra[@]+"${extra[@]}"} || status=$?
+waited "$PYTHON" -m ebsdxc process "${scans[@]}" "${args[@]}" ${extra[@]+"${extra[@]}"} || status=$?
 exit "$status"   # the EXIT trap shuts the scheduler and the workers down

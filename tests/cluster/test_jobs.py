@@ -506,6 +506,76 @@ def test_pbs_script_runs_a_campaign_on_local_workers(tmp_path, sample_dir):
 
 @needs_distributed
 @pytest.mark.slow
+def test_pbs_script_on_qdel_stops_in_order_and_resumes(tmp_path, sample_dir, big_scan):
+    """qdel (or the wall time): PBS sends TERM to every process of the job at once (here: the
+    job script's whole process group, the workers of (fake) pbsdsh included). The script stops
+    the client, the workers, then the scheduler within PBS's kill_delay (10 s): exit 143, one
+    line from the script and one from ebsdxc, no traceback, an incomplete results file whose
+    done points are valid; the same job with --resume gives the uninterrupted results."""
+    import signal
+
+    from ebsdxc.io.results import read_results
+
+    bin_dir, pids = fake_launchers(tmp_path)
+    (tmp_path / "nodefile").write_text("node0\n")
+    work = tmp_path / "submitted-from"
+    work.mkdir()
+    ref = os.path.join(sample_dir, "ref.tif")
+    one = subprocess.run([sys.executable, "-m", "ebsdxc", "process", big_scan, "--ref", ref, "--pipeline", "hrebsd",
+                          "--device", "cpu",
+                          "-q", "-o", str(tmp_path / "one.h5")], capture_output=True, text=True, timeout=300)
+    assert one.returncode == 0, one.stderr[-3000:]
+    out = tmp_path / "pbs.h5"
+    env = script_env(tmp_path, bin_dir, PBS_JOBID="4245.server", PBS_NODEFILE=str(tmp_path / "nodefile"),
+                     PBS_O_WORKDIR=str(work), GPUS_PER_NODE="1", SCAN=big_scan, REF=ref, OUT=str(out),
+                     EXTRA_ARGS="--device cpu --rows-per-task 1")
+    p = subprocess.Popen(["bash", PBS_SH], cwd=tmp_path, env=env, stdout=subprocess.DEVNULL,
+                         stderr=subprocess.PIPE, text=True, start_new_session=True)
+    seen = []
+    try:
+        for line in p.stderr:
+            seen.append(line)
+            m = re.search(r"(\d+)/400 \[", line)
+            if m and 0 < int(m.group(1)) < 400:
+                break
+        t0 = time.monotonic()
+        os.killpg(p.pid, signal.SIGTERM)
+        rest = p.stderr.read()
+        code = p.wait(timeout=60)
+        took = time.monotonic() - t0
+    finally:
+        if p.poll() is None:
+            os.killpg(p.pid, signal.SIGKILL)
+    text = ("".join(seen) + rest).replace("\r", "\n")
+    assert code == 143, text[-4000:]
+    assert took < 10, f"the clean-up took {took:.1f} s: PBS kills the job 10 s after its TERM"
+    for bad in ("Traceback", "CommClosedError", "StreamClosedError", "Worker process died"):
+        assert bad not in text, f"the log holds a {bad}:\n{text[-4000:]}"
+    about = sorted(line.strip() for line in re.sub(r"(?=pbs-ebsdxc\.sh: |ebsdxc: )", "\n", text).splitlines()
+                   if re.search(r"cancel|SIGTERM|terminat|killed", line, re.IGNORECASE))
+    assert about == [
+        "ebsdxc: cancelled (SIGTERM); the results file is marked incomplete; --resume continues",
+        "pbs-ebsdxc.sh: cancelled (SIGTERM); stopping the client, the workers, then the scheduler",
+    ], text[-4000:]
+    assert_all_gone(pids)
+    assert sorted(os.listdir(work)) == []  # scheduler file and node script cleaned up
+    part, want = read_results(out), read_results(tmp_path / "one.h5")
+    assert not part["attrs"]["complete"] and 0 < part["done"].sum() < part["done"].size
+    done = part["done"]
+    for name in ("displacement", "peak_height", "status"):
+        assert part[name][done].tobytes() == want[name][done].tobytes(), f"{name} of a point marked done"
+    pids.unlink()
+    env["EXTRA_ARGS"] = "--device cpu --rows-per-task 1 -q --resume"
+    r = run_script(PBS_SH, tmp_path, env, timeout=300)
+    assert r.returncode == 0 and "Traceback" not in r.stderr, r.stderr[-4000:]
+    got = read_results(out)
+    assert got["done"].all() and got["attrs"]["complete"]
+    for name in ("displacement", "peak_height", "status"):
+        assert got[name].tobytes() == want[name].tobytes(), f"{name} differs from the uninterrupted run"
+
+
+@needs_distributed
+@pytest.mark.slow
 def test_slurm_script_passes_ebsdxc_failure_on(tmp_path, sample_dir):
     """A scan ebsdxc cannot read: the job fails with ebsdxc's exit status, cluster shut down."""
     bin_dir, pids = fake_launchers(tmp_path)

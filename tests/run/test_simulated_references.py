@@ -211,3 +211,20 @@ def test_per_point_pc_refinement(pc_off_scan, tmp_path, mode):
     before = read_strain(out)["strain"]
     assert cli.main(["strain", out, "--material", "Ni", "--overwrite", "-q"]) == 0
     np.testing.assert_allclose(read_strain(out)["strain"], before, atol=1e-9)
+
+
+@pytest.mark.gpu
+def test_per_point_pc_refinement_gpu_matches_cpu(pc_off_scan, tmp_path):
+    path, pc_true = pc_off_scan
+    got = {}
+    for device in ("cpu", "cuda"):
+        out = str(tmp_path / f"{device}.h5")
+        assert cli.main(["process", path, "--ref", "simulated", "--master-pattern", MASTER, "--material", "Ni",
+                         "--pipeline", "hrebsd", "--roi-size", "48", "--simulated-pc", "refine", "--device", device,
+                         "-o", out, "-q"]) == 0
+        with h5py.File(out, "r") as f:
+            got[device] = f["ebsdxc/simulated_reference/pattern_centre"][()].reshape(-1, 3), read_strain(out)["strain"]
+    # float32 simulations on the GPU, float64 on the CPU: the searches end a little apart
+    assert np.abs(got["cuda"][0] - pc_true).max() < 5e-4
+    np.testing.assert_allclose(got["cuda"][0], got["cpu"][0], atol=2e-4)
+    np.testing.assert_allclose(got["cuda"][1], got["cpu"][1], atol=5e-5)
