@@ -250,6 +250,9 @@ def _parser():
                     help="integer search around the rigid shift, +- px (default 16)")
     dg.add_argument("--strain-window", type=_positive_int, metavar="N",
                     help="points on a side of the strain fit's window, odd (default 5)")
+    dg.add_argument("--shape-function", choices=("affine", "quadratic"),
+                    help="subset shape function of IC-GN: affine (default, 6 parameters) or quadratic (12: "
+                         "follows displacement fields that curve over a subset)")
     pp.add_argument("--refine", choices=REFINE_METHODS,
                     help="icgn: refine every point by whole-pattern IC-GN (a homography, cubic B-spline "
                          "interpolation), started from the ROI matches; the ROI shifts become the homography's "
@@ -370,6 +373,7 @@ _FLAGS = {
     "correlation.engine": "--engine", "correlation.max_shift": "--max-shift", "correlation.subpixel": "--subpixel",
     "correlation.kernel": "--kernel", "refine.method": "--refine",
     "dic.subset": "--subset", "dic.search": "--search", "dic.strain_window": "--strain-window",
+    "dic.shape_function": "--shape-function",
     "dic.step": "--step",
     "strain.material": "--material", "strain.pc": "--pc", "strain.pc_ref": "--pc-ref",
     "strain.pc_convention": "--pc-convention", "strain.pc_map": "--pc-map", "strain.pixel_size": "--pixel-size",

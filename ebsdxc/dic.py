@@ -9,7 +9,8 @@ x = column, y = row, origin at the centre of pixel (0, 0), as everywhere in ebsd
    ``coarse_size`` px gives the rigid part, so shifts of hundreds of pixels are found; then
    each subset's zero-mean normalised cross-correlation with the frame over ``+-search`` px
    around that (FFT, batched) gives its own integer shift.
-2. **Refinement**: IC-GN of every subset with the affine shape function (:mod:`ebsdxc.icgn`:
+2. **Refinement**: IC-GN of every subset with the affine (6 parameters) or quadratic (12) shape
+   function (:mod:`ebsdxc.icgn`:
    ZNSSD criterion, cubic B-spline interpolation, batched on the GPU with the same code on the
    CPU), started from the integer shift.
 
@@ -32,7 +33,7 @@ from . import status as st
 __all__ = ["DicConfig", "SHAPE_FUNCTIONS", "subset_grid", "coarse_shift", "integer_start", "match_subsets",
            "SubsetMatch"]
 
-SHAPE_FUNCTIONS = ("affine",)
+SHAPE_FUNCTIONS = ("affine", "quadratic")
 
 
 def _xp(a):
@@ -59,7 +60,9 @@ class DicConfig:
         Integer search around the rigid shift, +- px, per subset.
     coarse_size : int
         The whole-image search bins the images to at most this many px on a side.
-    shape_function : {"affine"}
+    shape_function : {"affine", "quadratic"}
+        The quadratic one also follows the curvature of the displacement over a subset: less
+        bias where the field varies on the scale of a subset, a little more noise.
     max_iterations : int
     tolerance_px : float
         IC-GN converged when an update moves no corner of the subset by more than this.
@@ -270,10 +273,10 @@ def match_subsets(reference, image, points, *, config: DicConfig, valid=None, sh
         if not keep.any():
             continue
         k_idx = idx[keep]
-        tpl = icgn.make_templates(ref[None], pixels=xp.asarray(pix[keep]), image_index=xp.zeros(int(keep.sum()),
-                                  dtype=np.int64), origin=xp.asarray(p[keep]), scale=scale, shape_function="affine",
-                                  coefficients=ref_coef)
-        H0 = icgn.translation_warp(xp.asarray(start[keep] / scale))
+        tpl = icgn.make_templates(ref[None], pixels=xp.asarray(pix[keep]),
+                                  image_index=xp.zeros(int(keep.sum()), dtype=np.int64), origin=xp.asarray(p[keep]),
+                                  scale=scale, shape_function=c.shape_function, coefficients=ref_coef)
+        H0 = icgn.translation_warp(xp.asarray(start[keep] / scale), c.shape_function)
         res = icgn.register(tpl, coef, template_index=xp.arange(int(keep.sum())),
                             image_index=xp.zeros(int(keep.sum()), dtype=np.int64), initial=H0,
                             max_iterations=c.max_iterations, tolerance=c.tolerance_px, max_outside=0.0)

@@ -17,6 +17,14 @@ the parameters of a warp are of comparable size. A warp is a 3x3 matrix ``H`` ac
   The projection of a deformed crystal onto a flat screen is exactly a homography (Ernould
   et al. 2020), so one warp covers the whole pattern, rotations of 10 degrees included.
 - ``"affine"``: 6 parameters (the first six), the first-order subset shape function of DIC.
+- ``"quadratic"``: 12 parameters, the second-order subset shape function of DIC: the six affine
+  ones and ``p6 .. p11 = (u_uu, u_uv, u_vv, v_uu, v_uv, v_vv)`` with
+  ``u' = (1 + p0) u + p1 v + p2 + p6 u^2 / 2 + p7 u v + p8 v^2 / 2`` (and ``v'`` alike with
+  ``p3, p4, p5, p9, p10, p11``). Its warp is the 6x6 matrix of Gao et al. (2015) acting on
+  ``(u^2, u v, v^2, u, v, 1)``: rows 4 and 5 give ``u'`` and ``v'`` exactly, rows 1-3 their
+  products to second order. Matrix products compose and invert warps (exactly for affine
+  ones, to second order otherwise), which is what the inverse-compositional update needs; after
+  each update the parameters are read from rows 4 and 5 and the matrix is rebuilt.
 
 The criterion is the weighted zero-mean normalised sum of squared differences (ZNSSD,
 robust to the brightness and contrast of each pattern), minimised by inverse-compositional
@@ -48,12 +56,13 @@ from dataclasses import dataclass
 import numpy as np
 
 __all__ = ["SHAPE_FUNCTIONS", "Templates", "IcgnResult", "spline_coefficients", "make_templates",
-           "register", "warp_points", "parameters_to_warp", "fit_warp", "translation_warp",
+           "register", "warp_points", "parameters_to_warp", "warp_parameters", "as_quadratic", "fit_warp",
+           "translation_warp",
            "ICGN_CONVERGED", "ICGN_MAX_ITERATIONS", "ICGN_FAILED", "ICGN_LEFT_IMAGE", "ICGN_NO_START",
            "ICGN_DESCRIPTIONS"]
 
 #: Number of parameters of each shape function.
-SHAPE_FUNCTIONS = {"homography": 8, "affine": 6}
+SHAPE_FUNCTIONS = {"homography": 8, "affine": 6, "quadratic": 12}
 
 ICGN_CONVERGED = 0
 ICGN_MAX_ITERATIONS = 1
@@ -148,13 +157,63 @@ def _sample(coef, image, x, y, xp):
 # --------------------------------------------------------------------------- warps
 
 
+def _quadratic_matrix(p, xp):
+    """Gao et al.'s 6x6 warp matrix ``(..., 6, 6)`` of quadratic parameters ``(..., 12)``."""
+    A, B, C = 1.0 + p[..., 0], p[..., 1], p[..., 2]
+    D, E, F = p[..., 3], 1.0 + p[..., 4], p[..., 5]
+    q6, q7, q8 = 0.5 * p[..., 6], p[..., 7], 0.5 * p[..., 8]
+    q9, q10, q11 = 0.5 * p[..., 9], p[..., 10], 0.5 * p[..., 11]
+    rows = [
+        [A * A + 2 * C * q6, 2 * A * B + 2 * C * q7, B * B + 2 * C * q8, 2 * A * C, 2 * B * C, C * C],
+        [A * D + C * q9 + F * q6, A * E + B * D + C * q10 + F * q7, B * E + C * q11 + F * q8, A * F + C * D,
+         B * F + C * E, C * F],
+        [D * D + 2 * F * q9, 2 * D * E + 2 * F * q10, E * E + 2 * F * q11, 2 * D * F, 2 * E * F, F * F],
+        [q6, q7, q8, A, B, C],
+        [q9, q10, q11, D, E, F],
+    ]
+    M = xp.zeros(p.shape[:-1] + (6, 6), dtype=xp.float64)
+    for i, row in enumerate(rows):
+        for j, value in enumerate(row):
+            M[..., i, j] = value
+    M[..., 5, 5] = 1.0
+    return M
+
+
+def warp_parameters(H):
+    """Parameter vectors ``(..., n)`` of warps: ``(..., 3, 3)`` as a homography (8), ``(..., 6, 6)``
+    as quadratic (12); the inverse of :func:`parameters_to_warp`."""
+    xp = _xp(H)
+    H = xp.asarray(H, dtype=xp.float64)
+    if H.shape[-1] == 6:
+        r, s = H[..., 3, :], H[..., 4, :]
+        return xp.stack([r[..., 3] - 1.0, r[..., 4], r[..., 5], s[..., 3], s[..., 4] - 1.0, s[..., 5],
+                         2 * r[..., 0], r[..., 1], 2 * r[..., 2], 2 * s[..., 0], s[..., 1], 2 * s[..., 2]], -1)
+    H = H / H[..., 2:3, 2:3]
+    return xp.stack([H[..., 0, 0] - 1.0, H[..., 0, 1], H[..., 0, 2], H[..., 1, 0], H[..., 1, 1] - 1.0, H[..., 1, 2],
+                     H[..., 2, 0], H[..., 2, 1]], -1)
+
+
+def as_quadratic(H):
+    """Affine warps ``(..., 3, 3)`` as quadratic ones ``(..., 6, 6)`` (a start for quadratic IC-GN);
+    quadratic warps are returned as they are."""
+    xp = _xp(H)
+    H = xp.asarray(H, dtype=xp.float64)
+    if H.shape[-1] == 6:
+        return H
+    p = warp_parameters(H)[..., :6]
+    return _quadratic_matrix(xp.concatenate([p, xp.zeros(p.shape[:-1] + (6,))], -1), xp)
+
+
 def parameters_to_warp(p, shape_function: str = "homography"):
-    """Warp matrices ``(..., 3, 3)`` of parameter vectors ``(..., n)`` (see the module docstring)."""
+    """Warp matrices ``(..., 3, 3)`` (``(..., 6, 6)`` for ``"quadratic"``) of parameter vectors
+    ``(..., n)`` (see the module docstring)."""
     xp = _xp(p)
     n = _n_param(shape_function)
     p = xp.asarray(p, dtype=xp.float64)
     if p.shape[-1] != n:
         raise ValueError(f"a {shape_function} has {n} parameters, got {p.shape[-1]}")
+    if n == 12:
+        return _quadratic_matrix(p, xp)
     H = xp.zeros(p.shape[:-1] + (3, 3), dtype=xp.float64)
     H[..., 0, 0] = 1.0 + p[..., 0]
     H[..., 0, 1] = p[..., 1]
@@ -169,22 +228,31 @@ def parameters_to_warp(p, shape_function: str = "homography"):
     return H
 
 
+def _monomials(u, v, xp):
+    return xp.stack([u * u, u * v, v * v, u, v, xp.ones_like(u)], -1)
+
+
 def warp_points(H, uv):
-    """Apply warps ``(..., 3, 3)`` to normalised points ``(..., m, 2)`` -> ``(..., m, 2)``."""
+    """Apply warps ``(..., 3, 3)`` or quadratic ``(..., 6, 6)`` to normalised points ``(..., m, 2)``
+    -> ``(..., m, 2)``."""
     xp = _xp(H)
     uv = xp.asarray(uv, dtype=xp.float64)
+    if H.shape[-1] == 6:
+        xi = _monomials(uv[..., 0], uv[..., 1], xp)
+        return xi @ xp.swapaxes(H[..., 3:5, :], -1, -2)
     q = uv @ xp.swapaxes(H[..., :, :2], -1, -2) + H[..., None, :, 2]
     return q[..., :2] / q[..., 2:3]
 
 
-def translation_warp(shift_uv):
-    """Warps ``(..., 3, 3)`` that shift by ``(..., 2)`` normalised units."""
+def translation_warp(shift_uv, shape_function: str = "homography"):
+    """Warps ``(..., 3, 3)`` (``(..., 6, 6)`` for ``"quadratic"``) that shift by ``(..., 2)``
+    normalised units."""
     xp = _xp(shift_uv)
     s = xp.asarray(shift_uv, dtype=xp.float64)
     H = xp.broadcast_to(xp.eye(3), s.shape[:-1] + (3, 3)).copy()
     H[..., 0, 2] = s[..., 0]
     H[..., 1, 2] = s[..., 1]
-    return H
+    return as_quadratic(H) if _n_param(shape_function) == 12 else H
 
 
 def _masked_median(a, mask, xp):
@@ -224,6 +292,9 @@ def fit_warp(uv, uv_moved, valid, *, shape_function: str = "homography", reject:
     """
     xp = _xp(uv_moved)
     n = _n_param(shape_function)
+    if n == 12:
+        raise ValueError("fit_warp fits homographies and affine warps; start quadratic IC-GN from an affine "
+                         "fit (as_quadratic)")
     uv = xp.asarray(uv, dtype=xp.float64)
     q = xp.asarray(uv_moved, dtype=xp.float64)
     used = xp.asarray(valid, dtype=bool) & xp.isfinite(q).all(axis=-1)
@@ -313,6 +384,9 @@ def _jacobian(fu, fv, u, v, n, xp):
     if n == 8:
         radial = fu * u + fv * v
         cols += [-radial * u, -radial * v]
+    elif n == 12:
+        uu, uv, vv = 0.5 * u * u, u * v, 0.5 * v * v
+        cols += [fu * uu, fu * uv, fu * vv, fv * uu, fv * uv, fv * vv]
     return xp.stack(cols, axis=-1)
 
 
@@ -352,7 +426,7 @@ def make_templates(images, *, pixels, weights=None, image_index=None, origin, sc
         ``[x, y]`` px about which the warp acts (its normalised coordinates' origin).
     scale : float or (T,) array
         Pixels per normalised unit.
-    shape_function : {"homography", "affine"}
+    shape_function : {"homography", "affine", "quadratic"}
     coefficients : (M, H, W) array, optional
         The images' B-spline coefficients when already made (:func:`spline_coefficients`):
         many batches of subsets of one large image need them once.
@@ -434,9 +508,14 @@ def make_templates(images, *, pixels, weights=None, image_index=None, origin, sc
 
 
 def _warped_pixels(tpl: Templates, t, H, xp):
-    """Image pixel coordinates (C, N) of templates ``t`` under warps ``H`` (C, 3, 3)."""
+    """Image pixel coordinates (C, N) of templates ``t`` under warps ``H`` (C, 3, 3) or (C, 6, 6)."""
     u = tpl.u[t].astype(xp.float64)
     v = tpl.v[t].astype(xp.float64)
+    if H.shape[-1] == 6:
+        r, s = H[:, 3], H[:, 4]
+        up = r[:, 0:1] * u * u + r[:, 1:2] * u * v + r[:, 2:3] * v * v + r[:, 3:4] * u + r[:, 4:5] * v + r[:, 5:6]
+        vp = s[:, 0:1] * u * u + s[:, 1:2] * u * v + s[:, 2:3] * v * v + s[:, 3:4] * u + s[:, 4:5] * v + s[:, 5:6]
+        return tpl.origin[t, 0:1] + tpl.scale[t, None] * up, tpl.origin[t, 1:2] + tpl.scale[t, None] * vp, u, v
     den = H[:, 2, 0:1] * u + H[:, 2, 1:2] * v + H[:, 2, 2:3]
     up = (H[:, 0, 0:1] * u + H[:, 0, 1:2] * v + H[:, 0, 2:3]) / den
     vp = (H[:, 1, 0:1] * u + H[:, 1, 1:2] * v + H[:, 1, 2:3]) / den
@@ -514,8 +593,17 @@ def _sums_gpu(coef, tpl: Templates, tidx, midx, H):
        (cp.ascontiguousarray(coef), np.int32(h), np.int32(w),
         *(cp.ascontiguousarray(a) for a in (tpl.u, tpl.v, tpl.f, tpl.fu, tpl.fv, tpl.w)),
         cp.ascontiguousarray(tpl.origin), cp.ascontiguousarray(tpl.scale), np.int32(N),
-        tidx.astype(cp.int32), midx.astype(cp.int32), cp.ascontiguousarray(H.reshape(P, 9)), partial))
+        tidx.astype(cp.int32), midx.astype(cp.int32), _kernel_warp(H), partial))
     return partial.sum(axis=1)
+
+
+def _kernel_warp(H):
+    """What the kernel reads per problem: the 9 entries of a 3x3 warp, or the 12 of the rows of
+    a quadratic one that give u' and v'."""
+    import cupy as cp
+
+    P = H.shape[0]
+    return cp.ascontiguousarray(H[:, 3:5, :].reshape(P, 12) if H.shape[-1] == 6 else H.reshape(P, 9))
 
 
 def _sums(coef, tpl, tidx, midx, H):
@@ -526,7 +614,7 @@ def _sums(coef, tpl, tidx, midx, H):
 
 @dataclass
 class IcgnResult:
-    """Per problem: ``warp`` (P, 3, 3) float64 (NaN where it failed), ``iterations`` int16,
+    """Per problem: ``warp`` (P, 3, 3), or (P, 6, 6) quadratic, float64 (NaN where it failed), ``iterations`` int16,
     ``status`` uint8 (``ICGN_*``), ``zncc`` float32 (zero-mean normalised correlation of the
     template and the image at the last evaluated warp), ``outside`` float32 (fraction of the
     template's weight that fell off the image), on the images' array module."""
@@ -552,8 +640,9 @@ def register(templates: Templates, coefficients, *, template_index, image_index=
         Template of each problem.
     image_index : (P,) int array, optional
         Image of each problem; default ``arange(P)``.
-    initial : (P, 3, 3) array
-        Starting warps (NaN: no start; the problem is reported ``ICGN_NO_START``).
+    initial : (P, 3, 3) array, (P, 6, 6) for quadratic templates
+        Starting warps (NaN: no start; the problem is reported ``ICGN_NO_START``); an affine
+        start for quadratic templates is made quadratic (:func:`as_quadratic`).
     max_iterations : int
     tolerance : float
         Converged when an update moves no corner of the template's bounding box by more than
@@ -577,7 +666,12 @@ def register(templates: Templates, coefficients, *, template_index, image_index=
     tidx = xp.asarray(template_index, dtype=np.int64).reshape(-1)
     P = int(tidx.shape[0])
     midx = xp.arange(P, dtype=np.int64) if image_index is None else xp.asarray(image_index, dtype=np.int64)
-    H = xp.array(initial, dtype=xp.float64).reshape(P, 3, 3)
+    H = xp.array(initial, dtype=xp.float64)
+    quadratic = n == 12
+    if quadratic and H.shape[-1] == 3:
+        H = as_quadratic(H)
+    k = 6 if quadratic else 3
+    H = H.reshape(P, k, k)
     if coefficients.ndim != 3:
         raise ValueError(f"coefficients must have shape (M, H, W), got {coefficients.shape}")
 
@@ -617,7 +711,9 @@ def register(templates: Templates, coefficients, *, template_index, image_index=
             dp = -(hinv @ b[..., None])[..., 0]
             dH = parameters_to_warp(xp.nan_to_num(dp, nan=0.0), templates.shape_function)
             Hn = h @ xp.linalg.inv(dH)
-            Hn = xp.where(xp.isfinite(dp).all(axis=1)[:, None, None], Hn / Hn[:, 2:3, 2:3], xp.nan)
+            # back to a warp of the shape function (quadratic: its parameters, read from rows 4 and 5)
+            Hn = _quadratic_matrix(warp_parameters(Hn), xp) if quadratic else Hn / Hn[:, 2:3, 2:3]
+            Hn = xp.where(xp.isfinite(dp).all(axis=1)[:, None, None], Hn, xp.nan)
         corners = templates.corners[t]
         move = xp.linalg.norm(warp_points(Hn, corners) - warp_points(h, corners), axis=-1).max(axis=1)
         move = move * templates.scale[t]

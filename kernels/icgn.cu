@@ -2,7 +2,7 @@
 // image's cubic B-spline there and accumulate the weighted sums the Gauss-Newton step needs.
 // Mirrors ebsdxc/icgn.py (_sums_host); tests compare the two in float64.
 //
-// Prelude: NPARAM (6 affine, 8 homography). NSUM = NPARAM + 4:
+// Prelude: NPARAM (6 affine, 8 homography, 12 quadratic). NSUM = NPARAM + 4:
 //   [0] sum w g   [1] sum w g^2   [2 .. 2+NPARAM) sum w J_k g   [2+NPARAM] sum w f g
 //   [3+NPARAM] sum w (pixels that left the image)
 // Pixels warped off the image are left out of every sum but the last; the caller restricts
@@ -13,6 +13,13 @@
 #include "common.cuh"
 
 #define NSUM (NPARAM + 4)
+// A 3x3 warp is read as its 9 entries; a quadratic one as the 12 entries of the rows of its
+// 6x6 matrix that give u' and v' from (u^2, u v, v^2, u, v, 1) (ebsdxc.icgn._kernel_warp).
+#if NPARAM == 12
+#define WARP_STRIDE 12
+#else
+#define WARP_STRIDE 9
+#endif
 
 // Mirror an index about the edge pixels (scipy.ndimage's "mirror": -1 -> 1, n -> n - 2).
 __device__ __forceinline__ int mirror(int i, int n) {
@@ -43,7 +50,7 @@ extern "C" __global__ void icgn_sums(
     const int p = blockIdx.y;
     const long long t = tidx[p];
     const float* img = coef + (long long)midx[p] * height * width;
-    const double* h = warp + 9LL * p;
+    const double* h = warp + (long long)WARP_STRIDE * p;
     const double ox = origin[2 * t], oy = origin[2 * t + 1], sc = scale[t];
     double acc[NSUM];
 #pragma unroll
@@ -54,9 +61,15 @@ extern "C" __global__ void icgn_sums(
         const double w = tw[base + i];
         if (w == 0.0) continue;
         const double u = tu[base + i], v = tv[base + i];
+#if NPARAM == 12
+        const double uu = u * u, uv = u * v, vv = v * v;
+        const double up = h[0] * uu + h[1] * uv + h[2] * vv + h[3] * u + h[4] * v + h[5];
+        const double vp = h[6] * uu + h[7] * uv + h[8] * vv + h[9] * u + h[10] * v + h[11];
+#else
         const double den = h[6] * u + h[7] * v + h[8];
         const double up = (h[0] * u + h[1] * v + h[2]) / den;
         const double vp = (h[3] * u + h[4] * v + h[5]) / den;
+#endif
         double x = ox + sc * up, y = oy + sc * vp;
         if (!(x >= 0.0 && x <= width - 1.0 && y >= 0.0 && y <= height - 1.0)) {
             acc[3 + NPARAM] += w;  // NaN coordinates land here too
@@ -94,6 +107,13 @@ extern "C" __global__ void icgn_sums(
         const double radial = fu * u + fv * v;
         acc[8] -= wg * radial * u;
         acc[9] -= wg * radial * v;
+#elif NPARAM == 12
+        acc[8] += wg * fu * 0.5 * uu;
+        acc[9] += wg * fu * uv;
+        acc[10] += wg * fu * 0.5 * vv;
+        acc[11] += wg * fv * 0.5 * uu;
+        acc[12] += wg * fv * uv;
+        acc[13] += wg * fv * 0.5 * vv;
 #endif
         acc[2 + NPARAM] += wg * (double)tf[base + i];
     }

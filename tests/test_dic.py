@@ -77,7 +77,7 @@ def test_flat_subsets_and_no_match_are_flagged():
 
 def test_config_rules():
     for kw, word in (({"subset": 30}, "dic.subset"), ({"step": 0}, "dic.step"), ({"search": 0}, "dic.search"),
-                     ({"shape_function": "quadratic"}, "dic.shape_function"), ({"strain_window": 4}, "strain_window"),
+                     ({"shape_function": "cubic"}, "dic.shape_function"), ({"strain_window": 4}, "strain_window"),
                      ({"min_zncc": 1.5}, "dic.min_zncc")):
         with pytest.raises(ValueError, match=word):
             dic.DicConfig(**kw)

@@ -136,7 +136,7 @@ def test_fit_warp_recovers_a_homography_and_drops_outliers():
 def test_bad_arguments_name_the_parameter():
     ref, _, _ = _pair(np.zeros(8))
     with pytest.raises(ValueError, match="shape_function"):
-        icgn.make_templates(ref[None], pixels=_disc(), origin=ORIGIN, scale=S, shape_function="quadratic")
+        icgn.make_templates(ref[None], pixels=_disc(), origin=ORIGIN, scale=S, shape_function="cubic")
     with pytest.raises(ValueError, match="pixels must lie inside"):
         icgn.make_templates(ref[None], pixels=np.array([[W_, 0]]), origin=ORIGIN, scale=S)
     with pytest.raises(ValueError, match="no contrast"):
@@ -155,7 +155,7 @@ def test_gpu_kernel_matches_the_float64_oracle():
     rng = np.random.default_rng(5)
     refs = np.stack([_pair(np.zeros(8), seed=s)[0] for s in (0, 1)])
     imgs = np.stack([_pair(rng.normal(scale=0.01, size=8), seed=s % 2)[1] for s in range(6)])
-    for shape_function in ("homography", "affine"):
+    for shape_function in ("homography", "affine", "quadratic"):
         n = icgn.SHAPE_FUNCTIONS[shape_function]
         tpl_h = icgn.make_templates(refs, pixels=_disc(40), origin=ORIGIN, scale=S, shape_function=shape_function)
         tpl_d = icgn.make_templates(cp.asarray(refs), pixels=cp.asarray(_disc(40)), origin=ORIGIN, scale=S,
