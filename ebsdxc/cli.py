@@ -60,6 +60,15 @@ def _pair(text):
     return vals
 
 
+def _polygon(text):
+    """``X,Y;X,Y;...`` (at least three vertices, px)."""
+    try:
+        return tuple(_pair(v) for v in text.strip().strip(";").split(";"))
+    except argparse.ArgumentTypeError:
+        pass
+    raise argparse.ArgumentTypeError(f"expected vertices X,Y;X,Y;X,Y..., got {text!r}")
+
+
 def _scan_point(text):
     """``N`` or ``ROW,COL``: a scan point (``--ref-index``, ``plot --point``)."""
     parts = text.split(",")
@@ -250,6 +259,14 @@ def _parser():
                     help="integer search around the rigid shift, +- px (default 16)")
     dg.add_argument("--strain-window", type=_positive_int, metavar="N",
                     help="points on a side of the strain fit's window, odd (default 5)")
+    dg.add_argument("--guess", choices=("propagate", "search"),
+                    help="how IC-GN starts: propagate (default: reliability-guided, from seeds through "
+                         "neighbours) or search (every subset's own integer search)")
+    dg.add_argument("--dic-mask", metavar="FILE",
+                    help="image (TIFF/PNG) the size of the reference: subsets are measured where it is "
+                         "nonzero over their whole area")
+    dg.add_argument("--dic-polygon", type=_polygon, metavar="X,Y;X,Y;...",
+                    help="measure only subsets wholly inside this polygon (px, x = column)")
     dg.add_argument("--shape-function", choices=("affine", "quadratic"),
                     help="subset shape function of IC-GN: affine (default, 6 parameters) or quadratic (12: "
                          "follows displacement fields that curve over a subset)")
@@ -373,7 +390,8 @@ _FLAGS = {
     "correlation.engine": "--engine", "correlation.max_shift": "--max-shift", "correlation.subpixel": "--subpixel",
     "correlation.kernel": "--kernel", "refine.method": "--refine",
     "dic.subset": "--subset", "dic.search": "--search", "dic.strain_window": "--strain-window",
-    "dic.shape_function": "--shape-function",
+    "dic.shape_function": "--shape-function", "dic.guess": "--guess", "dic.mask": "--dic-mask",
+    "dic.polygon": "--dic-polygon",
     "dic.step": "--step",
     "strain.material": "--material", "strain.pc": "--pc", "strain.pc_ref": "--pc-ref",
     "strain.pc_convention": "--pc-convention", "strain.pc_map": "--pc-map", "strain.pixel_size": "--pixel-size",

@@ -20,7 +20,8 @@ One dataclass per recipe table, and **the TOML keys are the field names**::
     [grains]       GrainsConfig      per_grain, tolerance_deg, min_size, rule = "kam" | "quality" | "centre",
                                      min_boundary_distance, similarity_threshold
     [dic]          DicConfig         enabled, subset, step, search, coarse_size, shape_function,
-                                     max_iterations, tolerance_px, min_zncc, strain_window
+                                     max_iterations, tolerance_px, min_zncc, strain_window,
+                                     guess = "propagate" | "search", seed_spacing, mask, polygon
                                      (:class:`ebsdxc.dic.DicConfig`)
     [refine]       RefineConfig      method = "none" | "icgn", max_iterations, tolerance_px, margin,
                                      max_outside, min_zncc, region = "pattern" | "rois"
@@ -394,7 +395,7 @@ _KEYS = {"roi": _fields(RoiConfig), "preprocess": _fields(PreprocessConfig), "co
          "cluster": _fields(ClusterConfig)}
 # Settings that name files: relative paths resolve against the recipe's folder.
 _PATH_KEYS = {("roi", "centres"), ("preprocess", "static_background"), ("strain", "slip_systems"),
-              ("strain", "master_pattern")}
+              ("strain", "master_pattern"), ("dic", "mask")}
 _NOT_PATHS = {"mean", "file"}
 
 

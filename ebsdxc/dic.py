@@ -5,14 +5,25 @@ of points every ``step`` px (inside the image and the mask). Each point's displa
 ``[u, v]`` = where the subset's centre is in the frame minus where it is in the reference (px;
 x = column, y = row, origin at the centre of pixel (0, 0), as everywhere in ebsdxc).
 
-1. **Start** (integer): a whole-image cross-correlation of the two images binned to at most
-   ``coarse_size`` px gives the rigid part, so shifts of hundreds of pixels are found; then
-   each subset's zero-mean normalised cross-correlation with the frame over ``+-search`` px
-   around that (FFT, batched) gives its own integer shift.
+1. **Start**. A whole-image cross-correlation of the two images binned to at most
+   ``coarse_size`` px gives the rigid part, so shifts of hundreds of pixels are found. Then,
+   with ``guess = "propagate"`` (the default, on a grid of points), reliability-guided
+   propagation: seeds (every ``seed_spacing`` grid points, and one in every region of points
+   the others do not reach, e.g. islands of a mask) get their integer shift from a zero-mean
+   normalised cross-correlation over ``+-search`` px about the rigid shift (FFT, batched) and
+   are refined; every other point starts from the converged warp of its computed neighbour
+   with the highest ZNCC, carried over to its own centre exactly (the neighbour's displacement
+   *and* gradient, so large gradients and rotations are followed where a per-subset search
+   with a small window fails). Pan's RG-DIC (2009) takes one point at a time off a priority
+   queue ordered by ZNCC; here all points next to computed ones go in one batch (a *wave*),
+   each from its best computed neighbour, which keeps its rule -- start from the most
+   reliable neighbour there is -- while the GPU refines thousands of subsets at once. A point
+   that fails is tried again from each other neighbour as it gets computed, and what is left
+   gets seeds of its own; the order of waves and the choice of neighbour do not depend on
+   batch sizes. ``guess = "search"``: every point's own integer search (no grid needed).
 2. **Refinement**: IC-GN of every subset with the affine (6 parameters) or quadratic (12) shape
-   function (:mod:`ebsdxc.icgn`:
-   ZNSSD criterion, cubic B-spline interpolation, batched on the GPU with the same code on the
-   CPU), started from the integer shift.
+   function (:mod:`ebsdxc.icgn`: ZNSSD criterion, cubic B-spline interpolation, batched on the
+   GPU with the same code on the CPU).
 
 Status per point (codes of :mod:`ebsdxc.status`): ``OK``; ``CONSTANT_TILE`` (no contrast in
 the reference subset); ``OUTSIDE_MASK`` (the subset leaves the image or the mask);
@@ -23,6 +34,7 @@ below ``min_zncc``). Anything but ``OK`` is NaN.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
 import numpy as np
@@ -30,10 +42,11 @@ import numpy as np
 from . import icgn
 from . import status as st
 
-__all__ = ["DicConfig", "SHAPE_FUNCTIONS", "subset_grid", "coarse_shift", "integer_start", "match_subsets",
-           "SubsetMatch"]
+__all__ = ["DicConfig", "SHAPE_FUNCTIONS", "GUESSES", "STARTS", "polygon_mask", "subset_grid", "coarse_shift",
+           "integer_start", "match_subsets", "SubsetMatch"]
 
 SHAPE_FUNCTIONS = ("affine", "quadratic")
+GUESSES = ("propagate", "search")
 
 
 def _xp(a):
@@ -69,6 +82,18 @@ class DicConfig:
     min_zncc : float
     strain_window : int
         Points (odd, >= 3) on a side of the strain fit's window (:mod:`ebsdxc.dic_strain`).
+    guess : {"propagate", "search"}
+        Where IC-GN starts: ``propagate`` (reliability-guided, from seeds through neighbours)
+        or ``search`` (every point's own integer search).
+    seed_spacing : int
+        Grid points between the seeds of the propagation (and a seed for every region of
+        points the others do not reach).
+    mask : str or None
+        Image file (TIFF, PNG) the size of the reference: nonzero = measure. A point is
+        measured only where its whole subset lies in the mask (and in ``polygon``).
+    polygon : list of [x, y] or None
+        Vertices (px, ebsdxc's convention: x = column, y = row, pixel centres at integers) of
+        the region to measure.
     """
 
     enabled: bool = False
@@ -81,6 +106,10 @@ class DicConfig:
     tolerance_px: float = 1e-3
     min_zncc: float = 0.6
     strain_window: int = 5
+    guess: str = "propagate"
+    seed_spacing: int = 16
+    mask: str | None = None
+    polygon: tuple | None = None
 
     def __post_init__(self):
         if not isinstance(self.enabled, bool):
@@ -100,6 +129,20 @@ class DicConfig:
             raise ValueError(f"dic.min_zncc must be in [-1, 1), got {self.min_zncc!r}")
         if not (_whole(self.strain_window) and self.strain_window >= 3 and self.strain_window % 2 == 1):
             raise ValueError(f"dic.strain_window must be an odd whole number >= 3, got {self.strain_window!r}")
+        if self.guess not in GUESSES:
+            raise ValueError(f"dic.guess must be one of {', '.join(GUESSES)}, got {self.guess!r}")
+        if not (_whole(self.seed_spacing) and self.seed_spacing >= 1):
+            raise ValueError(f"dic.seed_spacing must be a whole number >= 1, got {self.seed_spacing!r}")
+        if self.mask is not None and not (isinstance(self.mask, (str, os.PathLike)) and os.fspath(self.mask)):
+            raise ValueError(f"dic.mask must be an image file, got {self.mask!r}")
+        if self.polygon is not None:
+            try:
+                poly = np.asarray(self.polygon, dtype=np.float64)
+            except (TypeError, ValueError):
+                poly = np.zeros(0)
+            if poly.ndim != 2 or poly.shape[1] != 2 or len(poly) < 3 or not np.isfinite(poly).all():
+                raise ValueError(f"dic.polygon must be at least 3 vertices [x, y] px, got {self.polygon!r}")
+            object.__setattr__(self, "polygon", tuple(tuple(float(v) for v in xy) for xy in poly))
 
 
 def subset_grid(shape, *, subset: int, step: int, mask=None):
@@ -133,6 +176,17 @@ def subset_grid(shape, *, subset: int, step: int, mask=None):
             + c[iy - half, ix - half]
         inside = out == 0
     return points, inside
+
+
+def polygon_mask(shape, polygon):
+    """(H, W) bool: the pixels whose centres lie inside ``polygon`` (vertices [x, y] px)."""
+    from matplotlib.path import Path
+
+    h, w = (int(v) for v in shape)
+    yy, xx = np.mgrid[0:h, 0:w]
+    inside = Path(np.asarray(polygon, dtype=np.float64)).contains_points(np.stack([xx.ravel(), yy.ravel()], -1),
+                                                                          radius=1e-9)
+    return inside.reshape(h, w)
 
 
 def _bin_to(image, size, xp):
@@ -215,27 +269,194 @@ def integer_start(reference, image, points, *, subset: int, search: int, shift=(
 @dataclass
 class SubsetMatch:
     """Per point: ``displacement`` (N, 2) float64 [u, v] px (NaN where not ok), ``zncc`` (N,),
-    ``iterations`` (N,) int16, ``status`` (N,) uint8; host arrays."""
+    ``iterations`` (N,) int16, ``status`` (N,) uint8; host arrays. ``started`` (N,) uint8: how
+    the point's IC-GN was started (:data:`STARTS`)."""
 
     displacement: np.ndarray
     zncc: np.ndarray
     iterations: np.ndarray
     status: np.ndarray
+    started: np.ndarray | None = None
+
+
+#: How a point's IC-GN was started: not at all, by the integer search (a seed, or a point the
+#: propagation did not reach), from a computed neighbour's warp.
+STARTS = {0: "not started", 1: "integer search", 2: "a neighbour's warp (reliability-guided)"}
+
+
+def _host(a):
+    return np.asarray(a.get() if hasattr(a, "get") else a)
+
+
+class _Matcher:
+    """One reference and one frame: IC-GN of any set of subsets from given starting warps."""
+
+    def __init__(self, ref, img, pts, config, shift, coef, ref_coef, batch):
+        xp = _xp(img)
+        self.xp, self.ref, self.img, self.pts, self.c = xp, ref, img, pts, config
+        self.shift, self.coef, self.ref_coef, self.batch = shift, coef, ref_coef, batch
+        self.half = config.subset // 2
+        self.scale = float(self.half)
+        yy, xx = np.mgrid[-self.half:self.half + 1, -self.half:self.half + 1]
+        self.offsets = np.stack([xx.ravel(), yy.ravel()], -1)
+        N = len(pts)
+        k = 6 if config.shape_function == "quadratic" else 3
+        self.warp = np.full((N, k, k), np.nan)
+        self.zncc = np.full(N, np.nan, np.float32)
+        self.iterations = np.full(N, -1, np.int16)
+        self.status = np.full(N, st.OUTSIDE_MASK, np.uint8)
+        self.started = np.zeros(N, np.uint8)
+
+    def refine(self, idx, H0, how):
+        """IC-GN of points ``idx`` from warps ``H0`` (normalised about each point); returns the
+        points that came out ok."""
+        xp, c = self.xp, self.c
+        good_all = []
+        for s in range(0, len(idx), self.batch):
+            sel, H = idx[s:s + self.batch], H0[s:s + self.batch]
+            p = self.pts[sel]
+            pix = np.rint(p).astype(np.int64)[:, None, :] + self.offsets[None]
+            patch = self.ref[xp.asarray(pix[..., 1]), xp.asarray(pix[..., 0])]
+            contrast = _host((patch.max(axis=1) - patch.min(axis=1)) > 0)
+            self.status[sel[~contrast]] = st.CONSTANT_TILE
+            self.started[sel] = how
+            if not contrast.any():
+                continue
+            k_idx, n = sel[contrast], int(contrast.sum())
+            tpl = icgn.make_templates(self.ref[None], pixels=xp.asarray(pix[contrast]),
+                                      image_index=xp.zeros(n, dtype=np.int64), origin=xp.asarray(p[contrast]),
+                                      scale=self.scale, shape_function=c.shape_function, coefficients=self.ref_coef)
+            res = icgn.register(tpl, self.coef, template_index=xp.arange(n), image_index=xp.zeros(n, dtype=np.int64),
+                                initial=xp.asarray(H[contrast]), max_iterations=c.max_iterations,
+                                tolerance=c.tolerance_px, max_outside=0.0)
+            rs, z, it = _host(res.status), _host(res.zncc), _host(res.iterations)
+            good = (rs == icgn.ICGN_CONVERGED) & (z >= c.min_zncc)
+            self.warp[k_idx] = np.where(good[:, None, None], _host(res.warp), np.nan)
+            self.zncc[k_idx] = z
+            self.iterations[k_idx] = it
+            self.status[k_idx] = np.where(good, st.OK, st.REFINE_FAILED)
+            # the subset moved (partly) off the frame: nothing there to measure it with
+            self.status[k_idx[rs == icgn.ICGN_LEFT_IMAGE]] = st.OUTSIDE_MASK
+            good_all.append(k_idx[good])
+        return np.concatenate(good_all) if good_all else np.zeros(0, np.int64)
+
+    def search(self, idx):
+        """Integer search (+- search px about the rigid shift), then IC-GN; returns the ok points."""
+        if idx.size == 0:
+            return idx
+        start, edge = integer_start(self.ref, self.img, self.pts[idx], subset=self.c.subset, search=self.c.search,
+                                    shift=self.shift)
+        H0 = _host(icgn.translation_warp(np.asarray(start / self.scale), self.c.shape_function))
+        good = self.refine(idx, H0, 1)
+        # the integer search hit its window's edge and IC-GN did not find the subset either
+        miss = idx[edge & (self.status[idx] == st.REFINE_FAILED)]
+        self.status[miss] = st.PEAK_ON_BORDER
+        return good
+
+    def displacement(self):
+        uv = icgn.warp_points(self.warp, np.zeros((1, 2)))[:, 0] * self.scale
+        uv[self.status != st.OK] = np.nan
+        return uv
+
+
+def _transport(W, delta, shape_function):
+    """Warps ``W`` (normalised about a neighbour) re-expressed about points ``delta`` (normalised
+    units) from it: ``W'(u) = W(delta + u) - delta``, exact for every shape function."""
+    T = icgn.translation_warp(delta, shape_function)
+    Tinv = icgn.translation_warp(-delta, shape_function)
+    M = Tinv @ W @ T
+    if shape_function == "quadratic":
+        return icgn.parameters_to_warp(icgn.warp_parameters(M), "quadratic")
+    return M / M[:, 2:3, 2:3]
+
+
+_NEIGHBOURS = ((-1, 0), (1, 0), (0, -1), (0, 1))
+
+
+def _seed_points(todo, spacing):
+    """Seeds of a (ny, nx) bool grid of points to measure: every ``spacing`` points in both
+    directions (starting half a spacing in), plus, for every connected region of ``todo``
+    that holds none of those, the point of it nearest its centroid."""
+    from scipy import ndimage
+
+    ny, nx = todo.shape
+    rows = np.arange(min(spacing // 2, (ny - 1) // 2), ny, spacing)
+    cols = np.arange(min(spacing // 2, (nx - 1) // 2), nx, spacing)
+    seed = np.zeros_like(todo)
+    seed[np.ix_(rows, cols)] = True
+    seed &= todo
+    labels, n = ndimage.label(todo)
+    have = set(np.unique(labels[seed]).tolist())
+    for lab in range(1, n + 1):
+        if lab in have:
+            continue
+        rr, cc = np.nonzero(labels == lab)
+        k = np.argmin((rr - rr.mean()) ** 2 + (cc - cc.mean()) ** 2)
+        seed[rr[k], cc[k]] = True
+    return np.flatnonzero(seed.reshape(-1))
+
+
+def _propagate(m: _Matcher, ok, grid_shape, spacing):
+    """Reliability-guided propagation over the point grid, in waves (module docstring)."""
+    ny, nx = grid_shape
+    N = ny * nx
+    done = np.zeros(N, bool)
+    tried = np.zeros((N, 4), bool)
+    seeded = np.zeros(N, bool)
+    rr, cc = np.divmod(np.arange(N), nx)
+    nb = np.full((N, 4), -1, np.int64)
+    for d, (dr, dc) in enumerate(_NEIGHBOURS):
+        r2, c2 = rr + dr, cc + dc
+        inside = (r2 >= 0) & (r2 < ny) & (c2 >= 0) & (c2 < nx)
+        nb[inside, d] = r2[inside] * nx + c2[inside]
+    todo = ok.copy()
+    while True:
+        seeds = _seed_points((todo & ~done & ~seeded).reshape(ny, nx), spacing)
+        if seeds.size == 0:
+            break
+        seeded[seeds] = True
+        done[m.search(seeds)] = True
+        while True:
+            # every point still to do with a computed neighbour it has not started from yet
+            z = np.where(nb >= 0, np.where(done[np.maximum(nb, 0)], m.zncc[np.maximum(nb, 0)], -np.inf), -np.inf)
+            z = np.where(tried, -np.inf, z)
+            best = np.argmax(z, axis=1)
+            zb = z[np.arange(N), best]
+            front = np.flatnonzero(todo & ~done & np.isfinite(zb))
+            if front.size == 0:
+                break
+            src = nb[front, best[front]]
+            tried[front, best[front]] = True
+            delta = (m.pts[front] - m.pts[src]) / m.scale
+            H0 = _transport(m.warp[src], delta, m.c.shape_function)
+            done[m.refine(front, H0, 2)] = True
+        todo &= ~done
+        # what is left (cut off from every computed point, or failed from all its neighbours)
+        # gets a seed of its own per connected region, until no new seed is left to try
+    return done
 
 
 def match_subsets(reference, image, points, *, config: DicConfig, valid=None, shift=None,
-                  coefficients=None, batch: int = 16384) -> SubsetMatch:
-    """Displacements of the subsets centred on ``points`` (N, 2) from ``reference`` to ``image``
+                  coefficients=None, batch: int = 16384, grid_shape=None) -> SubsetMatch:
+    """Displacements of the subsets centred on ``points`` from ``reference`` to ``image``
     (both (H, W), NumPy or CuPy: the work runs there).
 
-    ``valid`` (N,) bool: points to measure (others are ``OUTSIDE_MASK``). ``shift``: the rigid
-    start (default :func:`coarse_shift`). ``coefficients``: the frame's B-spline coefficients
-    when already made (:func:`ebsdxc.icgn.spline_coefficients`).
+    ``points``: (N, 2), or (ny, nx, 2) for a grid. ``valid`` (N,) bool: points to measure
+    (others are ``OUTSIDE_MASK``). ``shift``: the rigid start (default :func:`coarse_shift`).
+    ``coefficients``: the frame's B-spline coefficients when already made
+    (:func:`ebsdxc.icgn.spline_coefficients`). ``grid_shape`` (ny, nx): the points are a grid,
+    row-major; with ``config.guess = "propagate"`` (and a grid) the starts propagate from
+    seeds to neighbours, else every point is searched.
     """
     xp = _xp(image)
     c = config
-    pts = np.asarray(points, dtype=np.float64).reshape(-1, 2)
+    pts = np.asarray(points, dtype=np.float64)
+    if pts.ndim == 3 and grid_shape is None:
+        grid_shape = pts.shape[:2]
+    pts = pts.reshape(-1, 2)
     N = len(pts)
+    if grid_shape is not None and int(np.prod(grid_shape)) != N:
+        raise ValueError(f"grid_shape {tuple(grid_shape)} does not hold the {N} points")
     ok = np.ones(N, bool) if valid is None else np.asarray(valid, dtype=bool).reshape(-1).copy()
     ref = xp.asarray(reference, dtype=xp.float32)
     img = xp.asarray(image, dtype=xp.float32)
@@ -243,58 +464,16 @@ def match_subsets(reference, image, points, *, config: DicConfig, valid=None, sh
         shift = coarse_shift(ref, img, coarse_size=c.coarse_size)
     coef = icgn.spline_coefficients(img[None]) if coefficients is None else coefficients
     ref_coef = icgn.spline_coefficients(ref[None])  # once: every batch of subsets cuts its templates from it
-    disp = np.full((N, 2), np.nan)
-    zncc = np.full(N, np.nan, np.float32)
-    its = np.full(N, -1, np.int16)
-    status = np.full(N, st.OUTSIDE_MASK, np.uint8)
+    m = _Matcher(ref, img, pts, c, shift, coef, ref_coef, batch)
     half = c.subset // 2
     h, w = img.shape
     # a subset the rigid shift puts (partly) off the frame has nothing there to be measured with
     moved = pts + np.asarray(shift, dtype=np.float64)
     on_frame = (moved - half >= 0).all(axis=1) & (moved[:, 0] + half <= w - 1) & (moved[:, 1] + half <= h - 1)
-    ok &= on_frame
-    yy, xx = np.mgrid[-half:half + 1, -half:half + 1]
-    offsets = np.stack([xx.ravel(), yy.ravel()], -1)
-    scale = float(half)
-    for s in range(0, N, batch):
-        idx = np.flatnonzero(ok[s:s + batch]) + s
-        if idx.size == 0:
-            continue
-        p = pts[idx]
-        start, edge = integer_start(ref, img, p, subset=c.subset, search=c.search, shift=shift)
-        centre = np.rint(p).astype(np.int64)
-        pix = centre[:, None, :] + offsets[None]
-        t = xp.asarray(pix[..., 1]), xp.asarray(pix[..., 0])
-        patch = ref[t[0], t[1]]
-        flat = (patch.max(axis=1) - patch.min(axis=1)) > 0
-        flat = np.asarray(flat.get() if hasattr(flat, "get") else flat)
-        status[idx[~flat]] = st.CONSTANT_TILE
-        keep = flat
-        if not keep.any():
-            continue
-        k_idx = idx[keep]
-        tpl = icgn.make_templates(ref[None], pixels=xp.asarray(pix[keep]),
-                                  image_index=xp.zeros(int(keep.sum()), dtype=np.int64), origin=xp.asarray(p[keep]),
-                                  scale=scale, shape_function=c.shape_function, coefficients=ref_coef)
-        H0 = icgn.translation_warp(xp.asarray(start[keep] / scale), c.shape_function)
-        res = icgn.register(tpl, coef, template_index=xp.arange(int(keep.sum())),
-                            image_index=xp.zeros(int(keep.sum()), dtype=np.int64), initial=H0,
-                            max_iterations=c.max_iterations, tolerance=c.tolerance_px, max_outside=0.0)
-        warp = res.warp
-        centre_uv = icgn.warp_points(warp, xp.zeros((1, 2)))[:, 0]
-        d = centre_uv * scale
-        d = np.asarray(d.get() if hasattr(d, "get") else d)
-        rs = np.asarray(res.status.get() if hasattr(res.status, "get") else res.status)
-        z = np.asarray(res.zncc.get() if hasattr(res.zncc, "get") else res.zncc)
-        it = np.asarray(res.iterations.get() if hasattr(res.iterations, "get") else res.iterations)
-        good = (rs == icgn.ICGN_CONVERGED) & (z >= c.min_zncc)
-        disp[k_idx[good]] = d[good]
-        zncc[k_idx] = z
-        its[k_idx] = it
-        status[k_idx] = np.where(good, st.OK, st.REFINE_FAILED)
-        # the integer search hit its window's edge and IC-GN did not find the subset either
-        status[k_idx[~good & edge[keep]]] = st.PEAK_ON_BORDER
-        # the subset moved (partly) off the frame: nothing there to measure it with
-        status[k_idx[rs == icgn.ICGN_LEFT_IMAGE]] = st.OUTSIDE_MASK
-    disp[status != st.OK] = np.nan
-    return SubsetMatch(disp, zncc, its, status)
+    if c.guess == "propagate" and grid_shape is not None:
+        _propagate(m, ok, tuple(int(v) for v in grid_shape), c.seed_spacing)
+    else:
+        m.search(np.flatnonzero(ok & on_frame))
+    m.status[~ok] = st.OUTSIDE_MASK
+    disp = m.displacement()
+    return SubsetMatch(disp, m.zncc, m.iterations, m.status, m.started)

@@ -52,8 +52,9 @@ EVERY_KEY = {
                "similarity_threshold": 0.6},
     "refine": {"method": "icgn", "max_iterations": 20, "tolerance_px": 0.001, "margin": 0.1, "max_outside": 0.1,
                "min_zncc": 0.3, "region": "rois"},
-    "dic": {"enabled": True, "subset": 21, "step": 5, "search": 8, "coarse_size": 256, "shape_function": "affine",
-            "max_iterations": 20, "tolerance_px": 0.01, "min_zncc": 0.7, "strain_window": 7},
+    "dic": {"enabled": True, "subset": 21, "step": 5, "search": 8, "coarse_size": 256, "shape_function": "quadratic",
+            "max_iterations": 20, "tolerance_px": 0.01, "min_zncc": 0.7, "strain_window": 7, "guess": "search",
+            "seed_spacing": 4, "mask": "mask.png", "polygon": [[0.0, 0.0], [10.0, 0.0], [10.0, 10.0]]},
     "run": {"device": "cpu", "batch": 16, "threads": 2, "executor": "threads"},
     "cluster": {"address": "slurm", "workers": 3, "retries": 1, "rows_per_task": 4, "job": {"cores": 1}},
 }
@@ -93,7 +94,7 @@ def section(pcfg, rcfg, table):
 
 
 def as_recipe(v):
-    return list(v) if isinstance(v, tuple) else v
+    return [as_recipe(x) for x in v] if isinstance(v, tuple) else v
 
 
 # --------------------------------------------------------------------------- the schema
@@ -115,7 +116,8 @@ def test_every_key_of_every_table_reaches_its_field(tmp_path):
         for key, value in values.items():
             got = as_recipe(getattr(obj, key))
             # file settings are relative to the recipe's folder
-            if key in ("centres", "static_background", "slip_systems", "master_pattern"):
+            if key in ("centres", "static_background", "slip_systems", "master_pattern") or (table, key) == ("dic",
+                                                                                                            "mask"):
                 value = str(tmp_path / value)
             assert got == value, (table, key, got, value)
     # and nothing differs from the defaults but what the recipe says

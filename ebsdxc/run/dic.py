@@ -10,6 +10,8 @@ displacement gradient (:mod:`ebsdxc.dic_strain`) and writes ``/ebsdxc/dic/strain
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 
 from .. import dic as dic_stage
@@ -21,17 +23,59 @@ from ..preprocess import PatternPreprocessor
 from ..references import ReferenceSet
 from ..rois import RoiLayout
 
-__all__ = ["DicPipeline", "dic_layout", "dic_strain_pass", "point_datasets"]
+__all__ = ["DicPipeline", "dic_layout", "dic_strain_pass", "point_datasets", "measured_region"]
+
+
+def _read_mask(path, shape):
+    """A mask image (TIFF or PNG, any bit depth, grey or colour) as (H, W) bool: nonzero = measure."""
+    import tifffile
+    from PIL import Image, UnidentifiedImageError
+
+    from ..io.image import is_tiff_file
+
+    if not os.path.isfile(path):
+        raise InputError("the DIC mask file is not there", path)
+    try:
+        if is_tiff_file(path):
+            m = np.asarray(tifffile.imread(path))
+        else:
+            with Image.open(path) as im:
+                m = np.asarray(im.convert("L") if im.mode not in ("L", "I", "I;16", "F", "1") else im)
+    except (OSError, ValueError, UnidentifiedImageError) as e:
+        raise InputError(f"cannot read the DIC mask ({e})", path) from None
+    if m.ndim == 3 and m.shape[-1] in (3, 4):
+        m = m[..., :3].max(axis=-1)  # a colour drawing: any channel
+    if m.shape != tuple(shape):
+        dims = f"{m.shape[1]}x{m.shape[0]} px" if m.ndim == 2 else f"of shape {m.shape}"
+        raise InputError(f"the DIC mask is {dims}; the reference is {shape[1]}x{shape[0]} px", path)
+    return m != 0
+
+
+def measured_region(config, shape):
+    """(H, W) bool: the pixels a DIC run measures (``dic.mask`` and ``dic.polygon``), or None."""
+    c = config.dic
+    region = None
+    if c.mask is not None:
+        region = _read_mask(c.mask, shape)
+    if c.polygon is not None:
+        poly = dic_stage.polygon_mask(shape, c.polygon)
+        region = poly if region is None else region & poly
+    if region is not None and not region.any():
+        raise InputError("the DIC mask and polygon leave no pixel to measure")
+    return region
 
 
 def dic_layout(config, shape):
     """The subsets of a DIC run as an ROI layout (row-major over the point grid) and the grid
     ``points`` (ny, nx, 2)."""
     c = config.dic
+    region = measured_region(config, shape)
     try:
-        points, _ = dic_stage.subset_grid(shape, subset=c.subset, step=c.step)
+        points, inside = dic_stage.subset_grid(shape, subset=c.subset, step=c.step, mask=region)
     except ValueError as e:
         raise InputError(str(e)) from None
+    if not inside.any():
+        raise InputError(f"no subset of {c.subset} px lies wholly inside the DIC mask/polygon")
     return RoiLayout(points.reshape(-1, 2), (c.subset, c.subset)), points
 
 
@@ -65,6 +109,11 @@ class DicPipeline:
             raise InputError("DIC does not average neighbouring frames (preprocess.average_neighbours)")
         self.reference = self.preprocessor(xp.asarray(references.patterns))[0]
         self.points = layout.centres
+        shape = tuple(int(v) for v in self.reference.shape)
+        grid, inside = dic_stage.subset_grid(shape, subset=config.dic.subset, step=config.dic.step,
+                                             mask=measured_region(config, shape))
+        self.grid_shape = grid.shape[:2]
+        self.valid = inside.reshape(-1)
         self._streams = None
 
     @property
@@ -84,7 +133,8 @@ class DicPipeline:
         for b in range(B):
             if not bool((frames[b] != 0).any()):
                 continue  # no frame: a placeholder of zeros
-            m = dic_stage.match_subsets(self.reference, x[b], self.points, config=self.config.dic)
+            m = dic_stage.match_subsets(self.reference, x[b], self.points, config=self.config.dic, valid=self.valid,
+                                        grid_shape=self.grid_shape)
             disp[b] = m.displacement
             zncc[b] = m.zncc
             status[b] = m.status
