@@ -262,6 +262,9 @@ def _parser():
     dg.add_argument("--guess", choices=("propagate", "search"),
                     help="how IC-GN starts: propagate (default: reliability-guided, from seeds through "
                          "neighbours) or search (every subset's own integer search)")
+    dg.add_argument("--incremental", action="store_true", default=None,
+                    help="each frame against the one before (the first against --ref), increments "
+                         "accumulated: for deformations too large for one step")
     dg.add_argument("--dic-mask", metavar="FILE",
                     help="image (TIFF/PNG) the size of the reference: subsets are measured where it is "
                          "nonzero over their whole area")
@@ -391,7 +394,7 @@ _FLAGS = {
     "correlation.kernel": "--kernel", "refine.method": "--refine",
     "dic.subset": "--subset", "dic.search": "--search", "dic.strain_window": "--strain-window",
     "dic.shape_function": "--shape-function", "dic.guess": "--guess", "dic.mask": "--dic-mask",
-    "dic.polygon": "--dic-polygon",
+    "dic.polygon": "--dic-polygon", "dic.incremental": "--incremental",
     "dic.step": "--step",
     "strain.material": "--material", "strain.pc": "--pc", "strain.pc_ref": "--pc-ref",
     "strain.pc_convention": "--pc-convention", "strain.pc_map": "--pc-map", "strain.pixel_size": "--pixel-size",

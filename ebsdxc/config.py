@@ -21,7 +21,8 @@ One dataclass per recipe table, and **the TOML keys are the field names**::
                                      min_boundary_distance, similarity_threshold
     [dic]          DicConfig         enabled, subset, step, search, coarse_size, shape_function,
                                      max_iterations, tolerance_px, min_zncc, strain_window,
-                                     guess = "propagate" | "search", seed_spacing, mask, polygon
+                                     guess = "propagate" | "search", seed_spacing, mask, polygon,
+                                     incremental
                                      (:class:`ebsdxc.dic.DicConfig`)
     [refine]       RefineConfig      method = "none" | "icgn", max_iterations, tolerance_px, margin,
                                      max_outside, min_zncc, region = "pattern" | "rois"

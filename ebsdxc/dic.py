@@ -80,6 +80,8 @@ class DicConfig:
     tolerance_px : float
         IC-GN converged when an update moves no corner of the subset by more than this.
     min_zncc : float
+        Least ZNCC of a subset at its result (and, for a point started by the integer search,
+        halfway from it to 1: searched starts can lock onto false matches).
     strain_window : int
         Points (odd, >= 3) on a side of the strain fit's window (:mod:`ebsdxc.dic_strain`).
     guess : {"propagate", "search"}
@@ -94,6 +96,10 @@ class DicConfig:
     polygon : list of [x, y] or None
         Vertices (px, ebsdxc's convention: x = column, y = row, pixel centres at integers) of
         the region to measure.
+    incremental : bool
+        Each frame against the one before (frame 0 against the reference), the increments
+        accumulated afterwards (:mod:`ebsdxc.run.dic`): for deformations too large for one
+        step from the reference.
     """
 
     enabled: bool = False
@@ -104,12 +110,13 @@ class DicConfig:
     shape_function: str = "affine"
     max_iterations: int = 30
     tolerance_px: float = 1e-3
-    min_zncc: float = 0.6
+    min_zncc: float = 0.8
     strain_window: int = 5
     guess: str = "propagate"
     seed_spacing: int = 16
     mask: str | None = None
     polygon: tuple | None = None
+    incremental: bool = False
 
     def __post_init__(self):
         if not isinstance(self.enabled, bool):
@@ -129,6 +136,8 @@ class DicConfig:
             raise ValueError(f"dic.min_zncc must be in [-1, 1), got {self.min_zncc!r}")
         if not (_whole(self.strain_window) and self.strain_window >= 3 and self.strain_window % 2 == 1):
             raise ValueError(f"dic.strain_window must be an odd whole number >= 3, got {self.strain_window!r}")
+        if not isinstance(self.incremental, bool):
+            raise ValueError(f"dic.incremental must be true or false, got {self.incremental!r}")
         if self.guess not in GUESSES:
             raise ValueError(f"dic.guess must be one of {', '.join(GUESSES)}, got {self.guess!r}")
         if not (_whole(self.seed_spacing) and self.seed_spacing >= 1):
@@ -306,10 +315,15 @@ class _Matcher:
         self.iterations = np.full(N, -1, np.int16)
         self.status = np.full(N, st.OUTSIDE_MASK, np.uint8)
         self.started = np.zeros(N, np.uint8)
+        # A searched start can lock onto another part of the texture where the subset has
+        # moved off or decorrelated (a large rotation), and IC-GN then settles in a false
+        # minimum of ZNCC 0.6-0.7; propagated starts begin next to the truth. So a searched
+        # point must match better, halfway from min_zncc to 1.
+        self.search_min_zncc = 0.5 * (1.0 + config.min_zncc)
 
-    def refine(self, idx, H0, how):
+    def refine(self, idx, H0, how, min_zncc=None):
         """IC-GN of points ``idx`` from warps ``H0`` (normalised about each point); returns the
-        points that came out ok."""
+        points that came out ok (converged, ZNCC at least ``min_zncc``, default the config's)."""
         xp, c = self.xp, self.c
         good_all = []
         for s in range(0, len(idx), self.batch):
@@ -330,7 +344,7 @@ class _Matcher:
                                 initial=xp.asarray(H[contrast]), max_iterations=c.max_iterations,
                                 tolerance=c.tolerance_px, max_outside=0.0)
             rs, z, it = _host(res.status), _host(res.zncc), _host(res.iterations)
-            good = (rs == icgn.ICGN_CONVERGED) & (z >= c.min_zncc)
+            good = (rs == icgn.ICGN_CONVERGED) & (z >= (c.min_zncc if min_zncc is None else min_zncc))
             self.warp[k_idx] = np.where(good[:, None, None], _host(res.warp), np.nan)
             self.zncc[k_idx] = z
             self.iterations[k_idx] = it
@@ -347,7 +361,7 @@ class _Matcher:
         start, edge = integer_start(self.ref, self.img, self.pts[idx], subset=self.c.subset, search=self.c.search,
                                     shift=self.shift)
         H0 = _host(icgn.translation_warp(np.asarray(start / self.scale), self.c.shape_function))
-        good = self.refine(idx, H0, 1)
+        good = self.refine(idx, H0, 1, min_zncc=self.search_min_zncc)
         # the integer search hit its window's edge and IC-GN did not find the subset either
         miss = idx[edge & (self.status[idx] == st.REFINE_FAILED)]
         self.status[miss] = st.PEAK_ON_BORDER

@@ -464,8 +464,8 @@ class ResultsWriter(ResultsHandle):
                                      "refusing to replace it", path)
                 os.remove(path)
             need = _space_needed(grid.rows, grid.cols, len(centres), _point_bytes(point_datasets))
-            if dic_points is not None:  # the strain, 4 float32 per subset and frame
-                need += grid.rows * grid.cols * len(centres) * 16
+            if dic_points is not None:  # the strain, 4 float32 per subset and frame (and the accumulated
+                need += grid.rows * grid.cols * len(centres) * (16 + 9)  # displacement of incremental runs)
             _check_space(path, need)
             _try_reserve(path, need)
             try:
@@ -479,7 +479,8 @@ class ResultsWriter(ResultsHandle):
                                inputs=inputs, command_line=command_line, attrs=attrs or {})
                     cls._build_point_datasets(f, grid, point_datasets or {}, group_attrs or {})
                     if dic_points is not None:
-                        cls._build_dic(f, grid, np.asarray(dic_points, dtype=np.float64))
+                        cls._build_dic(f, grid, np.asarray(dic_points, dtype=np.float64),
+                                       incremental=bool((parameters.get("dic") or {}).get("incremental")))
                     f.flush()
                     fd = os.open(path, os.O_WRONLY)
                     try:
@@ -553,7 +554,7 @@ class ResultsWriter(ResultsHandle):
                 sub.attrs[k] = v
 
     @staticmethod
-    def _build_dic(f, grid, points):
+    def _build_dic(f, grid, points, *, incremental=False):
         g = f[GROUP]
         ny, nx = points.shape[:2]
         n_frames = grid.rows * grid.cols
@@ -565,12 +566,33 @@ class ResultsWriter(ResultsHandle):
         p = d.create_dataset("points", data=points)
         p.attrs["components"] = "x, y (px, origin at the centre of pixel (0, 0)): subset centres in the reference"
         # Views of the data as written, not copies: virtual datasets over this same file ('.').
-        for name, tail, dtype, fill, meaning in (
-                ("displacement", (2,), np.float32, np.nan,
-                 "u, v px: position in the frame minus position in the reference; NaN where status != 0"),
-                ("status", (), np.uint8, st.NOT_PROCESSED, "codes as /ebsdxc/status (its 'codes' attribute)"),
-                ("zncc", (), np.float32, np.nan, "zero-mean normalised correlation of the subset at the result")):
-            src = {"displacement": "displacement", "status": "status", "zncc": "peak_height"}[name]
+        # Incremental runs write increments (frame t against frame t - 1): those are the views,
+        # and the contract's displacement and status are real datasets the accumulation fills.
+        views = (("displacement", (2,), np.float32, np.nan,
+                  "u, v px: position in the frame minus position in the reference; NaN where status != 0"),
+                 ("status", (), np.uint8, st.NOT_PROCESSED, "codes as /ebsdxc/status (its 'codes' attribute)"),
+                 ("zncc", (), np.float32, np.nan, "zero-mean normalised correlation of the subset at the result"))
+        if incremental:
+            views = (("increment", (2,), np.float32, np.nan,
+                      "u, v px: position in frame t minus position in frame t - 1 (frame 0: the reference) of the "
+                      "grid point's subset; NaN where increment_status != 0"),
+                     ("increment_status", (), np.uint8, st.NOT_PROCESSED,
+                      "codes of the increments, as /ebsdxc/status (its 'codes' attribute)"), views[2])
+            for name, tail, dtype, fill, meaning in (
+                    ("displacement", (2,), np.float32, np.nan,
+                     "u, v px: position in the frame minus position in the reference, the increments accumulated "
+                     "(displacement_complete says when); NaN where status != 0"),
+                    ("status", (), np.uint8, st.NOT_PROCESSED,
+                     "codes of the accumulated displacement (a lost point keeps the code of the increment that "
+                     "lost it; OUTSIDE_MASK: its path left the grid)")):
+                ds = d.create_dataset(name, (n_frames, ny, nx, *tail), dtype, chunks=(1, ny, nx, *tail),
+                                      fillvalue=fill, dcpl=_early())
+                ds.attrs["meaning"] = meaning
+            d.attrs["displacement_complete"] = False
+            d.attrs["displacement_kind"] = "increments accumulated (incremental mode)"
+        for name, tail, dtype, fill, meaning in views:
+            src = {"displacement": "displacement", "status": "status", "zncc": "peak_height",
+                   "increment": "displacement", "increment_status": "status"}[name]
             layout = h5py.VirtualLayout(shape=(n_frames, ny, nx, *tail), dtype=dtype)
             vs = h5py.VirtualSource(".", f"{GROUP}/{src}", shape=g[src].shape, dtype=dtype)
             for r in range(grid.rows):  # frame r * cols + c is scan point (r, c)
@@ -674,9 +696,11 @@ class ResultsWriter(ResultsHandle):
                 a.modify(flag, False)
                 a.modify(f"{name}_stale", True)
                 changed = True
-        if "dic" in self._g and bool(self._g["dic"].attrs.get("strain_complete", False)):
-            self._g["dic"].attrs.modify("strain_complete", False)
-            changed = True
+        if "dic" in self._g:
+            for flag in ("strain_complete", "displacement_complete"):
+                if bool(self._g["dic"].attrs.get(flag, False)):
+                    self._g["dic"].attrs.modify(flag, False)
+                    changed = True
         if changed:
             self._f.flush()
 
@@ -1214,6 +1238,30 @@ def read_strain(path) -> dict:
         out["strain_parameters"] = json.loads(g.attrs["strain_parameters"])
         out["strain_complete"] = bool(g.attrs["strain_complete"])
     return out
+
+
+def write_dic_displacement(path, displacement, status, *, attrs: dict) -> None:
+    """Write the accumulated displacement (n_frames, ny, nx, 2) and its status of an incremental
+    DIC results file; ``dic`` attribute ``displacement_complete`` turns true only after it."""
+    path = require_results(path)
+    with ResultsLock(path, command="dic accumulate"):
+        failure = None
+        with _quiet_failed_writes():
+            try:
+                with h5py.File(path, "r+") as f:
+                    d = f[GROUP]["dic"]
+                    d.attrs["displacement_complete"] = False
+                    f.flush()
+                    d["displacement"][...] = np.asarray(displacement, dtype=np.float32)
+                    d["status"][...] = np.asarray(status, dtype=np.uint8)
+                    d.attrs["accumulation"] = json.dumps(attrs, sort_keys=True)
+                    f.flush()
+                    d.attrs["displacement_complete"] = True
+            except (OSError, RuntimeError, ValueError, KeyError) as e:
+                failure = _why(e)
+        if failure is not None:
+            raise InputError(f"cannot write the accumulated DIC displacement ({failure}); it stays marked "
+                             "incomplete", path)
 
 
 def write_dic_strain(path, strain, *, attrs: dict) -> None:

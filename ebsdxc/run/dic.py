@@ -6,6 +6,16 @@ task, executor and results-file machinery of ``process`` runs unchanged: a frame
 point, done when all its subsets are. :class:`DicPipeline` is the per-batch stage
 (:func:`ebsdxc.dic.match_subsets` per frame); after the frames, the strain pass fits the
 displacement gradient (:mod:`ebsdxc.dic_strain`) and writes ``/ebsdxc/dic/strain``.
+
+Incremental mode (``dic.incremental``): frame t is correlated against frame t - 1 (frame 0
+against the reference) on the same grid of image points, each frame independently (in any
+order, on any worker: it reads frame t - 1 again where it is not in its batch), and the run
+datasets hold these increments (``/ebsdxc/dic/increment``). A sequential pass afterwards
+accumulates them (:func:`accumulate_increments`): ``u_t(X) = u_{t-1}(X) + du_t(X + u_{t-1}(X))``,
+``du_t`` read between grid points by bilinear interpolation (exact for increments that are
+affine over a grid cell); a point whose path meets an invalid increment, or leaves the grid,
+is NaN with that increment's status (``OUTSIDE_MASK`` off the grid). Only then is
+``/ebsdxc/dic/displacement`` written and ``displacement_complete`` set.
 """
 
 from __future__ import annotations
@@ -23,7 +33,8 @@ from ..preprocess import PatternPreprocessor
 from ..references import ReferenceSet
 from ..rois import RoiLayout
 
-__all__ = ["DicPipeline", "dic_layout", "dic_strain_pass", "point_datasets", "measured_region"]
+__all__ = ["DicPipeline", "dic_layout", "dic_strain_pass", "dic_accumulate_pass", "accumulate_increments",
+           "point_datasets", "measured_region"]
 
 
 def _read_mask(path, shape):
@@ -89,6 +100,8 @@ class DicPipeline:
 
     simulated = None
     refiner = None
+    flat_index = True  # match() takes the frames' flat indices (incremental mode reads frame t - 1)
+    frames = None  # the scan source, set by the task that runs the pipeline (incremental mode)
 
     class engine:  # noqa: N801 - what the results file's 'engine' attribute names
         name = "dic: whole-image and subset cross-correlation start, subset IC-GN"
@@ -130,10 +143,25 @@ class DicPipeline:
         status = np.full((B, n), st.MISSING_PATTERN, np.uint8)
         iterations = np.full((B, n), -1, np.int16)
         x = self.preprocessor(frames)
+        flat = None if index is None else np.asarray(index, dtype=np.int64).reshape(-1)
+        incremental = self.config.dic.incremental
+        if incremental and (flat is None or self.frames is None):
+            raise RuntimeError("incremental DIC needs the frames' flat indices and the source")
         for b in range(B):
             if not bool((frames[b] != 0).any()):
                 continue  # no frame: a placeholder of zeros
-            m = dic_stage.match_subsets(self.reference, x[b], self.points, config=self.config.dic, valid=self.valid,
+            ref = self.reference
+            if incremental and flat[b] > 0:
+                if b > 0 and flat[b - 1] == flat[b] - 1:
+                    if not bool((frames[b - 1] != 0).any()):
+                        continue  # the frame before is missing: no increment to measure
+                    ref = x[b - 1]
+                else:
+                    prev = xp.asarray(self.frames.read(int(flat[b]) - 1, int(flat[b])))
+                    if not bool((prev != 0).any()):
+                        continue
+                    ref = self.preprocessor(prev)[0]
+            m = dic_stage.match_subsets(ref, x[b], self.points, config=self.config.dic, valid=self.valid,
                                         grid_shape=self.grid_shape)
             disp[b] = m.displacement
             zncc[b] = m.zncc
@@ -172,6 +200,64 @@ def point_datasets(n_points: int) -> dict:
     """Per-frame datasets a DIC run adds (as :data:`ebsdxc.refine.POINT_DATASETS`)."""
     return {"dic/subset_iterations": ((n_points,), np.int16, -1,
                                       "IC-GN iterations of each subset (-1: not refined), row-major over the grid")}
+
+
+def accumulate_increments(increments, status, points):
+    """Total displacements (n_frames, ny, nx, 2) and statuses from per-frame increments on a
+    fixed grid (module docstring): frame t's increment is read at each point's position in
+    frame t - 1 by bilinear interpolation of the grid; NaN (with a status) where that needs an
+    invalid increment or leaves the grid."""
+    inc = np.asarray(increments, dtype=np.float64)
+    stat = np.asarray(status)
+    pts = np.asarray(points, dtype=np.float64)
+    n, ny, nx = inc.shape[:3]
+    x0, y0 = pts[0, 0]
+    hx = pts[0, 1, 0] - x0 if nx > 1 else 1.0
+    hy = pts[1, 0, 1] - y0 if ny > 1 else 1.0
+    total = np.full(inc.shape, np.nan)
+    out_status = np.full(stat.shape, st.OUTSIDE_MASK, np.uint8)
+    pos = pts.copy()
+    alive = np.ones((ny, nx), bool)
+    for t in range(n):
+        # grid coordinates of every point's position in frame t - 1
+        gx, gy = (pos[..., 0] - x0) / hx, (pos[..., 1] - y0) / hy
+        on = alive & np.isfinite(gx) & np.isfinite(gy) & (gx >= 0) & (gx <= nx - 1) & (gy >= 0) & (gy <= ny - 1)
+        ix = np.clip(np.floor(np.where(on, gx, 0)).astype(np.int64), 0, max(nx - 2, 0))
+        iy = np.clip(np.floor(np.where(on, gy, 0)).astype(np.int64), 0, max(ny - 2, 0))
+        fx, fy = np.where(on, gx, 0) - ix, np.where(on, gy, 0) - iy
+        ix1, iy1 = np.minimum(ix + 1, nx - 1), np.minimum(iy + 1, ny - 1)
+        corners = [(iy, ix, (1 - fy) * (1 - fx)), (iy, ix1, (1 - fy) * fx), (iy1, ix, fy * (1 - fx)),
+                   (iy1, ix1, fy * fx)]
+        d = np.zeros((ny, nx, 2))
+        bad = np.zeros((ny, nx), np.uint8)
+        for r, c, wgt in corners:
+            used = wgt > 0
+            s = stat[t][r, c]
+            d += np.where(used[..., None], inc[t][r, c] * wgt[..., None], 0.0)
+            bad = np.where(used & (s != st.OK) & (bad == 0), s, bad)
+        good = on & (bad == 0)
+        here = np.where(good, st.OK, np.where(on, bad, st.OUTSIDE_MASK))
+        out_status[t] = np.where(alive, here, out_status[t - 1]) if t else here  # a lost point keeps its cause
+        pos = np.where(good[..., None], pos + d, np.nan)
+        alive = good
+        total[t] = np.where(good[..., None], pos - pts, np.nan)
+    return total, out_status
+
+
+def dic_accumulate_pass(out, config, points) -> dict:
+    """Incremental mode: accumulate the increments and write ``/ebsdxc/dic/displacement``."""
+    import h5py
+
+    from ..io.results import write_dic_displacement
+
+    with h5py.File(out, "r") as f:
+        d = f["ebsdxc/dic"]
+        inc, stat = d["increment"][()], d["increment_status"][()]
+    total, status = accumulate_increments(inc, stat, points)
+    attrs = {"method": "u_t(X) = u_(t-1)(X) + du_t(X + u_(t-1)(X)), du_t bilinear between grid points",
+             "frames": int(total.shape[0])}
+    write_dic_displacement(out, total, status, attrs=attrs)
+    return attrs
 
 
 def dic_strain_pass(out, config, points) -> dict:

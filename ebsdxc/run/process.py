@@ -28,7 +28,7 @@ from ..references import ReferenceSet
 from ..refine import POINT_DATASETS
 from ..rois import layout_for
 from ..status import NO_REFERENCE
-from .dic import DicPipeline, dic_layout, dic_strain_pass
+from .dic import DicPipeline, dic_accumulate_pass, dic_layout, dic_strain_pass
 from .dic import point_datasets as dic_point_datasets
 from .executors import Executor, InlineExecutor
 from .grain_references import grain_references
@@ -278,6 +278,7 @@ def _process(source, ref, ref_index, reference_index, output, config, run, execu
             references = ReferenceSet.single(setup, {"simulated": "the first point's, to set the pipeline up"})
         if dic:
             pipeline = DicPipeline(backend, config, layout, references, static_background=static_bg)
+            pipeline.frames = source  # incremental mode reads the frame before a batch's first
         else:
             pipeline = Pipeline(backend, config, layout, references, static_background=static_bg, batch=run.batch,
                                 simulated=sim)
@@ -292,6 +293,8 @@ def _process(source, ref, ref_index, reference_index, output, config, run, execu
             _run(job, executor, source, ref, ref_params, out, config, resume,
                  overwrite, progress, command_line, pipeline, grains, grain_inputs, calibration, sim, dic_points)
             if dic:
+                if config.dic.incremental:
+                    dic_accumulate_pass(out, config, dic_points)
                 dic_strain_pass(out, config, dic_points)
             if simulated:
                 g_map, pc_map = simulated_geometry_maps(out)

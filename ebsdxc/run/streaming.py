@@ -118,7 +118,8 @@ def stream_chunks(pipeline, source, chunks, *, emit, references=None, buffers=No
 
     def match(item, patterns):
         # simulated references: the pipeline simulates each point's own, by its flat index
-        index = refs.of(item.start, item.stop) if pipeline.simulated is None else np.arange(item.start, item.stop)
+        flat = pipeline.simulated is not None or getattr(pipeline, "flat_index", False)
+        index = np.arange(item.start, item.stop) if flat else refs.of(item.start, item.stop)
         if not halo:
             return pipeline.match(patterns, index=index)
         a = item.start - item.offset

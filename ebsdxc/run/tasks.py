@@ -157,6 +157,8 @@ def _build(job: Job) -> dict:
         kind = DicPipeline if getattr(getattr(job.config, "dic", None), "enabled", False) else Pipeline
         pipeline = kind(backend, job.config, job.layout, job.references,
                         static_background=job.static_background, batch=job.batch, simulated=job.simulated)
+        if kind is DicPipeline:
+            pipeline.frames = source  # incremental DIC reads the frame before a batch's first
     return {"source": source, "pipeline": pipeline, "buffers": None, "owned": True, "owns_source": owns}
 
 
