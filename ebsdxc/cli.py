@@ -69,6 +69,17 @@ def _polygon(text):
     raise argparse.ArgumentTypeError(f"expected vertices X,Y;X,Y;X,Y..., got {text!r}")
 
 
+def _numbers(text):
+    """``A,B,...``: one or more numbers."""
+    try:
+        vals = tuple(float(p) for p in text.replace(" ", "").split(",") if p)
+    except ValueError:
+        vals = ()
+    if not vals or not all(np.isfinite(vals)):
+        raise argparse.ArgumentTypeError(f"expected numbers A,B,..., got {text!r}")
+    return vals
+
+
 def _scan_point(text):
     """``N`` or ``ROW,COL``: a scan point (``--ref-index``, ``plot --point``)."""
     parts = text.split(",")
@@ -265,6 +276,12 @@ def _parser():
     dg.add_argument("--incremental", action="store_true", default=None,
                     help="each frame against the one before (the first against --ref), increments "
                          "accumulated: for deformations too large for one step")
+    dg.add_argument("--distortion", metavar="MODEL.json",
+                    help="SEM distortion model ('ebsdxc distortion') to remove from the displacement fields")
+    dg.add_argument("--frame-times", type=_numbers, metavar="T,T,...",
+                    help="start time (s) of each frame's scan, for a distortion model with drift")
+    dg.add_argument("--reference-time", type=float, metavar="S",
+                    help="start time (s) of the reference image's scan (default 0)")
     dg.add_argument("--dic-mask", metavar="FILE",
                     help="image (TIFF/PNG) the size of the reference: subsets are measured where it is "
                          "nonzero over their whole area")
@@ -363,6 +380,31 @@ def _parser():
 
     sub.add_parser("recipes", help="list the shipped recipes")
 
+    pd = sub.add_parser("distortion", help="calibrate SEM spatial distortion and drift from image series",
+                        description="Fit an SEM imaging-distortion model (after Sutton et al. 2007) from images "
+                                    "of a rigid specimen translated between them (--translated: the spatial "
+                                    "distortion) and/or of a static specimen at known times (--static with "
+                                    "--times: the drift), each measured by DIC against --ref, and write it as "
+                                    "JSON for 'ebsdxc process --mode dic --distortion MODEL.json'.")
+    pd.add_argument("--ref", required=True, metavar="REF.tif", help="the image the others are measured against")
+    pd.add_argument("--translated", metavar="FRAMES", help="images of the specimen translated (folder or glob)")
+    pd.add_argument("--static", metavar="FRAMES", help="images of the static specimen over time (folder or glob)")
+    pd.add_argument("--times", type=_numbers, metavar="T,T,...", help="start time (s) of each --static image")
+    pd.add_argument("--reference-time", type=float, default=0.0, metavar="S",
+                    help="start time (s) of --ref's scan (default 0)")
+    pd.add_argument("--line-time", type=float, default=0.0, metavar="S", help="seconds per scan line")
+    pd.add_argument("--dwell-time", type=float, default=0.0, metavar="S", help="seconds per pixel")
+    pd.add_argument("--degree", type=_positive_int, default=3, metavar="N",
+                    help="highest degree of the spatial-distortion polynomial (default 3)")
+    pd.add_argument("--drift-degree", type=_positive_int, default=2, metavar="N",
+                    help="degree of the drift polynomial in time (default 2)")
+    pd.add_argument("--subset", type=_positive_int, default=31, metavar="PX", help="DIC subset (default 31)")
+    pd.add_argument("--step", type=_positive_int, default=16, metavar="PX", help="DIC grid step (default 16)")
+    pd.add_argument("--search", type=_positive_int, default=16, metavar="PX",
+                    help="DIC integer search, +- px (default 16)")
+    pd.add_argument("-o", "--out", required=True, metavar="MODEL.json", help="the model file to write")
+    pd.add_argument("--overwrite", action="store_true", help="replace the model file if it exists")
+
     pb = sub.add_parser("bench", help="time the correlation engines on this GPU (the paper's Table 1)",
                         description="Time every engine and definition-based kernel on this GPU. Without "
                                     "options: the paper's Table 1 (forms 1-1 to 32-32, sizes 16 to 384, full "
@@ -394,7 +436,8 @@ _FLAGS = {
     "correlation.kernel": "--kernel", "refine.method": "--refine",
     "dic.subset": "--subset", "dic.search": "--search", "dic.strain_window": "--strain-window",
     "dic.shape_function": "--shape-function", "dic.guess": "--guess", "dic.mask": "--dic-mask",
-    "dic.polygon": "--dic-polygon", "dic.incremental": "--incremental",
+    "dic.polygon": "--dic-polygon", "dic.incremental": "--incremental", "dic.distortion": "--distortion",
+    "dic.frame_times": "--frame-times", "dic.reference_time": "--reference-time",
     "dic.step": "--step",
     "strain.material": "--material", "strain.pc": "--pc", "strain.pc_ref": "--pc-ref",
     "strain.pc_convention": "--pc-convention", "strain.pc_map": "--pc-map", "strain.pixel_size": "--pixel-size",
@@ -789,6 +832,62 @@ def _cmd_plot(a, argv):
     return 0
 
 
+def _cmd_distortion(a, argv):
+    from .dic import DicConfig
+    from .io import open_scan
+    from .io.image import read_tiff
+    from .sem_distortion import DistortionModel, fit_drift, fit_spatial_distortion, measure_series
+
+    if not (a.translated or a.static):
+        raise InputError("give --translated images (spatial distortion) and/or --static ones (drift)")
+    if a.static and not a.times:
+        raise InputError("--static images need --times: the start time of each one's scan")
+    if os.path.exists(a.out) and not a.overwrite:
+        raise InputError("already exists; pass --overwrite to replace it", a.out)
+    if not os.path.isfile(a.ref):
+        raise InputError("no such file", a.ref)
+    ref = read_tiff(a.ref).astype(np.float32)
+    try:
+        cfg = DicConfig(subset=a.subset, step=a.step, search=a.search)
+    except ValueError as e:
+        raise InputError(str(e)) from None
+
+    def frames(spec):
+        with open_scan(spec) as src:
+            imgs = src.read(0, src.n_patterns).astype(np.float32)
+        if imgs.shape[1:] != ref.shape:
+            raise InputError(f"the images are {imgs.shape[2]}x{imgs.shape[1]} px; --ref is "
+                             f"{ref.shape[1]}x{ref.shape[0]}", spec)
+        return imgs
+
+    model = DistortionModel(ref.shape)
+    notes = []
+    try:
+        if a.translated:
+            pts, disp = measure_series(ref, frames(a.translated), config=cfg)
+            model, T = fit_spatial_distortion(pts, disp, shape=ref.shape, degree=a.degree)
+            notes.append(f"spatial distortion of degree {a.degree} from {len(T)} translated images "
+                         f"(residual {model.residual_px['spatial']:.4f} px, largest |S| "
+                         f"{np.nanmax(np.abs(model.spatial_at(pts.reshape(-1, 2)))):.2f} px)")
+        if a.static:
+            imgs = frames(a.static)
+            if len(a.times) != len(imgs):
+                raise InputError(f"--times gives {len(a.times)} times for {len(imgs)} images", a.static)
+            pts, disp = measure_series(ref, imgs, config=cfg)
+            model = fit_drift(pts, disp, shape=ref.shape, starts=a.times, reference_start=a.reference_time,
+                              line_time=a.line_time, dwell_time=a.dwell_time, degree=a.drift_degree, base=model)
+            notes.append(f"drift of degree {a.drift_degree} from {len(imgs)} static images "
+                         f"(residual {model.residual_px['drift']:.4f} px)")
+    except ValueError as e:
+        raise InputError(str(e)) from None
+    tmp = a.out + ".part"
+    with open(tmp, "w") as f:
+        f.write(model.to_json())
+    os.replace(tmp, a.out)
+    print(f"{a.out}: " + "; ".join(notes))
+    return 0
+
+
 def _cmd_recipes(a, argv):
     from .config import shipped_recipes
 
@@ -955,7 +1054,8 @@ def _main(argv) -> int:
     a = _parser().parse_args(argv)
     try:
         commands = {"process": _cmd_process, "strain": _cmd_strain, "info": _cmd_info, "plot": _cmd_plot,
-                    "export": _cmd_export, "recipes": _cmd_recipes, "bench": _cmd_bench}
+                    "export": _cmd_export, "recipes": _cmd_recipes, "bench": _cmd_bench,
+                    "distortion": _cmd_distortion}
         return commands[a.command](a, argv)
     except InputError as e:
         print(f"ebsdxc: error: {_arguments_as_flags(e)}", file=sys.stderr)

@@ -22,7 +22,7 @@ One dataclass per recipe table, and **the TOML keys are the field names**::
     [dic]          DicConfig         enabled, subset, step, search, coarse_size, shape_function,
                                      max_iterations, tolerance_px, min_zncc, strain_window,
                                      guess = "propagate" | "search", seed_spacing, mask, polygon,
-                                     incremental
+                                     incremental, distortion, frame_times, reference_time
                                      (:class:`ebsdxc.dic.DicConfig`)
     [refine]       RefineConfig      method = "none" | "icgn", max_iterations, tolerance_px, margin,
                                      max_outside, min_zncc, region = "pattern" | "rois"
@@ -396,7 +396,8 @@ _KEYS = {"roi": _fields(RoiConfig), "preprocess": _fields(PreprocessConfig), "co
          "cluster": _fields(ClusterConfig)}
 # Settings that name files: relative paths resolve against the recipe's folder.
 _PATH_KEYS = {("roi", "centres"), ("preprocess", "static_background"), ("strain", "slip_systems"),
-              ("strain", "master_pattern"), ("dic", "mask")}
+              ("strain", "master_pattern"), ("dic", "mask"),
+              ("dic", "distortion")}
 _NOT_PATHS = {"mean", "file"}
 
 

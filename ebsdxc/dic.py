@@ -100,6 +100,12 @@ class DicConfig:
         Each frame against the one before (frame 0 against the reference), the increments
         accumulated afterwards (:mod:`ebsdxc.run.dic`): for deformations too large for one
         step from the reference.
+    distortion : str or None
+        SEM distortion model (JSON, ``ebsdxc distortion``; :mod:`ebsdxc.sem_distortion`)
+        removed from the displacement fields.
+    frame_times : list of float or None
+        Start time (s) of each frame's scan, for a model with drift; ``reference_time`` the
+        reference image's.
     """
 
     enabled: bool = False
@@ -117,6 +123,9 @@ class DicConfig:
     mask: str | None = None
     polygon: tuple | None = None
     incremental: bool = False
+    distortion: str | None = None
+    frame_times: tuple | None = None
+    reference_time: float = 0.0
 
     def __post_init__(self):
         if not isinstance(self.enabled, bool):
@@ -138,6 +147,19 @@ class DicConfig:
             raise ValueError(f"dic.strain_window must be an odd whole number >= 3, got {self.strain_window!r}")
         if not isinstance(self.incremental, bool):
             raise ValueError(f"dic.incremental must be true or false, got {self.incremental!r}")
+        if self.distortion is not None and not (isinstance(self.distortion, (str, os.PathLike))
+                                                and os.fspath(self.distortion)):
+            raise ValueError(f"dic.distortion must be a distortion-model file (JSON), got {self.distortion!r}")
+        if self.frame_times is not None:
+            try:
+                ft = np.asarray(self.frame_times, dtype=np.float64).reshape(-1)
+            except (TypeError, ValueError):
+                ft = np.array([np.nan])
+            if ft.size == 0 or not np.isfinite(ft).all():
+                raise ValueError(f"dic.frame_times must be numbers (s), got {self.frame_times!r}")
+            object.__setattr__(self, "frame_times", tuple(float(v) for v in ft))
+        if not (isinstance(self.reference_time, (int, float)) and np.isfinite(self.reference_time)):
+            raise ValueError(f"dic.reference_time must be a number (s), got {self.reference_time!r}")
         if self.guess not in GUESSES:
             raise ValueError(f"dic.guess must be one of {', '.join(GUESSES)}, got {self.guess!r}")
         if not (_whole(self.seed_spacing) and self.seed_spacing >= 1):

@@ -55,7 +55,7 @@ EVERY_KEY = {
     "dic": {"enabled": True, "subset": 21, "step": 5, "search": 8, "coarse_size": 256, "shape_function": "quadratic",
             "max_iterations": 20, "tolerance_px": 0.01, "min_zncc": 0.7, "strain_window": 7, "guess": "search",
             "seed_spacing": 4, "mask": "mask.png", "polygon": [[0.0, 0.0], [10.0, 0.0], [10.0, 10.0]],
-            "incremental": True},
+            "incremental": True, "distortion": "model.json", "frame_times": [1.0, 2.5], "reference_time": 0.5},
     "run": {"device": "cpu", "batch": 16, "threads": 2, "executor": "threads"},
     "cluster": {"address": "slurm", "workers": 3, "retries": 1, "rows_per_task": 4, "job": {"cores": 1}},
 }
@@ -117,8 +117,8 @@ def test_every_key_of_every_table_reaches_its_field(tmp_path):
         for key, value in values.items():
             got = as_recipe(getattr(obj, key))
             # file settings are relative to the recipe's folder
-            if key in ("centres", "static_background", "slip_systems", "master_pattern") or (table, key) == ("dic",
-                                                                                                            "mask"):
+            if key in ("centres", "static_background", "slip_systems", "master_pattern") or (
+                    (table, key) in (("dic", "mask"), ("dic", "distortion"))):
                 value = str(tmp_path / value)
             assert got == value, (table, key, got, value)
     # and nothing differs from the defaults but what the recipe says

@@ -479,8 +479,9 @@ class ResultsWriter(ResultsHandle):
                                inputs=inputs, command_line=command_line, attrs=attrs or {})
                     cls._build_point_datasets(f, grid, point_datasets or {}, group_attrs or {})
                     if dic_points is not None:
+                        dp = parameters.get("dic") or {}
                         cls._build_dic(f, grid, np.asarray(dic_points, dtype=np.float64),
-                                       incremental=bool((parameters.get("dic") or {}).get("incremental")))
+                                       incremental=bool(dp.get("incremental")), corrected=bool(dp.get("distortion")))
                     f.flush()
                     fd = os.open(path, os.O_WRONLY)
                     try:
@@ -554,7 +555,7 @@ class ResultsWriter(ResultsHandle):
                 sub.attrs[k] = v
 
     @staticmethod
-    def _build_dic(f, grid, points, *, incremental=False):
+    def _build_dic(f, grid, points, *, incremental=False, corrected=False):
         g = f[GROUP]
         ny, nx = points.shape[:2]
         n_frames = grid.rows * grid.cols
@@ -566,8 +567,9 @@ class ResultsWriter(ResultsHandle):
         p = d.create_dataset("points", data=points)
         p.attrs["components"] = "x, y (px, origin at the centre of pixel (0, 0)): subset centres in the reference"
         # Views of the data as written, not copies: virtual datasets over this same file ('.').
-        # Incremental runs write increments (frame t against frame t - 1): those are the views,
-        # and the contract's displacement and status are real datasets the accumulation fills.
+        # Incremental runs write increments (frame t against frame t - 1), runs with an SEM
+        # distortion model the fields as measured: those are the views, and the contract's
+        # displacement and status are real datasets the pass after the frames fills.
         views = (("displacement", (2,), np.float32, np.nan,
                   "u, v px: position in the frame minus position in the reference; NaN where status != 0"),
                  ("status", (), np.uint8, st.NOT_PROCESSED, "codes as /ebsdxc/status (its 'codes' attribute)"),
@@ -578,9 +580,17 @@ class ResultsWriter(ResultsHandle):
                       "grid point's subset; NaN where increment_status != 0"),
                      ("increment_status", (), np.uint8, st.NOT_PROCESSED,
                       "codes of the increments, as /ebsdxc/status (its 'codes' attribute)"), views[2])
+        elif corrected:
+            views = (("measured", (2,), np.float32, np.nan,
+                      "u, v px as measured, before the SEM distortion correction; NaN where status != 0"),
+                     ("measured_status", (), np.uint8, st.NOT_PROCESSED,
+                      "codes of the measurements, as /ebsdxc/status (its 'codes' attribute)"), views[2])
+        if incremental or corrected:
+            made = ("the increments accumulated" if incremental else "") + (
+                " and " if incremental and corrected else "") + ("the SEM distortion removed" if corrected else "")
             for name, tail, dtype, fill, meaning in (
                     ("displacement", (2,), np.float32, np.nan,
-                     "u, v px: position in the frame minus position in the reference, the increments accumulated "
+                     f"u, v px: position in the frame minus position in the reference, {made} "
                      "(displacement_complete says when); NaN where status != 0"),
                     ("status", (), np.uint8, st.NOT_PROCESSED,
                      "codes of the accumulated displacement (a lost point keeps the code of the increment that "
@@ -589,10 +599,11 @@ class ResultsWriter(ResultsHandle):
                                       fillvalue=fill, dcpl=_early())
                 ds.attrs["meaning"] = meaning
             d.attrs["displacement_complete"] = False
-            d.attrs["displacement_kind"] = "increments accumulated (incremental mode)"
+            d.attrs["displacement_kind"] = made
         for name, tail, dtype, fill, meaning in views:
             src = {"displacement": "displacement", "status": "status", "zncc": "peak_height",
-                   "increment": "displacement", "increment_status": "status"}[name]
+                   "increment": "displacement", "increment_status": "status", "measured": "displacement",
+                   "measured_status": "status"}[name]
             layout = h5py.VirtualLayout(shape=(n_frames, ny, nx, *tail), dtype=dtype)
             vs = h5py.VirtualSource(".", f"{GROUP}/{src}", shape=g[src].shape, dtype=dtype)
             for r in range(grid.rows):  # frame r * cols + c is scan point (r, c)
@@ -1240,9 +1251,11 @@ def read_strain(path) -> dict:
     return out
 
 
-def write_dic_displacement(path, displacement, status, *, attrs: dict) -> None:
-    """Write the accumulated displacement (n_frames, ny, nx, 2) and its status of an incremental
-    DIC results file; ``dic`` attribute ``displacement_complete`` turns true only after it."""
+def write_dic_displacement(path, displacement, status, *, attrs: dict, distortion: dict | None = None) -> None:
+    """Write the displacement (n_frames, ny, nx, 2) and its status of a DIC results file whose
+    contract fields are made after the frames (increments accumulated, SEM distortion removed:
+    ``distortion`` is the model, kept in ``/ebsdxc/dic/distortion``); ``dic`` attribute
+    ``displacement_complete`` turns true only after it."""
     path = require_results(path)
     with ResultsLock(path, command="dic accumulate"):
         failure = None
@@ -1254,7 +1267,12 @@ def write_dic_displacement(path, displacement, status, *, attrs: dict) -> None:
                     f.flush()
                     d["displacement"][...] = np.asarray(displacement, dtype=np.float32)
                     d["status"][...] = np.asarray(status, dtype=np.uint8)
-                    d.attrs["accumulation"] = json.dumps(attrs, sort_keys=True)
+                    d.attrs["derivation"] = json.dumps(attrs, sort_keys=True)
+                    if distortion is not None:
+                        dg = d.require_group("distortion")
+                        dg.attrs["record"] = json.dumps(distortion, sort_keys=True)
+                        dg.attrs["meaning"] = ("the SEM distortion model removed from the measured fields "
+                                               "(ebsdxc.sem_distortion.DistortionModel.from_dict of 'record')")
                     f.flush()
                     d.attrs["displacement_complete"] = True
             except (OSError, RuntimeError, ValueError, KeyError) as e:

@@ -34,7 +34,7 @@ from ..references import ReferenceSet
 from ..rois import RoiLayout
 
 __all__ = ["DicPipeline", "dic_layout", "dic_strain_pass", "dic_accumulate_pass", "accumulate_increments",
-           "point_datasets", "measured_region"]
+           "load_distortion", "point_datasets", "measured_region"]
 
 
 def _read_mask(path, shape):
@@ -244,19 +244,57 @@ def accumulate_increments(increments, status, points):
     return total, out_status
 
 
-def dic_accumulate_pass(out, config, points) -> dict:
-    """Incremental mode: accumulate the increments and write ``/ebsdxc/dic/displacement``."""
+def load_distortion(config, shape, n_frames):
+    """The SEM distortion model of a DIC run (``dic.distortion``), checked against the run: the
+    image size it was calibrated on, frame times where it has drift. None without one."""
+    from ..sem_distortion import DistortionModel
+
+    c = config.dic
+    if c.distortion is None:
+        return None
+    path = os.fspath(c.distortion)
+    if not os.path.isfile(path):
+        raise InputError("the distortion model file is not there", path)
+    try:
+        with open(path) as f:
+            model = DistortionModel.from_json(f.read())
+    except (OSError, UnicodeDecodeError, ValueError) as e:
+        raise InputError(f"cannot read the distortion model ({e})", path) from None
+    if tuple(model.shape) != tuple(int(v) for v in shape):
+        raise InputError(f"the distortion model was calibrated on {model.shape[1]}x{model.shape[0]} px images; "
+                         f"the frames are {shape[1]}x{shape[0]} px", path)
+    if model.drift_degree and (c.frame_times is None or len(c.frame_times) != n_frames):
+        got = "none" if c.frame_times is None else f"{len(c.frame_times)}"
+        raise InputError(f"the distortion model has drift: give the start time of each of the {n_frames} frames "
+                         f"(dic.frame_times, --frame-times; got {got})", path)
+    return model
+
+
+def dic_accumulate_pass(out, config, points, shape) -> dict:
+    """The contract's displacement of a run whose fields are made after the frames: the
+    increments accumulated (incremental mode), then the SEM distortion removed (``dic.distortion``);
+    written to ``/ebsdxc/dic/displacement`` and ``status``, the model to ``dic/distortion``."""
     import h5py
 
     from ..io.results import write_dic_displacement
 
+    c = config.dic
     with h5py.File(out, "r") as f:
         d = f["ebsdxc/dic"]
-        inc, stat = d["increment"][()], d["increment_status"][()]
-    total, status = accumulate_increments(inc, stat, points)
-    attrs = {"method": "u_t(X) = u_(t-1)(X) + du_t(X + u_(t-1)(X)), du_t bilinear between grid points",
-             "frames": int(total.shape[0])}
-    write_dic_displacement(out, total, status, attrs=attrs)
+        raw = "increment" if c.incremental else "measured"
+        disp, stat = d[raw][()].astype(np.float64), d[f"{raw}_status"][()]
+    attrs = {"frames": int(disp.shape[0])}
+    if c.incremental:
+        disp, stat = accumulate_increments(disp, stat, points)
+        attrs["accumulation"] = "u_t(X) = u_(t-1)(X) + du_t(X + u_(t-1)(X)), du_t bilinear between grid points"
+    model = load_distortion(config, shape, disp.shape[0])
+    if model is not None:
+        disp = model.correct(points, disp, frame_starts=c.frame_times, reference_start=c.reference_time)
+        attrs["distortion"] = ("u - P(X + u) + P(X) with P the true position of an image position (spatial "
+                               "distortion), minus the drift between the two pixels' acquisition times")
+        stat = np.where(np.isfinite(disp).all(axis=-1) | (stat != st.OK), stat, st.OUTSIDE_MASK).astype(np.uint8)
+    disp = np.where((stat == st.OK)[..., None], disp, np.nan)
+    write_dic_displacement(out, disp, stat, attrs=attrs, distortion=None if model is None else model.to_dict())
     return attrs
 
 

@@ -28,7 +28,7 @@ from ..references import ReferenceSet
 from ..refine import POINT_DATASETS
 from ..rois import layout_for
 from ..status import NO_REFERENCE
-from .dic import DicPipeline, dic_accumulate_pass, dic_layout, dic_strain_pass
+from .dic import DicPipeline, dic_accumulate_pass, dic_layout, dic_strain_pass, load_distortion
 from .dic import point_datasets as dic_point_datasets
 from .executors import Executor, InlineExecutor
 from .grain_references import grain_references
@@ -234,6 +234,7 @@ def _process(source, ref, ref_index, reference_index, output, config, run, execu
     dic_points = None
     if dic:
         layout, dic_points = dic_layout(config, shape)
+        load_distortion(config, shape, source.grid.size)  # a bad model file stops the run before it starts
     else:
         layout = layout_for(config.roi, shape, path=source.path)
     static_bg = None
@@ -293,8 +294,8 @@ def _process(source, ref, ref_index, reference_index, output, config, run, execu
             _run(job, executor, source, ref, ref_params, out, config, resume,
                  overwrite, progress, command_line, pipeline, grains, grain_inputs, calibration, sim, dic_points)
             if dic:
-                if config.dic.incremental:
-                    dic_accumulate_pass(out, config, dic_points)
+                if config.dic.incremental or config.dic.distortion is not None:
+                    dic_accumulate_pass(out, config, dic_points, shape)
                 dic_strain_pass(out, config, dic_points)
             if simulated:
                 g_map, pc_map = simulated_geometry_maps(out)
