@@ -16,6 +16,9 @@ Over the pattern (:mod:`.pattern`)
 Polycrystals (:mod:`.polycrystal`)
     :func:`grain_map`, :func:`gnd_density_map`, :func:`grain_strain_statistics`,
     :func:`grain_strain_table` (the numbers behind :func:`grain_strain_statistics`)
+DIC fields (:mod:`.dic`)
+    :func:`dic_displacement_fields`, :func:`dic_strain_fields`, :func:`dic_vectors`,
+    :func:`dic_frame_series`, :func:`dic_fields` (the numbers behind them)
 All at once (:mod:`.figures`)
     :func:`write_figures` (``ebsdxc plot RESULTS -o DIR``), :func:`figure_jobs`
 
@@ -23,6 +26,7 @@ Figures are laid out in inches when they are made (:mod:`.panels`), without a la
 engine: a figure is drawn once per file written.
 """
 
+from .dic import dic_displacement_fields, dic_fields, dic_frame_series, dic_strain_fields, dic_vectors
 from .figures import FORMATS, figure_jobs, write_figures
 from .maps import displacement_maps, peak_height_map, rotation_maps, status_map, strain_maps
 from .pattern import correlation_map, displacement_quiver, point_detail, roi_layout
@@ -32,4 +36,5 @@ from .results_view import ResultsView
 __all__ = ["displacement_maps", "peak_height_map", "status_map", "strain_maps", "rotation_maps",
            "roi_layout", "displacement_quiver", "point_detail", "correlation_map", "grain_map",
            "gnd_density_map", "grain_strain_statistics", "grain_strain_table", "write_figures", "figure_jobs",
-           "FORMATS", "ResultsView"]
+           "FORMATS", "ResultsView", "dic_displacement_fields", "dic_strain_fields", "dic_vectors", "dic_frame_series",
+           "dic_fields"]

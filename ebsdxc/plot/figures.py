@@ -8,6 +8,7 @@ import os
 import sys
 import threading
 
+from .dic import dic_displacement_fields, dic_frame_series, dic_strain_fields, dic_vectors, is_dic_results
 from .maps import displacement_maps, peak_height_map, rotation_maps, status_map, strain_maps
 from .pattern import displacement_quiver, roi_layout
 from .polycrystal import gnd_density_map, grain_map, grain_strain_statistics
@@ -21,7 +22,8 @@ FORMATS = ("png", "pdf", "svg")
 #: longest are handed out first.
 COST = {"strain": 3.5, "grain_strain_statistics": 3.5, "status": 2.4, "roi_layout": 1.8, "rotation": 1.8,
         "displacement_magnitude": 1.6, "displacement_dx": 1.6, "displacement_dy": 1.6, "gnd_density": 1.6,
-        "grain_map": 1.5, "quiver": 1.3, "peak_height": 1.0}
+        "grain_map": 1.5, "quiver": 1.3, "peak_height": 1.0, "dic_strain": 3.0, "dic_displacement": 2.0,
+        "dic_vectors": 1.5, "dic_frames": 1.0}
 
 
 def figure_jobs(results, *, point=None, max_points=1_000_000) -> list[tuple]:
@@ -36,6 +38,11 @@ def figure_jobs(results, *, point=None, max_points=1_000_000) -> list[tuple]:
     ``gnd_density``: ``gnd_density``.
     """
     results = os.fspath(results)
+    if is_dic_results(results):  # subsets on an image grid: the DIC figures, not the EBSD maps
+        return [("dic_displacement", dic_displacement_fields, (results,), {}),
+                ("dic_strain", dic_strain_fields, (results,), {}),
+                ("dic_vectors", dic_vectors, (results,), {}),
+                ("dic_frames", dic_frame_series, (results,), {})]
     with ResultsView(results) as v:
         if point is None:
             point = (v.rows // 2, v.cols // 2)
