@@ -21,7 +21,7 @@ def _ids():
 
 def test_notebooks_exist():
     names = set(_ids())
-    assert {"quick_start.ipynb", "explore_point.ipynb", "subpixel_methods.ipynb"} <= names, names
+    assert {"quick_start.ipynb", "explore_point.ipynb", "subpixel_methods.ipynb", "dic_fields.ipynb"} <= names, names
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=_ids())
