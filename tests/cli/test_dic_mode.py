@@ -73,3 +73,20 @@ def test_step_must_be_whole_pixels_and_dic_flags_need_the_mode(frames, tmp_path,
     assert "--subset applies with --mode dic" in capsys.readouterr().err
     assert cli.main([*args, "--mode", "dic", "--subset", "30"]) == 2
     assert "--subset" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("recipe", ["dic", "dic-incremental"])
+def test_shipped_dic_recipes(frames, tmp_path, recipe):
+    """The recipes in pipelines/ switch DIC on by themselves (no --mode dic)."""
+    out = str(tmp_path / "r.h5")
+    assert cli.main(["process", str(frames / "frames"), "--ref", str(frames / "ref.tif"), "--pipeline", recipe,
+                     "-o", out, "-q"]) == 0
+    with h5py.File(out, "r") as fh:
+        g = fh["ebsdxc/dic"]
+        pts, disp, status = g["points"][()], g["displacement"][()], g["status"][()]
+        assert bool(g.attrs["strain_complete"])
+        assert bool(g.attrs.get("displacement_complete", True))
+    G, t = FIELDS[0]
+    ok = status[0] == st.OK
+    assert ok.mean() > 0.6
+    assert np.abs(disp[0][ok] - (t + pts[ok] @ G.T)).max() < 0.01
