@@ -1251,54 +1251,48 @@ def read_strain(path) -> dict:
     return out
 
 
+def _write_dic_pass(path, *, flag: str, what: str, fill) -> None:
+    """One pass's datasets of ``/ebsdxc/dic`` written by ``fill(dic_group)``: ``flag`` is false
+    while they are written and turns true only after them; a failed write is one line."""
+    path = require_results(path)
+    with ResultsLock(path, command=f"dic {what}"):
+        failure = None
+        with _quiet_failed_writes():
+            try:
+                with h5py.File(path, "r+") as f:
+                    d = f[GROUP]["dic"]
+                    d.attrs[flag] = False
+                    f.flush()
+                    fill(d)
+                    f.flush()
+                    d.attrs[flag] = True
+            except (OSError, RuntimeError, ValueError, KeyError) as e:
+                failure = _why(e)
+        if failure is not None:
+            raise InputError(f"cannot write the DIC {what} ({failure}); it stays marked incomplete", path)
+
+
 def write_dic_displacement(path, displacement, status, *, attrs: dict, distortion: dict | None = None) -> None:
     """Write the displacement (n_frames, ny, nx, 2) and its status of a DIC results file whose
     contract fields are made after the frames (increments accumulated, SEM distortion removed:
     ``distortion`` is the model, kept in ``/ebsdxc/dic/distortion``); ``dic`` attribute
     ``displacement_complete`` turns true only after it."""
-    path = require_results(path)
-    with ResultsLock(path, command="dic accumulate"):
-        failure = None
-        with _quiet_failed_writes():
-            try:
-                with h5py.File(path, "r+") as f:
-                    d = f[GROUP]["dic"]
-                    d.attrs["displacement_complete"] = False
-                    f.flush()
-                    d["displacement"][...] = np.asarray(displacement, dtype=np.float32)
-                    d["status"][...] = np.asarray(status, dtype=np.uint8)
-                    d.attrs["derivation"] = json.dumps(attrs, sort_keys=True)
-                    if distortion is not None:
-                        dg = d.require_group("distortion")
-                        dg.attrs["record"] = json.dumps(distortion, sort_keys=True)
-                        dg.attrs["meaning"] = ("the SEM distortion model removed from the measured fields "
-                                               "(ebsdxc.sem_distortion.DistortionModel.from_dict of 'record')")
-                    f.flush()
-                    d.attrs["displacement_complete"] = True
-            except (OSError, RuntimeError, ValueError, KeyError) as e:
-                failure = _why(e)
-        if failure is not None:
-            raise InputError(f"cannot write the accumulated DIC displacement ({failure}); it stays marked "
-                             "incomplete", path)
+    def fill(d):
+        d["displacement"][...] = np.asarray(displacement, dtype=np.float32)
+        d["status"][...] = np.asarray(status, dtype=np.uint8)
+        d.attrs["derivation"] = json.dumps(attrs, sort_keys=True)
+        if distortion is not None:
+            dg = d.require_group("distortion")
+            dg.attrs["record"] = json.dumps(distortion, sort_keys=True)
+            dg.attrs["meaning"] = ("the SEM distortion model removed from the measured fields "
+                                   "(ebsdxc.sem_distortion.DistortionModel.from_dict of 'record')")
+    _write_dic_pass(path, flag="displacement_complete", what="displacement", fill=fill)
 
 
 def write_dic_strain(path, strain, *, attrs: dict) -> None:
     """Write the Green-Lagrange strain (n_frames, ny, nx, 2, 2) of a DIC results file into
     ``/ebsdxc/dic/strain``; ``dic`` attribute ``strain_complete`` turns true only after it."""
-    path = require_results(path)
-    with ResultsLock(path, command="dic strain"):
-        failure = None
-        with _quiet_failed_writes():
-            try:
-                with h5py.File(path, "r+") as f:
-                    d = f[GROUP]["dic"]
-                    d.attrs["strain_complete"] = False
-                    f.flush()
-                    d["strain"][...] = np.asarray(strain, dtype=np.float32)
-                    d.attrs["strain_parameters"] = json.dumps(attrs, sort_keys=True)
-                    f.flush()
-                    d.attrs["strain_complete"] = True
-            except (OSError, RuntimeError, ValueError, KeyError) as e:
-                failure = _why(e)
-        if failure is not None:
-            raise InputError(f"cannot write the DIC strain ({failure}); it stays marked incomplete", path)
+    def fill(d):
+        d["strain"][...] = np.asarray(strain, dtype=np.float32)
+        d.attrs["strain_parameters"] = json.dumps(attrs, sort_keys=True)
+    _write_dic_pass(path, flag="strain_complete", what="strain", fill=fill)
