@@ -263,7 +263,12 @@ def integer_start(reference, image, points, *, subset: int, search: int, shift=(
     ref = xp.asarray(reference, dtype=xp.float32)
     img = xp.asarray(image, dtype=xp.float32)
     h, w = img.shape
-    p = np.rint(np.asarray(points, dtype=np.float64)).astype(np.int64)
+    p = np.rint(np.asarray(points, dtype=np.float64)).astype(np.int64).reshape(-1, 2)
+    n_points = len(p)
+    if xp is not np and n_points:
+        # batches padded to a power of two (repeating the first point): a new batch size is a
+        # new cuFFT plan, and propagation searches many small, different sets of seeds
+        p = np.concatenate([p, np.repeat(p[:1], (1 << max(6, (n_points - 1).bit_length())) - n_points, 0)])
     half = subset // 2
     base = np.rint(np.asarray(shift, dtype=np.float64)).astype(np.int64)
     tl = p - half  # reference subset corners (inside by construction)
@@ -294,7 +299,7 @@ def integer_start(reference, image, points, *, subset: int, search: int, shift=(
     d = wtl + np.stack([bx, by], -1) - tl
     # on the edge of the window, unless the window met the frame's edge there
     edge = (bx == 0) | (by == 0) | (bx == m - 1) | (by == m - 1)
-    return d.astype(np.float64), edge
+    return d.astype(np.float64)[:n_points], edge[:n_points]
 
 
 @dataclass
@@ -329,7 +334,7 @@ class _Matcher:
         self.half = config.subset // 2
         self.scale = float(self.half)
         yy, xx = np.mgrid[-self.half:self.half + 1, -self.half:self.half + 1]
-        self.offsets = np.stack([xx.ravel(), yy.ravel()], -1)
+        self.offsets = xp.asarray(np.stack([xx.ravel(), yy.ravel()], -1).astype(np.int32))
         N = len(pts)
         k = 6 if config.shape_function == "quadratic" else 3
         self.warp = np.full((N, k, k), np.nan)
@@ -351,15 +356,17 @@ class _Matcher:
         for s in range(0, len(idx), self.batch):
             sel, H = idx[s:s + self.batch], H0[s:s + self.batch]
             p = self.pts[sel]
-            pix = np.rint(p).astype(np.int64)[:, None, :] + self.offsets[None]
-            patch = self.ref[xp.asarray(pix[..., 1]), xp.asarray(pix[..., 0])]
+            # the subsets' pixels made where the images are: (points x subset^2 x 2) int32 indices
+            # are hundreds of MB a batch, not to be sent over the bus
+            pix = xp.asarray(np.rint(p).astype(np.int32))[:, None, :] + self.offsets[None]
+            patch = self.ref[pix[..., 1], pix[..., 0]]
             contrast = _host((patch.max(axis=1) - patch.min(axis=1)) > 0)
             self.status[sel[~contrast]] = st.CONSTANT_TILE
             self.started[sel] = how
             if not contrast.any():
                 continue
             k_idx, n = sel[contrast], int(contrast.sum())
-            tpl = icgn.make_templates(self.ref[None], pixels=xp.asarray(pix[contrast]),
+            tpl = icgn.make_templates(self.ref[None], pixels=pix[xp.asarray(contrast)],
                                       image_index=xp.zeros(n, dtype=np.int64), origin=xp.asarray(p[contrast]),
                                       scale=self.scale, shape_function=c.shape_function, coefficients=self.ref_coef)
             res = icgn.register(tpl, self.coef, template_index=xp.arange(n), image_index=xp.zeros(n, dtype=np.int64),
@@ -449,8 +456,12 @@ def _propagate(m: _Matcher, ok, grid_shape, spacing):
     while True:
         seeds = _seed_points((todo & ~done & ~seeded).reshape(ny, nx), spacing)
         if seeds.size == 0:
-            break
+            if spacing == 1:
+                break
+            spacing = max(1, spacing // 2)
+            continue
         seeded[seeds] = True
+        before = int(done.sum())
         done[m.search(seeds)] = True
         while True:
             # every point still to do with a computed neighbour it has not started from yet
@@ -467,8 +478,14 @@ def _propagate(m: _Matcher, ok, grid_shape, spacing):
             H0 = _transport(m.warp[src], delta, m.c.shape_function)
             done[m.refine(front, H0, 2)] = True
         todo &= ~done
-        # what is left (cut off from every computed point, or failed from all its neighbours)
-        # gets a seed of its own per connected region, until no new seed is left to try
+        # What is left (cut off from every computed point, or failed from all its neighbours)
+        # gets seeds of its own: one per connected region while that measures something, then
+        # twice as dense a grid of them after every round that measures nothing, down to every
+        # point (a strip along the frame's edge is not seeded point by point, round by round).
+        if int(done.sum()) == before:
+            if spacing == 1:
+                break
+            spacing = max(1, spacing // 2)
     return done
 
 

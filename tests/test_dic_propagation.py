@@ -135,3 +135,17 @@ def test_cli_bad_mask_is_one_line(frames, capsys, make, words):
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 2 and len(err) == 1 and words in err[0], err
     assert not (d / "r.h5").exists()
+
+
+@pytest.mark.gpu
+def test_propagation_gpu_matches_cpu():
+    cp = pytest.importorskip("cupy")
+    ref, img, G, t = _rotation(12.0)
+    pts, inside = dic.subset_grid(ref.shape, subset=31, step=10)
+    cfg = dic.DicConfig(subset=31, step=10, search=4)
+    host = dic.match_subsets(ref, img, pts, config=cfg, valid=inside.reshape(-1))
+    dev = dic.match_subsets(cp.asarray(ref), cp.asarray(img), pts, config=cfg, valid=inside.reshape(-1))
+    np.testing.assert_array_equal(dev.status, host.status)
+    np.testing.assert_array_equal(dev.started, host.started)
+    ok = host.status == st.OK
+    np.testing.assert_allclose(dev.displacement[ok], host.displacement[ok], atol=2e-4)
