@@ -458,7 +458,7 @@ def _propagate(m: _Matcher, ok, grid_shape, spacing):
         if seeds.size == 0:
             if spacing == 1:
                 break
-            spacing = max(1, spacing // 2)
+            spacing = 1
             continue
         seeded[seeds] = True
         before = int(done.sum())
@@ -477,15 +477,16 @@ def _propagate(m: _Matcher, ok, grid_shape, spacing):
             delta = (m.pts[front] - m.pts[src]) / m.scale
             H0 = _transport(m.warp[src], delta, m.c.shape_function)
             done[m.refine(front, H0, 2)] = True
-        todo &= ~done
+        # a subset that left the frame from a neighbour's start lies off it: no seed brings it back
+        todo &= ~done & ~((m.started > 0) & (m.status == st.OUTSIDE_MASK))
         # What is left (cut off from every computed point, or failed from all its neighbours)
-        # gets seeds of its own: one per connected region while that measures something, then
-        # twice as dense a grid of them after every round that measures nothing, down to every
-        # point (a strip along the frame's edge is not seeded point by point, round by round).
+        # gets seeds of its own: one per connected region while that measures something, then,
+        # after a round that measures nothing, every point left is searched at once (a strip
+        # along the frame's edge is not seeded point by point, round by round).
         if int(done.sum()) == before:
             if spacing == 1:
                 break
-            spacing = max(1, spacing // 2)
+            spacing = 1
     return done
 
 
