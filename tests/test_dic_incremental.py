@@ -94,6 +94,12 @@ def test_incremental_follows_a_rotation_to_75_degrees(rotating):
     # 50 degrees in one step: no seed's search start converges (a false one would need ZNCC 0.9)
     assert (direct["status"][1] == st.OK).sum() < 0.2 * ok[1].sum()
     assert inc["attrs"]["displacement_complete"] and inc["attrs"]["strain_complete"]
+    from ebsdxc.io.results import read_summary
+
+    summary = read_summary(d / "incremental.h5")["dic"]
+    assert summary["displacement_complete"] and summary["displacement_kind"] == "the increments accumulated"
+    assert summary["frames"] == 3 and summary["strain_complete"]
+    assert "displacement_complete" not in read_summary(d / "direct.h5")["dic"]  # direct: views of the run
     # the increments are kept: frame t against frame t - 1 on the fixed grid
     incr_ok = inc["increment_status"] == st.OK
     step = (pts - C) @ _rot(25.0).T + C - pts

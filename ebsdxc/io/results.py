@@ -1011,7 +1011,23 @@ def read_summary(path) -> dict:
             **({"pc_calibration": {"points": int(g["pc_calibration/used"].shape[0]),
                                    "used": int(g["pc_calibration/used"][()].sum())}}
                if "pc_calibration" in g else {}),
+            **({"dic": _dic_summary(g["dic"])} if "dic" in g and "points" in g["dic"] else {}),
         }
+
+
+def _dic_summary(grp) -> dict:
+    """What a DIC file's fields are and whether the passes after the frames ran."""
+    a = grp.attrs
+    ny, nx = grp["points"].shape[:2]
+    out = {"points": [int(ny), int(nx)], "frames": int(grp["displacement"].shape[0]),
+           "strain_complete": bool(a.get("strain_complete", False))}
+    if "displacement_complete" in a:  # made after the frames: accumulated and/or corrected
+        out["displacement_complete"] = bool(a["displacement_complete"])
+        out["displacement_kind"] = str(a.get("displacement_kind", ""))
+    if "distortion" in grp:
+        rec = json.loads(grp["distortion"].attrs["record"])
+        out["distortion"] = {"spatial_degree": rec.get("spatial_degree"), "drift_degree": rec.get("drift_degree")}
+    return out
 
 
 def _icgn_summary(grp) -> dict:
