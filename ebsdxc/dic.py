@@ -39,7 +39,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from . import icgn
+from . import icgn, subset_icgn
 from . import status as st
 
 __all__ = ["DicConfig", "SHAPE_FUNCTIONS", "GUESSES", "STARTS", "polygon_mask", "subset_grid", "coarse_shift",
@@ -352,6 +352,8 @@ class _Matcher:
         """IC-GN of points ``idx`` from warps ``H0`` (normalised about each point); returns the
         points that came out ok (converged, ZNCC at least ``min_zncc``, default the config's)."""
         xp, c = self.xp, self.c
+        if xp is not np and c.shape_function == "affine" and c.subset // 2 <= subset_icgn.MAX_HALF:
+            return self._refine_fused(idx, H0, how, min_zncc)
         good_all = []
         for s in range(0, len(idx), self.batch):
             sel, H = idx[s:s + self.batch], H0[s:s + self.batch]
@@ -381,6 +383,27 @@ class _Matcher:
             # the subset moved (partly) off the frame: nothing there to measure it with
             self.status[k_idx[rs == icgn.ICGN_LEFT_IMAGE]] = st.OUTSIDE_MASK
             good_all.append(k_idx[good])
+        return np.concatenate(good_all) if good_all else np.zeros(0, np.int64)
+
+    def _refine_fused(self, idx, H0, how, min_zncc):
+        """:meth:`refine` by one launch of the whole-IC-GN kernel (affine subsets on a GPU)."""
+        c = self.c
+        good_all = []
+        for s in range(0, len(idx), self.batch):
+            sel = idx[s:s + self.batch]
+            warp, z, it, rs = subset_icgn.register_subsets(
+                self.ref, self.ref_coef[0], self.coef[0], self.pts[sel], subset=c.subset,
+                initial=H0[s:s + self.batch], max_iterations=c.max_iterations, tolerance=c.tolerance_px)
+            rs, z, it = _host(rs), _host(z), _host(it)
+            self.started[sel] = how
+            good = (rs == icgn.ICGN_CONVERGED) & (z >= (c.min_zncc if min_zncc is None else min_zncc))
+            self.warp[sel] = np.where(good[:, None, None], _host(warp), np.nan)
+            self.zncc[sel] = z
+            self.iterations[sel] = it
+            self.status[sel] = np.where(good, st.OK, st.REFINE_FAILED)
+            self.status[sel[rs == icgn.ICGN_LEFT_IMAGE]] = st.OUTSIDE_MASK
+            self.status[sel[rs == subset_icgn.NO_CONTRAST]] = st.CONSTANT_TILE
+            good_all.append(sel[good])
         return np.concatenate(good_all) if good_all else np.zeros(0, np.int64)
 
     def search(self, idx):
