@@ -40,8 +40,12 @@ def test_kernel_matches_the_float64_engine(cp, subset):
     np.testing.assert_allclose(dev.displacement[ok], host.displacement[ok], atol=1e-4)
     np.testing.assert_allclose(dev.zncc[ok], host.zncc[ok], atol=1e-5)
     assert np.abs(dev.iterations[ok].astype(int) - host.iterations[ok]).max() <= 1
-    truth = np.asarray(t) + pts.reshape(-1, 2)[ok] @ G.T
-    assert np.abs(dev.displacement[ok] - truth).max() < 0.01
+    # where the subset does not touch the flat patch (the frame is textured there), the truth
+    P = pts.reshape(-1, 2)
+    half = subset // 2
+    clear = ok & ((P[:, 0] - half > 60) | (P[:, 0] + half < 20) | (P[:, 1] - half > 60) | (P[:, 1] + half < 20))
+    truth = np.asarray(t) + P[clear] @ G.T
+    assert clear.sum() > 50 and np.abs(dev.displacement[clear] - truth).max() < 0.01
 
 
 def test_kernel_refuses_subsets_it_cannot_hold(cp):
