@@ -8,6 +8,7 @@
 // Prelude: HALF (subset = 2 HALF + 1 px). Sums in double, pixel data in shared memory (float).
 // Reductions go through block_sum: a fixed tree, so results do not depend on timing.
 #include "common.cuh"
+#include "bspline.cuh"
 
 #define SIDE (2 * HALF + 1)
 #define NPIX (SIDE * SIDE)
@@ -18,22 +19,6 @@
 #define S_FAILED 2
 #define S_LEFT_IMAGE 3
 #define S_NO_CONTRAST 5
-
-__device__ __forceinline__ int mirror(int i, int n) {
-    if (n == 1) return 0;
-    const int period = 2 * (n - 1);
-    i = i % period;
-    if (i < 0) i += period;
-    return i < n ? i : period - i;
-}
-
-__device__ __forceinline__ void bspline_weights(double t, double w[4]) {
-    const double t2 = t * t, t3 = t2 * t, s = 1.0 - t;
-    w[0] = s * s * s / 6.0;
-    w[1] = (3.0 * t3 - 6.0 * t2 + 4.0) / 6.0;
-    w[2] = (-3.0 * t3 + 3.0 * t2 + 3.0 * t + 1.0) / 6.0;
-    w[3] = t3 / 6.0;
-}
 
 __device__ __forceinline__ float coef_at(const float* __restrict__ c, int y, int x, int h, int w) {
     return __ldg(c + (long long)mirror(y, h) * w + mirror(x, w));
