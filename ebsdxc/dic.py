@@ -485,21 +485,31 @@ def _propagate(m: _Matcher, ok, grid_shape, spacing):
             continue
         seeded[seeds] = True
         before = int(done.sum())
-        done[m.search(seeds)] = True
+        newly = m.search(seeds)
+        done[newly] = True
+        failed = np.zeros(0, np.int64)
         while True:
-            # every point still to do with a computed neighbour it has not started from yet
-            z = np.where(nb >= 0, np.where(done[np.maximum(nb, 0)], m.zncc[np.maximum(nb, 0)], -np.inf), -np.inf)
-            z = np.where(tried, -np.inf, z)
-            best = np.argmax(z, axis=1)
-            zb = z[np.arange(N), best]
-            front = np.flatnonzero(todo & ~done & np.isfinite(zb))
+            # every point still to do with a computed neighbour it has not started from yet: a
+            # neighbour of a point computed in the last wave, or a point that failed in it (the
+            # rest of the grid cannot have one), so the bookkeeping is per wave, not per grid
+            near = nb[newly].reshape(-1)
+            cand = np.unique(np.concatenate([near[near >= 0], failed]))
+            cand = cand[todo[cand] & ~done[cand]]
+            nbc = nb[cand]
+            z = np.where(nbc >= 0, np.where(done[np.maximum(nbc, 0)], m.zncc[np.maximum(nbc, 0)], -np.inf), -np.inf)
+            z = np.where(tried[cand], -np.inf, z)
+            best = np.argmax(z, axis=1) if cand.size else np.zeros(0, np.int64)
+            has = np.isfinite(z[np.arange(cand.size), best])
+            front, best = cand[has], best[has]
             if front.size == 0:
                 break
-            src = nb[front, best[front]]
-            tried[front, best[front]] = True
+            src = nb[front, best]
+            tried[front, best] = True
             delta = (m.pts[front] - m.pts[src]) / m.scale
             H0 = _transport(m.warp[src], delta, m.c.shape_function)
-            done[m.refine(front, H0, 2)] = True
+            newly = m.refine(front, H0, 2)
+            done[newly] = True
+            failed = np.setdiff1d(front, newly)
         # a subset that left the frame from a neighbour's start lies off it: no seed brings it back
         todo &= ~done & ~((m.started > 0) & (m.status == st.OUTSIDE_MASK))
         # What is left (cut off from every computed point, or failed from all its neighbours)
