@@ -19,3 +19,26 @@ __device__ __forceinline__ void bspline_weights(double t, double w[4]) {
     w[2] = (-3.0 * t3 + 3.0 * t2 + 3.0 * t + 1.0) / 6.0;
     w[3] = t3 / 6.0;
 }
+
+// The cubic B-spline of coefficients c (height x width, row-major) at (x, y), inside the image.
+__device__ __forceinline__ double bspline_sample(const float* __restrict__ c, double x, double y, int height,
+                                                 int width) {
+    const double fx = floor(x), fy = floor(y);
+    double wx[4], wy[4];
+    bspline_weights(x - fx, wx);
+    bspline_weights(y - fy, wy);
+    const int ix = (int)fx - 1, iy = (int)fy - 1;
+    int cols[4];
+#pragma unroll
+    for (int a = 0; a < 4; ++a) cols[a] = mirror(ix + a, width);
+    double g = 0.0;
+#pragma unroll
+    for (int b = 0; b < 4; ++b) {
+        const float* row = c + (long long)mirror(iy + b, height) * width;
+        double r = 0.0;
+#pragma unroll
+        for (int a = 0; a < 4; ++a) r += wx[a] * (double)__ldg(row + cols[a]);
+        g += wy[b] * r;
+    }
+    return g;
+}

@@ -154,17 +154,7 @@ extern "C" __global__ void dic_subset_icgn(
                 out += 1.0;
                 continue;
             }
-            const double fx = floor(x), fy = floor(y);
-            double wx[4], wy[4];
-            bspline_weights(x - fx, wx);
-            bspline_weights(y - fy, wy);
-            const int ix = (int)fx - 1, iy = (int)fy - 1;
-            double g = 0.0;
-            for (int b = 0; b < 4; ++b) {
-                double r = 0.0;
-                for (int aa = 0; aa < 4; ++aa) r += wx[aa] * (double)coef_at(coef, iy + b, ix + aa, height, width);
-                g += wy[b] * r;
-            }
+            const double g = bspline_sample(coef, x, y, height, width);
             const double fu = sfu[i], fv = sfv[i];
             g1 += g;
             g2 += g * g;

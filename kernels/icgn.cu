@@ -59,23 +59,7 @@ extern "C" __global__ void icgn_sums(
             acc[3 + NPARAM] += w;  // NaN coordinates land here too
             continue;
         }
-        const double fx = floor(x), fy = floor(y);
-        double wx[4], wy[4];
-        bspline_weights(x - fx, wx);
-        bspline_weights(y - fy, wy);
-        const int ix = (int)fx - 1, iy = (int)fy - 1;
-        int cols[4];
-#pragma unroll
-        for (int a = 0; a < 4; ++a) cols[a] = mirror(ix + a, width);
-        double g = 0.0;
-#pragma unroll
-        for (int b = 0; b < 4; ++b) {
-            const float* row = img + (long long)mirror(iy + b, height) * width;
-            double r = 0.0;
-#pragma unroll
-            for (int a = 0; a < 4; ++a) r += wx[a] * (double)row[cols[a]];
-            g += wy[b] * r;
-        }
+        const double g = bspline_sample(img, x, y, height, width);
         const double fu = tfu[base + i], fv = tfv[base + i];
         const double wg = w * g;
         acc[0] += wg;
