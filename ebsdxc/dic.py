@@ -325,11 +325,17 @@ def _host(a):
 
 
 class _Matcher:
-    """One reference and one frame: IC-GN of any set of subsets from given starting warps."""
+    """One reference and one frame: IC-GN of any set of subsets from given starting warps.
+
+    Its per-point state (warps, ZNCC, status...) lives where the images are, and so do the
+    indices it takes and returns: on a GPU the propagation's waves then never wait for copies
+    back to the host, only for the sizes of the sets they make."""
 
     def __init__(self, ref, img, pts, config, shift, coef, ref_coef, batch):
         xp = _xp(img)
-        self.xp, self.ref, self.img, self.pts, self.c = xp, ref, img, pts, config
+        self.xp, self.ref, self.img, self.c = xp, ref, img, config
+        self.pts_host = pts
+        self.pts = xp.asarray(pts)
         self.shift, self.coef, self.ref_coef, self.batch = shift, coef, ref_coef, batch
         self.half = config.subset // 2
         self.scale = float(self.half)
@@ -337,92 +343,90 @@ class _Matcher:
         self.offsets = xp.asarray(np.stack([xx.ravel(), yy.ravel()], -1).astype(np.int32))
         N = len(pts)
         k = 6 if config.shape_function == "quadratic" else 3
-        self.warp = np.full((N, k, k), np.nan)
-        self.zncc = np.full(N, np.nan, np.float32)
-        self.iterations = np.full(N, -1, np.int16)
-        self.status = np.full(N, st.OUTSIDE_MASK, np.uint8)
-        self.started = np.zeros(N, np.uint8)
+        self.warp = xp.full((N, k, k), np.nan)
+        self.zncc = xp.full(N, np.nan, np.float32)
+        self.iterations = xp.full(N, -1, np.int16)
+        self.status = xp.full(N, st.OUTSIDE_MASK, np.uint8)
+        self.started = xp.zeros(N, np.uint8)
         # A searched start can lock onto another part of the texture where the subset has
         # moved off or decorrelated (a large rotation), and IC-GN then settles in a false
         # minimum of ZNCC 0.6-0.7; propagated starts begin next to the truth. So a searched
         # point must match better, halfway from min_zncc to 1.
         self.search_min_zncc = 0.5 * (1.0 + config.min_zncc)
 
+    def _store(self, sel, warp, zncc, iterations, rs, min_zncc, constant=None):
+        """Keep the IC-GN results of points ``sel``; returns those that came out ok."""
+        xp = self.xp
+        good = (rs == icgn.ICGN_CONVERGED) & (zncc >= (self.c.min_zncc if min_zncc is None else min_zncc))
+        self.warp[sel] = xp.where(good[:, None, None], warp, np.nan)
+        self.zncc[sel] = zncc
+        self.iterations[sel] = iterations
+        # the subset moved (partly) off the frame: nothing there to measure it with
+        code = xp.where(rs == icgn.ICGN_LEFT_IMAGE, st.OUTSIDE_MASK, st.REFINE_FAILED)
+        if constant is not None:
+            code = xp.where(constant, st.CONSTANT_TILE, code)
+        self.status[sel] = xp.where(good, st.OK, code).astype(np.uint8)
+        return sel[good]
+
     def refine(self, idx, H0, how, min_zncc=None):
         """IC-GN of points ``idx`` from warps ``H0`` (normalised about each point); returns the
         points that came out ok (converged, ZNCC at least ``min_zncc``, default the config's)."""
         xp, c = self.xp, self.c
-        if xp is not np and c.shape_function == "affine" and c.subset // 2 <= subset_icgn.MAX_HALF:
-            return self._refine_fused(idx, H0, how, min_zncc)
+        fused = xp is not np and c.shape_function == "affine" and c.subset // 2 <= subset_icgn.MAX_HALF
         good_all = []
         for s in range(0, len(idx), self.batch):
             sel, H = idx[s:s + self.batch], H0[s:s + self.batch]
+            self.started[sel] = how
+            if fused:
+                # the whole IC-GN of a subset in one block, template included
+                warp, z, it, rs = subset_icgn.register_subsets(
+                    self.ref, self.ref_coef[0], self.coef[0], self.pts[sel], subset=c.subset, initial=H,
+                    max_iterations=c.max_iterations, tolerance=c.tolerance_px)
+                good_all.append(self._store(sel, warp, z, it, rs, min_zncc, rs == subset_icgn.NO_CONTRAST))
+                continue
             p = self.pts[sel]
             # the subsets' pixels made where the images are: (points x subset^2 x 2) int32 indices
             # are hundreds of MB a batch, not to be sent over the bus
-            pix = xp.asarray(np.rint(p).astype(np.int32))[:, None, :] + self.offsets[None]
+            pix = xp.rint(p).astype(np.int32)[:, None, :] + self.offsets[None]
             patch = self.ref[pix[..., 1], pix[..., 0]]
-            contrast = _host((patch.max(axis=1) - patch.min(axis=1)) > 0)
+            contrast = (patch.max(axis=1) - patch.min(axis=1)) > 0
             self.status[sel[~contrast]] = st.CONSTANT_TILE
-            self.started[sel] = how
-            if not contrast.any():
+            k_idx = sel[contrast]
+            n = int(k_idx.size)
+            if n == 0:
                 continue
-            k_idx, n = sel[contrast], int(contrast.sum())
-            tpl = icgn.make_templates(self.ref[None], pixels=pix[xp.asarray(contrast)],
-                                      image_index=xp.zeros(n, dtype=np.int64), origin=xp.asarray(p[contrast]),
-                                      scale=self.scale, shape_function=c.shape_function, coefficients=self.ref_coef)
+            tpl = icgn.make_templates(self.ref[None], pixels=pix[contrast], image_index=xp.zeros(n, dtype=np.int64),
+                                      origin=p[contrast], scale=self.scale, shape_function=c.shape_function,
+                                      coefficients=self.ref_coef)
             res = icgn.register(tpl, self.coef, template_index=xp.arange(n), image_index=xp.zeros(n, dtype=np.int64),
                                 initial=xp.asarray(H[contrast]), max_iterations=c.max_iterations,
                                 tolerance=c.tolerance_px, max_outside=0.0)
-            rs, z, it = _host(res.status), _host(res.zncc), _host(res.iterations)
-            good = (rs == icgn.ICGN_CONVERGED) & (z >= (c.min_zncc if min_zncc is None else min_zncc))
-            self.warp[k_idx] = np.where(good[:, None, None], _host(res.warp), np.nan)
-            self.zncc[k_idx] = z
-            self.iterations[k_idx] = it
-            self.status[k_idx] = np.where(good, st.OK, st.REFINE_FAILED)
-            # the subset moved (partly) off the frame: nothing there to measure it with
-            self.status[k_idx[rs == icgn.ICGN_LEFT_IMAGE]] = st.OUTSIDE_MASK
-            good_all.append(k_idx[good])
-        return np.concatenate(good_all) if good_all else np.zeros(0, np.int64)
-
-    def _refine_fused(self, idx, H0, how, min_zncc):
-        """:meth:`refine` by one launch of the whole-IC-GN kernel (affine subsets on a GPU)."""
-        c = self.c
-        good_all = []
-        for s in range(0, len(idx), self.batch):
-            sel = idx[s:s + self.batch]
-            warp, z, it, rs = subset_icgn.register_subsets(
-                self.ref, self.ref_coef[0], self.coef[0], self.pts[sel], subset=c.subset,
-                initial=H0[s:s + self.batch], max_iterations=c.max_iterations, tolerance=c.tolerance_px)
-            rs, z, it = _host(rs), _host(z), _host(it)
-            self.started[sel] = how
-            good = (rs == icgn.ICGN_CONVERGED) & (z >= (c.min_zncc if min_zncc is None else min_zncc))
-            self.warp[sel] = np.where(good[:, None, None], _host(warp), np.nan)
-            self.zncc[sel] = z
-            self.iterations[sel] = it
-            self.status[sel] = np.where(good, st.OK, st.REFINE_FAILED)
-            self.status[sel[rs == icgn.ICGN_LEFT_IMAGE]] = st.OUTSIDE_MASK
-            self.status[sel[rs == subset_icgn.NO_CONTRAST]] = st.CONSTANT_TILE
-            good_all.append(sel[good])
-        return np.concatenate(good_all) if good_all else np.zeros(0, np.int64)
+            good_all.append(self._store(k_idx, xp.asarray(res.warp), xp.asarray(res.zncc),
+                                        xp.asarray(res.iterations), xp.asarray(res.status), min_zncc))
+        return xp.concatenate(good_all) if good_all else xp.zeros(0, np.int64)
 
     def search(self, idx):
         """Integer search (+- search px about the rigid shift), then IC-GN; returns the ok points."""
-        if idx.size == 0:
-            return idx
-        start, edge = integer_start(self.ref, self.img, self.pts[idx], subset=self.c.subset, search=self.c.search,
-                                    shift=self.shift)
-        H0 = _host(icgn.translation_warp(np.asarray(start / self.scale), self.c.shape_function))
+        xp = self.xp
+        hidx = _host(idx)
+        if hidx.size == 0:
+            return xp.zeros(0, np.int64)
+        start, edge = integer_start(self.ref, self.img, self.pts_host[hidx], subset=self.c.subset,
+                                    search=self.c.search, shift=self.shift)
+        H0 = icgn.translation_warp(xp.asarray(start / self.scale), self.c.shape_function)
+        idx = xp.asarray(hidx)
         good = self.refine(idx, H0, 1, min_zncc=self.search_min_zncc)
         # the integer search hit its window's edge and IC-GN did not find the subset either
-        miss = idx[edge & (self.status[idx] == st.REFINE_FAILED)]
+        miss = idx[xp.asarray(edge) & (self.status[idx] == st.REFINE_FAILED)]
         self.status[miss] = st.PEAK_ON_BORDER
         return good
 
     def displacement(self):
-        uv = icgn.warp_points(self.warp, np.zeros((1, 2)))[:, 0] * self.scale
+        """(N, 2) float64 host array, NaN where not ok."""
+        xp = self.xp
+        uv = icgn.warp_points(self.warp, xp.zeros((1, 2)))[:, 0] * self.scale
         uv[self.status != st.OK] = np.nan
-        return uv
+        return _host(uv)
 
 
 def _transport(W, delta, shape_function):
@@ -463,21 +467,29 @@ def _seed_points(todo, spacing):
 
 
 def _propagate(m: _Matcher, ok, grid_shape, spacing):
-    """Reliability-guided propagation over the point grid, in waves (module docstring)."""
+    """Reliability-guided propagation over the point grid, in waves (module docstring).
+
+    The bookkeeping is array operations where the matcher's state is (a GPU's waves wait only
+    for the sizes of the sets they make); the seeds' regions are labelled on the host."""
+    xp = m.xp
     ny, nx = grid_shape
     N = ny * nx
-    done = np.zeros(N, bool)
-    tried = np.zeros((N, 4), bool)
+    done = xp.zeros(N, bool)
+    tried = xp.zeros((N, 4), bool)
     seeded = np.zeros(N, bool)
     rr, cc = np.divmod(np.arange(N), nx)
-    nb = np.full((N, 4), -1, np.int64)
+    # neighbours of every point; N (one past the grid) where there is none
+    nb = np.full((N, 4), N, np.int64)
     for d, (dr, dc) in enumerate(_NEIGHBOURS):
         r2, c2 = rr + dr, cc + dc
         inside = (r2 >= 0) & (r2 < ny) & (c2 >= 0) & (c2 < nx)
         nb[inside, d] = r2[inside] * nx + c2[inside]
-    todo = ok.copy()
+    nb = xp.asarray(nb)
+    # one sentinel point past the grid: never done, ZNCC -inf, so "no neighbour" needs no branch
+    zncc = xp.full(N + 1, -np.inf, np.float32)
+    todo = xp.array(ok, dtype=bool)  # a copy: the caller keeps its mask
     while True:
-        seeds = _seed_points((todo & ~done & ~seeded).reshape(ny, nx), spacing)
+        seeds = _seed_points(_host(todo & ~done).reshape(ny, nx) & ~seeded.reshape(ny, nx), spacing)
         if seeds.size == 0:
             if spacing == 1:
                 break
@@ -487,21 +499,21 @@ def _propagate(m: _Matcher, ok, grid_shape, spacing):
         before = int(done.sum())
         newly = m.search(seeds)
         done[newly] = True
-        failed = np.zeros(0, np.int64)
+        failed = xp.zeros(0, np.int64)
         while True:
             # every point still to do with a computed neighbour it has not started from yet: a
             # neighbour of a point computed in the last wave, or a point that failed in it (the
             # rest of the grid cannot have one), so the bookkeeping is per wave, not per grid
-            near = nb[newly].reshape(-1)
-            mark = np.zeros(N, bool)  # a mask, not np.unique: hashing was a third of the time
-            mark[near[near >= 0]] = True
+            mark = xp.zeros(N + 1, bool)  # a mask, not unique(): hashing was a third of the time
+            mark[nb[newly].reshape(-1)] = True
             mark[failed] = True
-            cand = np.flatnonzero(mark & todo & ~done)
-            nbc = nb[cand]
-            z = np.where(nbc >= 0, np.where(done[np.maximum(nbc, 0)], m.zncc[np.maximum(nbc, 0)], -np.inf), -np.inf)
-            z = np.where(tried[cand], -np.inf, z)
-            best = np.argmax(z, axis=1) if cand.size else np.zeros(0, np.int64)
-            has = np.isfinite(z[np.arange(cand.size), best])
+            cand = xp.flatnonzero(mark[:N] & todo & ~done)
+            if cand.size == 0:
+                break
+            zncc[:N] = xp.where(done, m.zncc, -np.inf)
+            z = xp.where(tried[cand], -np.inf, zncc[nb[cand]])
+            best = xp.argmax(z, axis=1)
+            has = xp.isfinite(z[xp.arange(cand.size), best])
             front, best = cand[has], best[has]
             if front.size == 0:
                 break
@@ -522,7 +534,7 @@ def _propagate(m: _Matcher, ok, grid_shape, spacing):
             if spacing == 1:
                 break
             spacing = 1
-    return done
+    return _host(done)
 
 
 def match_subsets(reference, image, points, *, config: DicConfig, valid=None, shift=None,
@@ -563,6 +575,6 @@ def match_subsets(reference, image, points, *, config: DicConfig, valid=None, sh
         _propagate(m, ok, tuple(int(v) for v in grid_shape), c.seed_spacing)
     else:
         m.search(np.flatnonzero(ok & on_frame))
-    m.status[~ok] = st.OUTSIDE_MASK
+    m.status[xp.asarray(~ok)] = st.OUTSIDE_MASK
     disp = m.displacement()
-    return SubsetMatch(disp, m.zncc, m.iterations, m.status, m.started)
+    return SubsetMatch(disp, _host(m.zncc), _host(m.iterations), _host(m.status), _host(m.started))
