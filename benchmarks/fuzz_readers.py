@@ -146,6 +146,10 @@ def build_seeds(folder) -> list[Seed]:
     for k in range(3):
         Image.fromarray((pats[k] // 16).astype(np.uint8)).save(pngs / f"p{k}.png")
     add("image_stack_png", "scan", pngs / "p2.png", pngs)
+    tifffile.imwrite(folder / "pages_tiled.tif", pats[:4], tile=(16, 16), compression="zlib", photometric="minisblack")
+    add("tiff_stack_tiled", "scan", folder / "pages_tiled.tif")
+    tifffile.imwrite(folder / "pages_strips.tif", pats[:4], rowsperstrip=5, photometric="minisblack")
+    add("tiff_stack_strips", "scan", folder / "pages_strips.tif")
     shutil.copy(REPO / "sample_data" / "ref.tif", folder / "ref.tif")
     add("reference_tiff", "reference", folder / "ref.tif")
 

@@ -287,6 +287,11 @@ def _parser():
                          "nonzero over their whole area")
     dg.add_argument("--dic-polygon", type=_polygon, metavar="X,Y;X,Y;...",
                     help="measure only subsets wholly inside this polygon (px, x = column)")
+    dg.add_argument("--tile", type=_nonneg_int, metavar="PX",
+                    help="match images with a side longer than PX window by window, read lazily (default "
+                         "8192; 0: always whole images)")
+    dg.add_argument("--tile-margin", type=_nonneg_int, metavar="PX",
+                    help="px a tile's window reaches beyond its subsets and their rigid shift (default 128)")
     dg.add_argument("--shape-function", choices=("affine", "quadratic"),
                     help="subset shape function of IC-GN: affine (default, 6 parameters) or quadratic (12: "
                          "follows displacement fields that curve over a subset)")
@@ -438,7 +443,7 @@ _FLAGS = {
     "dic.shape_function": "--shape-function", "dic.guess": "--guess", "dic.mask": "--dic-mask",
     "dic.polygon": "--dic-polygon", "dic.incremental": "--incremental", "dic.distortion": "--distortion",
     "dic.frame_times": "--frame-times", "dic.reference_time": "--reference-time",
-    "dic.step": "--step",
+    "dic.step": "--step", "dic.tile": "--tile", "dic.tile_margin": "--tile-margin",
     "strain.material": "--material", "strain.pc": "--pc", "strain.pc_ref": "--pc-ref",
     "strain.pc_convention": "--pc-convention", "strain.pc_map": "--pc-map", "strain.pixel_size": "--pixel-size",
     "strain.binning": "--binning", "strain.orientation": "--orientation", "strain.sample_tilt": "--sample-tilt",

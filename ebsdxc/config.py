@@ -22,8 +22,8 @@ One dataclass per recipe table, and **the TOML keys are the field names**::
     [dic]          DicConfig         enabled, subset, step, search, coarse_size, shape_function,
                                      max_iterations, tolerance_px, min_zncc, strain_window,
                                      guess = "propagate" | "search", seed_spacing, mask, polygon,
-                                     incremental, distortion, frame_times, reference_time
-                                     (:class:`ebsdxc.dic.DicConfig`)
+                                     incremental, distortion, frame_times, reference_time, tile,
+                                     tile_margin (:class:`ebsdxc.dic.DicConfig`)
     [refine]       RefineConfig      method = "none" | "icgn", max_iterations, tolerance_px, margin,
                                      max_outside, min_zncc, region = "pattern" | "rois"
                                      (:class:`ebsdxc.refine.RefineConfig`)

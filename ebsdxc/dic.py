@@ -43,7 +43,7 @@ from . import icgn, subset_icgn
 from . import status as st
 
 __all__ = ["DicConfig", "SHAPE_FUNCTIONS", "GUESSES", "STARTS", "polygon_mask", "subset_grid", "coarse_shift",
-           "integer_start", "match_subsets", "SubsetMatch"]
+           "binning_factor", "binned_shift", "integer_start", "match_subsets", "SubsetMatch"]
 
 SHAPE_FUNCTIONS = ("affine", "quadratic")
 GUESSES = ("propagate", "search")
@@ -106,6 +106,13 @@ class DicConfig:
     frame_times : list of float or None
         Start time (s) of each frame's scan, for a model with drift; ``reference_time`` the
         reference image's.
+    tile : int
+        Images with a side longer than this (px) are matched window by window, read lazily
+        (:mod:`ebsdxc.dic_tiles`): a tile of points with its subsets and ``tile_margin`` about
+        them at a time, so neither memory holds a whole frame. 0: always whole images.
+    tile_margin : int
+        Px a tile's window reaches beyond its subsets (and their rigid shift): what a subset
+        at a tile's edge may move beyond the rigid shift and still be measured.
     """
 
     enabled: bool = False
@@ -126,6 +133,8 @@ class DicConfig:
     distortion: str | None = None
     frame_times: tuple | None = None
     reference_time: float = 0.0
+    tile: int = 8192
+    tile_margin: int = 128
 
     def __post_init__(self):
         if not isinstance(self.enabled, bool):
@@ -160,6 +169,10 @@ class DicConfig:
             object.__setattr__(self, "frame_times", tuple(float(v) for v in ft))
         if not (isinstance(self.reference_time, (int, float)) and np.isfinite(self.reference_time)):
             raise ValueError(f"dic.reference_time must be a number (s), got {self.reference_time!r}")
+        if not (_whole(self.tile) and (self.tile == 0 or self.tile >= 256)):
+            raise ValueError(f"dic.tile must be 0 (whole images) or a whole number >= 256 (px), got {self.tile!r}")
+        if not (_whole(self.tile_margin) and self.tile_margin >= 0):
+            raise ValueError(f"dic.tile_margin must be a whole number >= 0 (px), got {self.tile_margin!r}")
         if self.guess not in GUESSES:
             raise ValueError(f"dic.guess must be one of {', '.join(GUESSES)}, got {self.guess!r}")
         if not (_whole(self.seed_spacing) and self.seed_spacing >= 1):
@@ -222,7 +235,7 @@ def polygon_mask(shape, polygon):
 
 def _bin_to(image, size, xp):
     h, w = image.shape
-    k = max(1, int(np.ceil(max(h, w) / size)))
+    k = binning_factor(image.shape, size)
     hk, wk = h // k, w // k
     return image[:hk * k, :wk * k].reshape(hk, k, wk, k).mean(axis=(1, 3)), k
 
@@ -234,6 +247,18 @@ def coarse_shift(reference, image, *, coarse_size: int = 512):
     xp = _xp(image)
     a, k = _bin_to(xp.asarray(reference, dtype=xp.float64), coarse_size, xp)
     b, _ = _bin_to(xp.asarray(image, dtype=xp.float64), coarse_size, xp)
+    return binned_shift(a, b, k)
+
+
+def binning_factor(shape, coarse_size: int) -> int:
+    """The binning :func:`coarse_shift` applies to images of ``shape``."""
+    return max(1, int(np.ceil(max(int(v) for v in shape) / coarse_size)))
+
+
+def binned_shift(a, b, k):
+    """:func:`coarse_shift` of images already binned ``k`` times (``a`` the reference's, ``b``
+    the frame's, float64, the same shape): ``[dx, dy]`` px of the full images."""
+    xp = _xp(b)
     h, w = a.shape
     win = xp.asarray(np.outer(np.hanning(h), np.hanning(w)))
     a = (a - a.mean()) * win

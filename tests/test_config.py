@@ -55,7 +55,8 @@ EVERY_KEY = {
     "dic": {"enabled": True, "subset": 21, "step": 5, "search": 8, "coarse_size": 256, "shape_function": "quadratic",
             "max_iterations": 20, "tolerance_px": 0.01, "min_zncc": 0.7, "strain_window": 7, "guess": "search",
             "seed_spacing": 4, "mask": "mask.png", "polygon": [[0.0, 0.0], [10.0, 0.0], [10.0, 10.0]],
-            "incremental": True, "distortion": "model.json", "frame_times": [1.0, 2.5], "reference_time": 0.5},
+            "incremental": True, "distortion": "model.json", "frame_times": [1.0, 2.5], "reference_time": 0.5,
+            "tile": 1024, "tile_margin": 32},
     "run": {"device": "cpu", "batch": 16, "threads": 2, "executor": "threads"},
     "cluster": {"address": "slurm", "workers": 3, "retries": 1, "rows_per_task": 4, "job": {"cores": 1}},
 }

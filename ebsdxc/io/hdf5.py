@@ -495,6 +495,20 @@ class HDF5Source(PatternSource):
                 i += k
 
 
+    def read_window(self, index, rows, cols) -> np.ndarray:
+        """A window of one pattern: one hyperslab (HDF5 reads only the chunks it meets)."""
+        r0, r1, c0, c1 = self._check_window(index, rows, cols)
+        out = np.zeros((r1 - r0, c1 - c0), self.dtype.newbyteorder("="))
+        if self._ndim == 3:
+            rec = self._record_of(index)
+            if rec >= 0:
+                self.dataset.read_direct(out, np.s_[rec, r0:r1, c0:c1])
+        else:
+            r, c = divmod(int(index), self.grid.cols)
+            self.dataset.read_direct(out, np.s_[r, c, r0:r1, c0:c1])
+        return out
+
+
 # --------------------------------------------------------------------------- open
 
 

@@ -76,6 +76,38 @@ def check_page(page, path) -> None:
                              f"{page.dtype} pixels need {need}", path)
 
 
+def read_page_window(tif, page, path, rows, cols) -> np.ndarray:
+    """Pixels ``rows`` = (r0, r1), ``cols`` = (c0, c1) of a greyscale TIFF ``page`` of the open
+    ``tif``, native byte order, reading only what holds them: the rows' spans of an
+    uncompressed page, else only the strips or tiles the window meets (decoded by tifffile,
+    so every compression and predictor it knows works)."""
+    import tifffile
+
+    (r0, r1), (c0, c1) = rows, cols
+    dtype = page.dtype.newbyteorder("=")
+    if page.is_memmappable:
+        m = tifffile.memmap(path, page=page.index, mode="r")
+        return np.array(m[r0:r1, c0:c1], dtype=dtype)
+    sh, sw = (int(v) for v in page.chunks[:2])
+    per_row = int(page.chunked[1])
+    out = np.zeros((r1 - r0, c1 - c0), dtype)
+    fh = tif.filehandle
+    for ty in range(r0 // sh, (r1 - 1) // sh + 1):
+        for tx in range(c0 // sw, (c1 - 1) // sw + 1):
+            i = ty * per_row + tx
+            if not page.databytecounts[i]:
+                continue  # a sparse file's empty segment: zeros
+            fh.seek(page.dataoffsets[i])
+            seg, _, _ = page.decode(fh.read(page.databytecounts[i]), i, jpegtables=page.jpegtables)
+            seg = seg.reshape(seg.shape[-3], seg.shape[-2])
+            y0, x0 = ty * sh, tx * sw
+            a, b = max(r0, y0), min(r1, y0 + seg.shape[0])
+            c, d = max(c0, x0), min(c1, x0 + seg.shape[1])
+            if a < b and c < d:
+                out[a - r0:b - r0, c - c0:d - c0] = seg[a - y0:b - y0, c - x0:d - x0]
+    return out
+
+
 def is_tiff_file(path) -> bool:
     """Whether ``path`` starts with a TIFF (or BigTIFF) header; ``False`` if unreadable."""
     try:

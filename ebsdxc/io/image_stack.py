@@ -35,7 +35,7 @@ import struct
 import numpy as np
 
 from ..errors import InputError
-from .image import TIFF_MAGIC, check_page, tiff_checked
+from .image import TIFF_MAGIC, check_page, read_page_window, tiff_checked
 from .source import PatternSource, choose_grid
 
 NAME = "image_stack"
@@ -241,6 +241,30 @@ class ImageStackSource(PatternSource):
                                  f"{self.pattern_shape[0]} x {self.pattern_shape[1]} px it had "
                                  "when the stack was opened", self.files[i])
             out[i - start] = arr
+
+    def read_window(self, index, rows, cols) -> np.ndarray:
+        """A window of one image: of a TIFF only the strips or tiles that hold it are read; a
+        PNG (no random access) is decoded whole and cut."""
+        r0, r1, c0, c1 = self._check_window(index, rows, cols)
+        rec = self._record_of(index)
+        if rec < 0:
+            return np.zeros((r1 - r0, c1 - c0), self.dtype)
+        path = self.files[rec]
+        if self._kinds[rec] != "tiff":
+            return np.ascontiguousarray(read_image(path, self._kinds[rec])[r0:r1, c0:c1])
+        import tifffile
+
+        try:
+            with tiff_checked(path), tifffile.TiffFile(path) as tif:
+                page = tif.pages[0]
+                if tuple(page.shape) != self.pattern_shape:
+                    raise InputError(f"is now {page.shape[0]} x {page.shape[1]} px, not the {self.pattern_shape[0]} "
+                                     f"x {self.pattern_shape[1]} px it had when the stack was opened", path)
+                return read_page_window(tif, page, path, (r0, r1), (c0, c1))
+        except InputError:
+            raise
+        except Exception as exc:
+            raise InputError(f"could not be read as a TIFF image ({exc})", path) from exc
 
 
 # --------------------------------------------------------------------------- open

@@ -177,3 +177,6 @@ register("oxford_binary", "ebsdxc.io.oxford_binary", reads="Oxford .ebsp", befor
 register("image_stack", "ebsdxc.io.image_stack",
          reads="image stacks (a folder, glob or list of TIFF/PNG images, one per scan point)",
          before="hdf5")
+register("tiff_stack", "ebsdxc.io.tiff_stack",
+         reads="TIFF files (the pages of one multi-page or single-image TIFF, one per scan point)",
+         before="hdf5")

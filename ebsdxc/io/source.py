@@ -224,6 +224,10 @@ def header_grid(rows, cols, grid_shape, n_stored: int, path, *, step=None, kind=
     return choose_grid(said, grid_shape, n_stored, path)
 
 
+#: Reader methods given a range or window by the caller: a bad one is the caller's error.
+_RANGED = ("read_into", "read_records", "read", "read_window")
+
+
 class PatternSource:
     """A lazily read stack of patterns.
 
@@ -264,7 +268,7 @@ class PatternSource:
     # Every method that touches the file turns what a damaged file raises into one
     # InputError naming it, in every reader (those registered by users too), so that no
     # reader has to remember it; see guard_reads.
-    _GUARDED = ("read_into", "read_records", "read", "orientation_map", "static_background",
+    _GUARDED = ("read_into", "read_records", "read", "read_window", "orientation_map", "static_background",
                 "pattern_centres", "orientations")
 
     def __init_subclass__(cls, **kwargs):
@@ -272,7 +276,7 @@ class PatternSource:
         for name in cls._GUARDED:
             method = cls.__dict__.get(name)
             if method is not None and not getattr(method, "__guarded__", False):
-                setattr(cls, name, guard_reads(method, ranged=name in ("read_into", "read_records", "read")))
+                setattr(cls, name, guard_reads(method, ranged=name in _RANGED))
 
     def __init__(self, path, *, grid: ScanGrid, pattern_shape, dtype, metadata=None):
         self.path = os.fspath(path)
@@ -381,6 +385,32 @@ class PatternSource:
         if start < stop:
             self._read_slots(start, stop, out)
 
+    def read_window(self, index: int, rows, cols) -> np.ndarray:
+        """Pixels ``rows`` = (r0, r1), ``cols`` = (c0, c1) of pattern ``index`` (flat scan index)
+        as a new (r1 - r0, c1 - c0) array in the source dtype; zeros for a slot that is not
+        :attr:`present`.
+
+        Images larger than memory are read this way, window by window (tiled DIC). This
+        implementation reads the whole pattern; readers whose files allow it (tiled or striped
+        TIFF, HDF5) read only what holds the window.
+        """
+        r0, r1, c0, c1 = self._check_window(index, rows, cols)
+        return self.read(index, index + 1)[0, r0:r1, c0:c1].copy()
+
+    def _check_window(self, index, rows, cols):
+        index = int(index)
+        if not 0 <= index < self.n_patterns:
+            raise IndexError(f"pattern {index} outside 0:{self.n_patterns} of {self.path}")
+        (r0, r1), (c0, c1) = ((int(a), int(b)) for a, b in (rows, cols))
+        h, w = self.pattern_shape
+        if not (0 <= r0 < r1 <= h and 0 <= c0 < c1 <= w):
+            raise ValueError(f"window rows {r0}:{r1}, cols {c0}:{c1} outside the {w}x{h} px pattern")
+        return r0, r1, c0, c1
+
+    def _record_of(self, index: int) -> int:
+        """The stored record of slot ``index`` (-1: none), for readers that :meth:`use_records`."""
+        return int(self._records[int(index)])
+
     def close(self) -> None:
         pass
 
@@ -409,8 +439,7 @@ class PatternSource:
 
 
 for _name in PatternSource._GUARDED:  # the shared implementations, which subclasses inherit
-    setattr(PatternSource, _name, guard_reads(getattr(PatternSource, _name),
-                                              ranged=_name in ("read_into", "read_records", "read")))
+    setattr(PatternSource, _name, guard_reads(getattr(PatternSource, _name), ranged=_name in _RANGED))
 del _name
 
 

@@ -25,6 +25,7 @@ import os
 import numpy as np
 
 from .. import dic as dic_stage
+from .. import dic_tiles
 from .. import status as st
 from ..backend import Backend
 from ..engines import PeakResult
@@ -120,11 +121,24 @@ class DicPipeline:
         self.preprocessor = PatternPreprocessor(config.preprocess, backend, static_background=static_background)
         if self.preprocessor.halo_rows:
             raise InputError("DIC does not average neighbouring frames (preprocess.average_neighbours)")
-        self.reference = self.preprocessor(xp.asarray(references.patterns))[0]
+        shape = self.preprocessor.output_shape(references.pattern_shape)
+        # A frame larger than a tile is never read whole: the frames' source hands windows
+        # to dic_tiles (the streaming reads nothing), the reference stays raw on the host.
+        self.tiled = 0 < config.dic.tile < max(shape)
+        self.reads_frames = self.tiled
+        if self.tiled:
+            if not self.preprocessor.is_identity:
+                raise InputError(f"frames larger than dic.tile ({config.dic.tile} px) are read window by window; "
+                                 "preprocessing applies to whole images: turn it off, or raise dic.tile")
+            self.reference = None
+            self.reference_raw = np.asarray(references.patterns[0])
+        else:
+            self.reference = self.preprocessor(xp.asarray(references.patterns))[0]
         self.points = layout.centres
-        shape = tuple(int(v) for v in self.reference.shape)
+        self.shape = shape
         grid, inside = dic_stage.subset_grid(shape, subset=config.dic.subset, step=config.dic.step,
                                              mask=measured_region(config, shape))
+        self.grid = grid
         self.grid_shape = grid.shape[:2]
         self.valid = inside.reshape(-1)
         self._streams = None
@@ -133,8 +147,54 @@ class DicPipeline:
     def reference_image(self):
         return self.reference
 
+    def _prepare(self, window):
+        return self.preprocessor(self.backend.xp.asarray(window)[None])[0]
+
+    def _match_tiled(self, index):
+        """Frames ``index`` (flat), each read window by window from :attr:`frames`."""
+        xp = self.backend.xp
+        n = self.layout.n
+        present = None if self.frames.present is None else self.frames.present.reshape(-1)
+        out = []
+        for f in np.asarray(index, dtype=np.int64).reshape(-1):
+            if present is not None and not present[f]:
+                out.append(None)
+                continue
+
+            def read_frame(rows, cols, f=int(f)):
+                return self.frames.read_window(f, rows, cols)
+
+            if self.config.dic.incremental and f > 0:
+                if present is not None and not present[f - 1]:
+                    out.append(None)  # the frame before is missing: no increment to measure
+                    continue
+
+                def read_ref(rows, cols, f=int(f)):
+                    return self.frames.read_window(f - 1, rows, cols)
+            else:
+                def read_ref(rows, cols):
+                    return self.reference_raw[rows[0]:rows[1], cols[0]:cols[1]]
+            out.append(dic_tiles.match_tiled(read_ref, read_frame, self.shape, self.grid, config=self.config.dic,
+                                             valid=self.valid, prepare=self._prepare))
+        B = len(out)
+        disp = np.full((B, n, 2), np.nan, np.float32)
+        zncc = np.full((B, n), np.nan, np.float32)
+        status = np.full((B, n), st.MISSING_PATTERN, np.uint8)
+        iterations = np.full((B, n), -1, np.int16)
+        for b, m in enumerate(out):
+            if m is not None:
+                disp[b], zncc[b], status[b], iterations[b] = m.displacement, m.zncc, m.status, m.iterations
+        return PeakResult(xp.asarray(disp), xp.asarray(zncc), xp.asarray(status),
+                          extra={"dic/subset_iterations": xp.asarray(iterations)})
+
     def match(self, patterns, *, index=None, crop=None, cols=None, present=None) -> PeakResult:
-        """(B, H, W) raw frames -> :class:`PeakResult` (B, n_subsets) on the backend."""
+        """(B, H, W) raw frames -> :class:`PeakResult` (B, n_subsets) on the backend. With
+        :attr:`reads_frames` (frames larger than a tile) ``patterns`` is None and the frames
+        ``index`` are read window by window."""
+        if self.reads_frames:
+            if index is None or self.frames is None:
+                raise RuntimeError("tiled DIC needs the frames' flat indices and the source")
+            return self._match_tiled(index)
         xp = self.backend.xp
         frames = xp.asarray(patterns)
         B, n = frames.shape[0], self.layout.n
@@ -193,6 +253,8 @@ class DicPipeline:
         temporaries (whole images), the subsets' templates and search windows are batched
         inside a frame."""
         h, w = self.reference_set.pattern_shape
+        if self.tiled:  # windows of a tile, not frames, are in memory
+            h = w = self.config.dic.tile + 2 * (self.config.dic.tile_margin + self.config.dic.subset)
         return int(h * w * 8 * 6)
 
 

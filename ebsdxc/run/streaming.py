@@ -110,6 +110,12 @@ def stream_chunks(pipeline, source, chunks, *, emit, references=None, buffers=No
     be = pipeline.backend
     if not chunks:
         return buffers
+    if getattr(pipeline, "reads_frames", False):
+        # frames larger than memory (tiled DIC): the pipeline reads its own windows
+        for chunk in chunks:
+            start, stop = chunk[:2]
+            _flush(be, (start, pipeline.match(None, index=np.arange(start, stop)), None), emit, None)
+        return buffers
     refs = pipeline.reference_set if references is None else references
     batch = max(c[-1] - c[-2] for c in chunks)  # the read range: halo rows included
     halo = len(chunks[0]) == 4

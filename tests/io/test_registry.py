@@ -14,7 +14,7 @@ from ebsdxc.errors import InputError
 from ebsdxc.io import describe_file, describe_formats, formats_help, get_reader, open_scan, registry
 
 BUILTIN = ("h5ebsd", "edax_h5", "bruker_h5", "oxford_h5oina", "emsoft_h5", "edax_binary",
-           "oxford_binary", "image_stack", "hdf5")
+           "oxford_binary", "image_stack", "tiff_stack", "hdf5")
 
 # A made-up format: the line "XCTEST rows cols H W" then rows*cols*H*W uint8 pixels.
 READER = textwrap.dedent('''
