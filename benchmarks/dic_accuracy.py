@@ -13,15 +13,24 @@ Speed (``--speed N``): an N x N pair (a smooth random texture, the frame shifted
 number of pixels plus a Fourier sub-pixel shift), step 8, 31x31 subsets, affine IC-GN, on the
 device given; points/s of ``ebsdxc.dic.match_subsets`` (reading excluded), after a warm-up.
 
+Tiled (``--tiled N``): the same kind of pair at N x N written as tiled 16-bit TIFF files, then,
+in a fresh process, matched window by window (``ebsdxc.dic_tiles``, ``--tile`` px tiles) straight
+from the files: points/s with the reading included, the peak host memory (RSS) of that process
+and the device memory its pool held, against the size of one frame.
+
 Usage::
 
-    python benchmarks/dic_accuracy.py [--device cpu|cuda] [--size 512] [--speed 4096]
+    python benchmarks/dic_accuracy.py [--device cpu|cuda] [--size 512] [--speed 4096] [--tiled 16384]
 """
 
 from __future__ import annotations
 
 import argparse
+import os
+import resource
+import subprocess
 import sys
+import tempfile
 import time
 
 import numpy as np
@@ -144,18 +153,28 @@ def accuracy(a):
                   f"**{np.sqrt((err ** 2).mean()):.4f}** | {np.abs(err).max():.4f} | {dt:.1f} |", flush=True)
 
 
+SHIFT = (12.37, 4.79)  # of the speed pairs' frame, [dx, dy] px
+
+
+def speed_pair(n, xp=np):
+    """An n x n random speckle of a few px and its copy shifted by :data:`SHIFT` (host float64)."""
+    rng = np.random.default_rng(0)
+    spec = xp.fft.rfft2(xp.asarray(rng.normal(size=(n, n))))
+    ky = xp.fft.fftfreq(n)[:, None]
+    kx = xp.fft.rfftfreq(n)[None, :]
+    spec *= xp.exp(-(kx ** 2 + ky ** 2) / (2 * 0.08 ** 2))
+    ref = xp.fft.irfft2(spec, s=(n, n))
+    shifted = xp.fft.irfft2(spec * xp.exp(-2j * np.pi * (kx * 0.37 + ky * -0.21)), s=(n, n))
+    img = xp.roll(shifted, (5, 12), axis=(0, 1))
+    get = (lambda v: v.get()) if xp is not np else np.asarray
+    return get(ref), get(img)
+
+
 def speed(a):
     be = select_backend(a.device)
     xp = be.xp
     n = a.speed
-    rng = np.random.default_rng(0)
-    spec = np.fft.rfft2(rng.normal(size=(n, n)))
-    ky = np.fft.fftfreq(n)[:, None]
-    kx = np.fft.rfftfreq(n)[None, :]
-    spec *= np.exp(-(kx ** 2 + ky ** 2) / (2 * 0.08 ** 2))  # speckle of a few px
-    ref = np.fft.irfft2(spec, s=(n, n))
-    shifted = np.fft.irfft2(spec * np.exp(-2j * np.pi * (kx * 0.37 + ky * -0.21)), s=(n, n))
-    img = np.roll(shifted, (5, 12), axis=(0, 1))
+    ref, img = speed_pair(n)
     cfg = dic.DicConfig(enabled=True, subset=31, step=8)
     pts, inside = dic.subset_grid(ref.shape, subset=31, step=8)
     r, g = xp.asarray(ref, dtype=xp.float32), xp.asarray(img, dtype=xp.float32)
@@ -174,10 +193,59 @@ def speed(a):
             times.append(time.perf_counter() - t)
         dt = float(np.median(times[1:]))
         ok = m.status == st.OK
-        err = m.displacement[ok] - [12.37, 4.79]
+        err = m.displacement[ok] - SHIFT
         print(f"| {guess} | {ok.size} | {times[0]:.2f} | {dt:.2f} ({min(times[1:]):.2f}-{max(times[1:]):.2f}) | "
               f"**{ok.size / dt:,.0f}** | {ok.sum()} | {np.sqrt((err ** 2).mean()):.4f} | "
               f"{np.median(m.iterations[ok]):.0f} |", flush=True)
+
+
+def tiled(a):
+    import tifffile
+
+    be = select_backend(a.device)
+    n = a.tiled
+    with tempfile.TemporaryDirectory(dir=a.tmp) as d:
+        ref, img = speed_pair(n, be.xp if be.is_gpu else np)
+        lo, hi = float(ref.min()), float(ref.max())
+        for name, im in (("ref.tif", ref), ("frame.tif", img)):
+            tifffile.imwrite(os.path.join(d, name), np.clip((im - lo) / (hi - lo) * 60000 + 2000, 0, 65535)
+                             .astype(np.uint16), tile=(512, 512))
+        del ref, img
+        print(f"\n### Tiled DIC ({n}x{n} 16-bit tiled TIFF files, step 8, 31x31 subsets, tiles of {a.tile} px, "
+              f"{be.name})\n", flush=True)
+        subprocess.run([sys.executable, __file__, "--device", a.device, "--tiled-run", d, "--tile", str(a.tile)],
+                       check=True)
+
+
+def tiled_run(a):
+    from ebsdxc import dic_tiles
+    from ebsdxc import io as scan_io
+
+    be = select_backend(a.device)
+    xp = be.xp
+    ref = scan_io.open_scan(os.path.join(a.tiled_run, "ref.tif"))
+    frame = scan_io.open_scan(os.path.join(a.tiled_run, "frame.tif"))
+    shape = ref.pattern_shape
+    cfg = dic.DicConfig(enabled=True, subset=31, step=8, tile=a.tile)
+    pts, inside = dic.subset_grid(shape, subset=31, step=8)
+    frame_mb = shape[0] * shape[1] * 4 / 2 ** 20
+    print("| run | points | time (s) | points/s (reading included) | ok | RMS error (px) | peak host RSS (MB) | "
+          "device pool (MB) | one float32 frame (MB) |\n|---|---|---|---|---|---|---|---|---|")
+    with be.use():
+        for run in ("first (compiles)", "second"):
+            be.synchronize()
+            t = time.perf_counter()
+            m = dic_tiles.match_tiled(lambda r, c: ref.read_window(0, r, c), lambda r, c: frame.read_window(0, r, c),
+                                      shape, pts, config=cfg, valid=inside.reshape(-1),
+                                      prepare=lambda w: xp.asarray(w, dtype=xp.float32))
+            be.synchronize()
+            dt = time.perf_counter() - t
+            ok = m.status == st.OK
+            err = m.displacement[ok] - SHIFT
+            rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+            pool = xp.get_default_memory_pool().total_bytes() / 2 ** 20 if be.is_gpu else 0.0
+            print(f"| {run} | {ok.size} | {dt:.2f} | **{ok.size / dt:,.0f}** | {ok.sum()} | "
+                  f"{np.sqrt((err ** 2).mean()):.4f} | {rss:,.0f} | {pool:,.0f} | {frame_mb:,.0f} |", flush=True)
 
 
 def main(argv=None):
@@ -186,12 +254,21 @@ def main(argv=None):
     p.add_argument("--size", type=int, default=512)
     p.add_argument("--speed", type=int, default=0, metavar="N")
     p.add_argument("--skip-accuracy", action="store_true")
+    p.add_argument("--tiled", type=int, default=0, metavar="N")
+    p.add_argument("--tile", type=int, default=4096)
+    p.add_argument("--tmp", default=None, help="folder for the tiled benchmark's files")
+    p.add_argument("--tiled-run", default=None, help=argparse.SUPPRESS)
     p.add_argument("--pattern", choices=("speckle", "waves"), default="speckle")
     a = p.parse_args(argv)
+    if a.tiled_run:
+        tiled_run(a)
+        return 0
     if not a.skip_accuracy:
         accuracy(a)
     if a.speed:
         speed(a)
+    if a.tiled:
+        tiled(a)
     return 0
 
 

@@ -188,3 +188,18 @@ def test_tiles_refuse_whole_image_preprocessing(series, capsys):
     err = capsys.readouterr().err.strip().splitlines()
     assert rc != 0 and len(err) == 1 and "window by window" in err[0]
     assert not (series / "pp.h5").exists()
+
+
+@pytest.mark.gpu
+def test_tiles_on_the_gpu_match_the_cpu(pair):
+    cp = pytest.importorskip("cupy")
+    ref, img = pair
+    pts, inside = dic.subset_grid(ref.shape, subset=31, step=10)
+    kw = dict(config=CFG, valid=inside.reshape(-1), tile=160, margin=48)
+    cpu = dic_tiles.match_tiled(_reader(ref), _reader(img), ref.shape, pts, **kw)
+    gpu = dic_tiles.match_tiled(_reader(ref), _reader(img), ref.shape, pts,
+                                prepare=lambda a: cp.asarray(a, dtype=cp.float32), **kw)
+    np.testing.assert_array_equal(gpu.status, cpu.status)
+    ok = cpu.status == st.OK
+    assert ok.sum() > 0.8 * ok.size
+    np.testing.assert_allclose(gpu.displacement[ok], cpu.displacement[ok], atol=2e-4)
