@@ -199,6 +199,16 @@ def speed(a):
               f"{np.median(m.iterations[ok]):.0f} |", flush=True)
 
 
+def _peak_rss_mb():
+    # VmHWM belongs to this process's memory map; getrusage's maxrss outlives exec and would
+    # report the parent's peak (which held the generated images)
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
 def tiled(a):
     for n in a.tiled:
         _tiled(a, n)
@@ -238,7 +248,7 @@ def tiled_run(a):
         small = np.random.default_rng(0).normal(size=(96, 96))
         dic.match_subsets(xp.asarray(small, dtype=xp.float32), xp.asarray(small, dtype=xp.float32),
                           *dic.subset_grid(small.shape, subset=31, step=8)[:1], config=cfg)
-        rss0 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+        rss0 = _peak_rss_mb()
     print(f"Host memory (RSS) of the process after start-up and one small match: {rss0:,.0f} MB.\n")
     print("| run | points | time (s) | points/s (reading included) | ok | RMS error (px) | peak host RSS (MB) | "
           "device pool (MB) | one float32 frame (MB) |\n|---|---|---|---|---|---|---|---|---|")
@@ -253,7 +263,7 @@ def tiled_run(a):
             dt = time.perf_counter() - t
             ok = m.status == st.OK
             err = m.displacement[ok] - SHIFT
-            rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+            rss = _peak_rss_mb()
             pool = xp.get_default_memory_pool().total_bytes() / 2 ** 20 if be.is_gpu else 0.0
             print(f"| {run} | {ok.size} | {dt:.2f} | **{ok.size / dt:,.0f}** | {ok.sum()} | "
                   f"{np.sqrt((err ** 2).mean()):.4f} | {rss:,.0f} | {pool:,.0f} | {frame_mb:,.0f} |", flush=True)

@@ -69,7 +69,9 @@ def main(argv=None):
             extra += f"; maps kernel {median_ms(lambda e=eng: e.correlation_maps(tiles)):.3f} ms"
         print(f"{name:6s} tiles -> peaks: {ms:8.3f} ms  {B / ms * 1e3:10.0f} patterns/s{extra}", flush=True)
     f, c = results["fused"], results["fft"]
-    print(f"fused vs fft: max |dy| {np.abs(f[0] - c[0]).max():.2e}, max |dx| {np.abs(f[1] - c[1]).max():.2e}, "
+    print(f"fused vs fft: max |dy| {np.nanmax(np.abs(f[0] - c[0])):.2e}, "
+          f"max |dx| {np.nanmax(np.abs(f[1] - c[1])):.2e}, "
+          f"NaN fused {int(np.isnan(f[0]).sum())} fft {int(np.isnan(c[0]).sum())}, "
           f"max |dvalue|/max value {np.abs(f[2] - c[2]).max() / np.abs(c[2]).max():.2e}", flush=True)
 
 

@@ -473,3 +473,266 @@ fused_peaks(const float* __restrict__ tiles, long long frame, int row, const flo
     out_y[t] = ly + dy;
     out_x[t] = lx + dx;
 }
+
+// ------------------------------------------------------------ dft refinement in the kernel
+// The `dft` subpixel method (ebsdxc.peaks.dft_refine_peak) from the map in shared memory: the
+// correlation at a lag (y, x) off the integer grid is the trigonometric interpolant of the map
+// samples c[j][k], exactly what the matrix DFT of the cross-power spectrum evaluates (the
+// spectrum is the map's real FFT):
+//   g(y, x) = 1 / (NY NX) sum_j sum_k c[j][k] Re(Dy(y - j) Dx(x - k)),
+//   Dy(t) = sum over the NY signed frequencies ky of exp(2 pi i ky t / NY),
+//   Dx(t) = sum over kx = 0..NX/2 of w_kx exp(2 pi i kx t / NX) (w = 1 at 0 and NX/2, else 2),
+// both summed in closed form. Per stencil that is 6 weighted sums along every map row, then
+// 9 along the column of row sums: a few hundred multiply-adds per thread, no spectrum reads.
+
+namespace fc {
+
+// sum_{k=a}^{a+n-1} exp(2 pi i k t / N) by direct summation (t near a multiple of N).
+__device__ double2 geometric_direct(double t, int a, int n, int N, const double* wk_first_last) {
+    double re = 0.0, im = 0.0;
+    for (int k = a; k < a + n; ++k) {
+        double s, c;
+        sincospi(2.0 * k * t / N, &s, &c);
+        double w = 1.0;
+        if (wk_first_last != nullptr) w = (k == a) ? wk_first_last[0] : (k == a + n - 1) ? wk_first_last[1] : 2.0;
+        re += w * c;
+        im += w * s;
+    }
+    return make_double2(re, im);
+}
+
+// Dy(t): all NY signed frequencies (fftfreq order does not matter for the sum). Single
+// precision: sinpif reduces its argument exactly, and the weights multiply float map values.
+__device__ float2 weight_full(float t) {
+    const float s = sinpif(t / NY);
+    if (fabsf(s) < 1e-6f) {
+        const double2 d = geometric_direct(t, -(NY / 2), NY, NY, nullptr);
+        return make_float2((float)d.x, (float)d.y);
+    }
+    const float r = sinpif(t) / s;
+    if (NY % 2) return make_float2(r, 0.0f);
+    float sn, cs;
+    sincospif(-t / NY, &sn, &cs);  // frequencies -NY/2 .. NY/2 - 1: centre -1/2
+    return make_float2(r * cs, r * sn);
+}
+
+// Dx(t): the half spectrum kx = 0..NX/2 with the Hermitian weights of dft_grid.
+__device__ float2 weight_half(float t) {
+    constexpr int M = NX / 2;
+    const float s = sinpif(t / NX);
+    if (fabsf(s) < 1e-6f) {
+        const double ends[2] = {1.0, NX % 2 ? 2.0 : 1.0};
+        const double2 d = geometric_direct(t, 0, M + 1, NX, ends);
+        return make_float2((float)d.x, (float)d.y);
+    }
+    float re, im, sn, cs;
+    if (NX % 2 == 0) {  // 1 + 2 sum_{k=1}^{M-1} e^{ik theta} + e^{iM theta}, theta = 2 pi t / NX
+        const float a = 2.0f * sinpif((M - 1) * t / NX) / s;
+        sincospif(M * t / NX, &sn, &cs);
+        re = 1.0f + a * cs;
+        im = a * sn;
+        sincospif(t, &sn, &cs);  // e^{i M theta} = e^{i pi t}
+        re += cs;
+        im += sn;
+    } else {  // 1 + 2 sum_{k=1}^{M} e^{ik theta}
+        const float a = 2.0f * sinpif(M * t / NX) / s;
+        sincospif((M + 1) * t / NX, &sn, &cs);
+        re = 1.0f + a * cs;
+        im = a * sn;
+    }
+    return make_float2(re, im);
+}
+
+// Scratch of the dft kernel after the window lag tables (FusedPlan.dft_smem bytes).
+struct DftScratch {
+    float2* wy;   // [3][NY] Dy at the stencil's rows
+    float2* wx;   // [3][NX] Dx at its columns
+    float* rows;  // [NY][6] sum_k c[j][k] (Re, Im) Dx_v(k)
+    double* red;  // [NWARPS][15]
+    double* pos;  // y, x, then ly, lx, flat, again as doubles
+};
+
+__device__ __forceinline__ DftScratch dft_scratch(float2* S) {
+    DftScratch d;
+    double* after = reinterpret_cast<double*>(S + ROWS * LD + NX + NY) + NY + NX;
+    d.red = after;
+    d.pos = d.red + NWARPS * 15;
+    d.wy = reinterpret_cast<float2*>(d.pos + 8);
+    d.wx = d.wy + 3 * NY;
+    d.rows = reinterpret_cast<float*>(d.wx + 3 * NX);
+    return d;
+}
+
+}  // namespace fc
+
+// Peaks refined by the `dft` method: the integer peak and 3x3 quadratic start of fused_peaks,
+// then 3x3 stencils of step steps[0] (repeated up to max_moves times while a step reaches the
+// stencil's edge), steps[1], ... as dft_refine (peaks.cu); NaN where the last step still
+// reaches its edge, where a barely concave compensated peak moved more than LOOSE_REACH px or
+// any peak more than `reach` px from its integer peak (drop_loose_peaks, drop_far_peaks).
+// Sy (NY,), Sx (NX,): the window power spectra, sy_sum, sx_sum their sums (comp only).
+__global__ void __launch_bounds__(FC_NT, 1)
+fused_dft(const float* __restrict__ tiles, long long frame, int row, const float2* __restrict__ ref,
+          int n_ref, const int* __restrict__ ref_of, int indexed, const float2* __restrict__ tw,
+          const double* __restrict__ wy, const double* __restrict__ wx, int comp,
+          const double* __restrict__ Sy, const double* __restrict__ Sx, double sy_sum, double sx_sum,
+          const double* __restrict__ steps,
+          int n_steps, int max_moves, double reach, double* __restrict__ out_y, double* __restrict__ out_x,
+          float* __restrict__ out_value, unsigned char* __restrict__ out_border) {
+    using namespace fc;
+    __shared__ float sval[32];
+    __shared__ int sidx[32];
+    float2* S = setup(tw, comp ? wy : nullptr, wx);
+    const double* lag_y = reinterpret_cast<const double*>(S + ROWS * LD + NX + NY);
+    const double* lag_x = lag_y + NY;
+    const DftScratch d = dft_scratch(S);
+    const long long t = blockIdx.x;
+    correlate(S, S + ROWS * LD, S + ROWS * LD + NX, tiles + t * frame, row, reference(ref, n_ref, ref_of, indexed, t),
+              true);
+    const float* Mf = reinterpret_cast<const float*>(S);
+    constexpr int rw = 2 * RX + 1;
+    float best;
+    int bi;
+    if (block_lag_argmax(Mf, NY, NX, 2 * LD, RY, RX, sval, sidx, best, bi)) {
+        const int ly = bi / rw - RY, lx = bi % rw - RX;
+        out_value[t] = best;
+        out_border[t] = ((RY > 0 && abs(ly) == RY) || (RX > 0 && abs(lx) == RX)) ? 1 : 0;
+        double v[3][3], w[3][3], dy = 0.0, dx = 0.0;
+        for (int a = 0; a < 3; ++a) {
+            const int yy = ((ly + a - 1) % NY + NY) % NY;
+            for (int q = 0; q < 3; ++q) {
+                const int xx = ((lx + q - 1) % NX + NX) % NX;
+                double val = Mf[yy * 2 * LD + xx];
+                w[a][q] = comp ? lag_y[yy] * lag_x[xx] : 1.0;
+                if (comp) val /= w[a][q];
+                v[a][q] = val;
+            }
+        }
+        const bool flat = comp && barely_concave(v, w);
+        fit_3x3<M_QUADRATIC>(v, dy, dx);
+        drop_loose(flat, dy, dx);
+        d.pos[0] = ly + dy;
+        d.pos[1] = lx + dx;
+        d.pos[2] = ly;
+        d.pos[3] = lx;
+        d.pos[4] = flat ? 1.0 : 0.0;
+        d.pos[5] = 0.0;
+    }
+    __syncthreads();
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    for (int st = 0, moves = 0; st < n_steps;) {
+        const double h = steps[st], yc = d.pos[0], xc = d.pos[1];
+        if (!(isfinite(yc) && isfinite(xc))) break;  // a failed start stays NaN (the same in every thread)
+        for (int i = threadIdx.x; i < 3 * NY; i += blockDim.x) {
+            const int u = i / NY, j = i - u * NY;
+            const double tt = yc - j + (u - 1) * h;  // Dy has period NY: the float gets the least |t|
+            d.wy[i] = weight_full((float)(tt - NY * rint(tt / NY)));
+        }
+        for (int i = threadIdx.x; i < 3 * NX; i += blockDim.x) {
+            const int v = i / NX, k = i - v * NX;
+            const double tt = xc - k + (v - 1) * h;
+            d.wx[i] = weight_half((float)(tt - NX * rint(tt / NX)));
+        }
+        __syncthreads();
+        // row sums: a warp per map row, lanes along it, each lane's column weights in registers
+        constexpr int KM = (NX + 31) / 32;
+        float2 q[3][KM];
+#pragma unroll
+        for (int m = 0; m < KM; ++m) {
+            const int k = lane + 32 * m;
+#pragma unroll
+            for (int v = 0; v < 3; ++v) q[v][m] = k < NX ? d.wx[v * NX + k] : make_float2(0.0f, 0.0f);
+        }
+        for (int j = warp; j < NY; j += NWARPS) {
+            const float* mr = Mf + j * 2 * LD;
+            float a[6] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+            for (int m = 0; m < KM; ++m) {
+                const int k = lane + 32 * m;
+                const float c = k < NX ? mr[k] : 0.0f;
+#pragma unroll
+                for (int v = 0; v < 3; ++v) {
+                    a[2 * v] += c * q[v][m].x;
+                    a[2 * v + 1] += c * q[v][m].y;
+                }
+            }
+#pragma unroll
+            for (int q = 0; q < 6; ++q) {
+                float s = a[q];
+                for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+                a[q] = s;
+            }
+            if (lane < 6) d.rows[j * 6 + lane] = a[lane];
+        }
+        __syncthreads();
+        double acc[15];
+        for (int q = 0; q < 15; ++q) acc[q] = 0.0;
+        for (int j = threadIdx.x; j < NY; j += blockDim.x) {
+            const float* r = d.rows + j * 6;
+#pragma unroll
+            for (int u = 0; u < 3; ++u) {
+                const float2 p = d.wy[u * NY + j];
+#pragma unroll
+                for (int v = 0; v < 3; ++v) acc[u * 3 + v] += (double)p.x * r[2 * v] - (double)p.y * r[2 * v + 1];
+            }
+        }
+        if (comp) {  // window autocorrelation at the stencil lags, as dft_refine (peaks.cu)
+            for (int k = threadIdx.x; k < NY; k += blockDim.x) {
+                const int kk = k < (NY + 1) / 2 ? k : k - NY;
+                for (int u = 0; u < 3; ++u) {
+                    double a = kk * (yc + (u - 1) * h) / NY;
+                    a -= floor(a);
+                    acc[9 + u] += Sy[k] * cospi(2.0 * a);
+                }
+            }
+            for (int l = threadIdx.x; l < NXH; l += blockDim.x) {
+                const double wl = (l == 0 || (NX % 2 == 0 && l == NX / 2)) ? 1.0 : 2.0;
+                for (int v = 0; v < 3; ++v) {
+                    double a = l * (xc + (v - 1) * h) / NX;
+                    a -= floor(a);
+                    acc[12 + v] += Sx[l] * wl * cospi(2.0 * a);
+                }
+            }
+        }
+        for (int q = 0; q < 15; ++q) {
+            const double a = warp_sum(acc[q]);
+            if (lane == 0) d.red[warp * 15 + q] = a;
+        }
+        __syncthreads();
+        if (threadIdx.x == 0) {
+            double g[3][3];
+            for (int q = 0; q < 15; ++q) {
+                double a = 0.0;
+                for (int wi = 0; wi < NWARPS; ++wi) a += d.red[wi * 15 + q];
+                acc[q] = a;
+            }
+            for (int u = 0; u < 3; ++u)
+                for (int v = 0; v < 3; ++v) {
+                    double val = acc[u * 3 + v] / ((double)NY * NX);
+                    if (comp) val /= (acc[9 + u] / sy_sum) * (acc[12 + v] / sx_sum);
+                    g[u][v] = val;
+                }
+            double dy = 0.0, dx = 0.0;
+            const bool beyond = stencil_step(g, dy, dx);
+            d.pos[0] = yc + h * dy;
+            d.pos[1] = xc + h * dx;
+            d.pos[5] = beyond ? 1.0 : 0.0;
+        }
+        __syncthreads();
+        ++moves;
+        if (!(st == 0 && d.pos[5] != 0.0 && moves < max_moves)) { ++st; moves = 0; }
+        __syncthreads();  // pos[5] and the weights are rewritten next round
+    }
+    if (threadIdx.x == 0) {
+        double y = d.pos[0], x = d.pos[1];
+        const double ly = d.pos[2], lx = d.pos[3];
+        if (d.pos[5] != 0.0) { y = PEAK_NAN; x = PEAK_NAN; }  // the finest step still reached its edge
+        if (d.pos[4] != 0.0 && !(fabs(y - ly) <= LOOSE_REACH && fabs(x - lx) <= LOOSE_REACH)) {
+            y = PEAK_NAN;
+            x = PEAK_NAN;
+        }
+        if (!(fabs(y - ly) <= reach && fabs(x - lx) <= reach)) { y = PEAK_NAN; x = PEAK_NAN; }
+        out_y[t] = y;
+        out_x[t] = x;
+    }
+}

@@ -522,7 +522,9 @@ def test_sample_regenerates_identically(tmp_path):
         np.testing.assert_array_equal(a.attrs["pattern_centre"], b.attrs["pattern_centre"])
     with h5py.File(truth, "r") as a, h5py.File(tmp_path / "truth.h5", "r") as b:
         assert set(a) == set(b)
-        for name in ("grain_id", "orientation", "F", "nye_tensor", "lattice_rotation", "pattern_centre"):
-            np.testing.assert_array_equal(a[name][()], b[name][()])
+        np.testing.assert_array_equal(a["grain_id"][()], b["grain_id"][()])
+        # the last bit of float64 results moves with the NumPy/SciPy build (linear algebra, rotations)
+        for name in ("orientation", "F", "nye_tensor", "lattice_rotation", "pattern_centre"):
+            np.testing.assert_allclose(a[name][()], b[name][()], rtol=1e-12, atol=1e-15)
     with open(ang) as fa, open(tmp_path / "scan.ang") as fb:
         assert fa.read() == fb.read()

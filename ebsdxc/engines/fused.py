@@ -35,7 +35,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..kernel_loader import get_function
-from ..peaks import integer_lag_table, window_power_spectrum
+from ..peaks import DFT_MAX_MOVES, DFT_STEPS, SUBPIXEL_REACH, integer_lag_table, window_power_spectrum
 from .base import CorrelationEngine, EngineInfo
 from .registry import register
 
@@ -47,7 +47,7 @@ SMEM_OPTIN = 232448     # bytes of opt-in dynamic shared memory per block on sm_
 THREADS_MAX = 512
 _STATIC_SMEM = 512      # static shared memory of the kernel (reduction slots), rounded up
 _METHODS = {"none": 0, "parabolic": 1, "gaussian": 2, "quadratic": 3}
-_KERNELS = ("fused_peaks", "fused_maps")
+_KERNELS = ("fused_peaks", "fused_maps", "fused_dft")
 
 
 def _smooth(n):
@@ -109,6 +109,7 @@ class FusedPlan:
     rows: int            # rows allocated (even)
     smem: int            # dynamic shared memory, bytes
     threads: int
+    dft_smem: int = 0    # dynamic shared memory of the dft kernel (its scratch after the lag tables)
 
     @property
     def nxh(self):
@@ -134,8 +135,14 @@ def _need(tile_shape, mode, max_shift):
     return (ry, rx), (h + ry, w + rx)
 
 
-def fused_plan(tile_shape, mode, max_shift=None, *, smem_limit=SMEM_OPTIN):
-    """Kernel plan for tiles of (h, w); ValueError where the fused kernel cannot run them."""
+def _dft_scratch(ny, nx, threads):
+    # fc::DftScratch: reductions, position, stencil weights (float2) and row sums
+    return (threads // 32) * 15 * 8 + 8 * 8 + 3 * (ny + nx) * 8 + ny * 6 * 4
+
+
+def fused_plan(tile_shape, mode, max_shift=None, *, smem_limit=SMEM_OPTIN, dft=False):
+    """Kernel plan for tiles of (h, w); ValueError where the fused kernel cannot run them
+    (with ``dft``, the subpixel method of that name: its kernel needs more shared memory)."""
     h, w = (int(v) for v in tile_shape)
     if h < 1 or w < 1:
         raise ValueError(f"tile shape must be positive, got {tile_shape}")
@@ -157,13 +164,18 @@ def fused_plan(tile_shape, mode, max_shift=None, *, smem_limit=SMEM_OPTIN):
     ty, tx = _team(*fy), _team(*fx)
     work = max(tx * ((h + 1) // 2), ty * nxh, tx * ((ny + 1) // 2), 32)
     threads = min(THREADS_MAX, -(-work // 32) * 32)
-    return FusedPlan((h, w), fft, max_lag, fy, fx, ld, rows, smem, threads)
+    dft_smem = smem + _dft_scratch(ny, nx, threads)
+    if dft and dft_smem + _STATIC_SMEM > smem_limit:
+        raise ValueError(f"{w}x{h} tiles in {mode} mode need a {nx}x{ny} FFT whose spectrum and dft "
+                         f"refinement ({dft_smem // 1024} KB) do not fit in {smem_limit // 1024} KB of shared "
+                         "memory: use the fft engine")
+    return FusedPlan((h, w), fft, max_lag, fy, fx, ld, rows, smem, threads, dft_smem)
 
 
-def supports(tile_shape, mode, max_shift=None, *, smem_limit=SMEM_OPTIN) -> bool:
+def supports(tile_shape, mode, max_shift=None, *, smem_limit=SMEM_OPTIN, dft=False) -> bool:
     """Whether :class:`FusedFFTEngine` can correlate tiles of ``tile_shape`` in ``mode``."""
     try:
-        fused_plan(tile_shape, mode, max_shift, smem_limit=smem_limit)
+        fused_plan(tile_shape, mode, max_shift, smem_limit=smem_limit, dft=dft)
     except ValueError:
         return False
     return True
@@ -172,7 +184,7 @@ def supports(tile_shape, mode, max_shift=None, *, smem_limit=SMEM_OPTIN) -> bool
 class FusedFFTEngine(CorrelationEngine):
     """n-to-mn FFT correlation fused in shared memory, CUDA only (full and window mode)."""
 
-    info = EngineInfo("fused", devices=("gpu",), subpixel=tuple(_METHODS)[::-1], circular=False,
+    info = EngineInfo("fused", devices=("gpu",), subpixel=("dft",) + tuple(_METHODS)[::-1], circular=False,
                       forms=("one_to_one", "one_to_many", "n_to_mn"), method="fft",
                       summary="FFT correlation and peak search in shared memory, one CUDA block per tile "
                               "pair (tiles whose spectrum fits in shared memory)")
@@ -180,17 +192,20 @@ class FusedFFTEngine(CorrelationEngine):
     def __init__(self, backend, tile_shape, config, *, window_1d=None):
         super().__init__(backend, tile_shape, config)
         limit = int(self.xp.cuda.Device().attributes.get("MaxSharedMemoryPerBlockOptin", SMEM_OPTIN))
-        self.plan = fused_plan(self.tile_shape, config.mode, config.max_shift, smem_limit=limit)
+        self._dft = config.subpixel == "dft"
+        self.plan = fused_plan(self.tile_shape, config.mode, config.max_shift, smem_limit=limit, dft=self._dft)
         self.fft_shape = self.plan.fft
         ny, nx = self.fft_shape
         cp = self.xp
         self._twiddles = cp.asarray(np.concatenate([np.exp(-2j * np.pi * np.arange(nx) / nx),
                                                     np.exp(-2j * np.pi * np.arange(ny) / ny)]).astype(np.complex64))
-        self._lags = None
+        self._lags = self._spectra = None
         if config.compensate and window_1d is not None:
-            self._lags = tuple(cp.ascontiguousarray(integer_lag_table(window_power_spectrum(f, n, cp), cp),
-                                                    dtype=cp.float64)
-                               for f, n in zip(window_1d, self.fft_shape))
+            self._spectra = tuple(cp.ascontiguousarray(window_power_spectrum(f, n, cp), dtype=cp.float64)
+                                  for f, n in zip(window_1d, self.fft_shape))
+            self._lags = tuple(cp.ascontiguousarray(integer_lag_table(S, cp), dtype=cp.float64) for S in self._spectra)
+        self._steps = cp.asarray(np.asarray(DFT_STEPS, dtype=np.float64))
+        self._sums = (1.0, 1.0) if self._spectra is None else tuple(float(S.sum()) for S in self._spectra)
         self._no_lags = (cp.ones(ny), cp.ones(nx))  # kernel arguments when not compensating
         self._no_index = cp.zeros(1, dtype=cp.int32)  # kernel argument for one reference set
         self._fns = {}
@@ -199,7 +214,7 @@ class FusedFFTEngine(CorrelationEngine):
     def size_refusal(cls, tile_shape, config):
         # The plan for the opt-in shared memory of sm_90; the engine itself plans for its device.
         try:
-            fused_plan(tile_shape, config.mode, config.max_shift)
+            fused_plan(tile_shape, config.mode, config.max_shift, dft=config.subpixel == "dft")
         except ValueError as e:
             return str(e)
         return None
@@ -224,9 +239,12 @@ class FusedFFTEngine(CorrelationEngine):
         fn = self._fns.get(key)
         if fn is None:
             fn = get_function("fftcorr.cu", name, name_expressions=_KERNELS, defines=self.plan.defines())
-            fn.max_dynamic_shared_size_bytes = self.plan.smem
+            fn.max_dynamic_shared_size_bytes = self._smem(name)
             self._fns[key] = fn
         return fn
+
+    def _smem(self, name):
+        return self.plan.dft_smem if name == "fused_dft" else self.plan.smem
 
     def _tiles(self, tiles):
         cp = self.xp
@@ -268,6 +286,16 @@ class FusedFFTEngine(CorrelationEngine):
         if T:
             wy, wx = self._lags if self._lags is not None else self._no_lags
             ref_of, indexed = self._sets(index)
+            if self._dft:
+                sy, sx = self._spectra if self._spectra is not None else self._no_lags
+                self._kernel("fused_dft")(
+                    (T,), (self.plan.threads,),
+                    (tiles, np.int64(frame), np.int32(row), refs.payload, np.int32(n), ref_of, np.int32(indexed),
+                     self._twiddles, wy, wx, np.int32(self._lags is not None), sy, sx, np.float64(self._sums[0]),
+                     np.float64(self._sums[1]), self._steps,
+                     np.int32(len(DFT_STEPS)), np.int32(DFT_MAX_MOVES), np.float64(SUBPIXEL_REACH), y, x, value,
+                     border), shared_mem=self.plan.dft_smem)
+                return y, x, value, border.view(cp.bool_)
             fn = self._kernel("fused_peaks")
             fn((T,), (self.plan.threads,),
                (tiles, np.int64(frame), np.int32(row), refs.payload, np.int32(n), ref_of, np.int32(indexed),

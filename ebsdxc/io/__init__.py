@@ -115,7 +115,7 @@ def _what_is_it(path) -> str:
     from .image import is_tiff_file
 
     if is_tiff_file(path):
-        return "it is a single TIFF image; put one image per scan point in a folder"
+        return "it is a TIFF file that no reader accepts"
     if is_hdf5_file(path):
         return "it is an HDF5 file"
     return "its content matches none of the formats"

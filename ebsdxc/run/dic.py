@@ -7,6 +7,11 @@ point, done when all its subsets are. :class:`DicPipeline` is the per-batch stag
 (:func:`ebsdxc.dic.match_subsets` per frame); after the frames, the strain pass fits the
 displacement gradient (:mod:`ebsdxc.dic_strain`) and writes ``/ebsdxc/dic/strain``.
 
+Frames with a side longer than ``dic.tile`` are never read whole: the pipeline says
+``reads_frames``, the streaming hands it the frames' indices only, and :mod:`ebsdxc.dic_tiles`
+reads windows of the frame (and of frame t - 1 in incremental mode) through the source's
+``read_window``; the reference stays raw in host memory.
+
 Incremental mode (``dic.incremental``): frame t is correlated against frame t - 1 (frame 0
 against the reference) on the same grid of image points, each frame independently (in any
 order, on any worker: it reads frame t - 1 again where it is not in its batch), and the run

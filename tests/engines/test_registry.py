@@ -78,29 +78,29 @@ CHOOSE = [
 # (tile shape, mode, max_shift, subpixel, n_tiles, batch, engine) of make_engine's "auto" on an H200.
 AUTO = [
     ((16, 16), "full", None, "quadratic", 86, 256, "fused"),
-    ((16, 16), "full", None, "dft", 86, 256, "fft"),
+    ((16, 16), "full", None, "dft", 86, 256, "fused"),
     ((16, 16), "window", 4, "quadratic", 86, 256, "fused"),
-    ((16, 16), "window", 4, "dft", 86, 256, "fft"),
+    ((16, 16), "window", 4, "dft", 86, 256, "fused"),
     ((40, 40), "full", None, "quadratic", 86, 256, "fused"),
-    ((40, 40), "full", None, "dft", 86, 256, "fft"),
+    ((40, 40), "full", None, "dft", 86, 256, "fused"),
     ((40, 40), "window", 4, "quadratic", 86, 256, "fused"),
-    ((40, 40), "window", 4, "dft", 86, 256, "fft"),
+    ((40, 40), "window", 4, "dft", 86, 256, "fused"),
     ((64, 64), "full", None, "quadratic", 86, 256, "fused"),
-    ((64, 64), "full", None, "dft", 86, 256, "fft"),
+    ((64, 64), "full", None, "dft", 86, 256, "fused"),
     ((64, 64), "window", 4, "quadratic", 86, 256, "fused"),
-    ((64, 64), "window", 4, "dft", 86, 256, "fft"),
+    ((64, 64), "window", 4, "dft", 86, 256, "fused"),
     ((96, 96), "full", None, "quadratic", 86, 256, "fused"),
-    ((96, 96), "full", None, "dft", 86, 256, "fft"),
+    ((96, 96), "full", None, "dft", 86, 256, "fused"),
     ((96, 96), "window", 4, "quadratic", 86, 256, "fused"),
-    ((96, 96), "window", 4, "dft", 86, 256, "fft"),
+    ((96, 96), "window", 4, "dft", 86, 256, "fused"),
     ((128, 128), "full", None, "quadratic", 86, 256, "fft"),
     ((128, 128), "full", None, "dft", 86, 256, "fft"),
     ((128, 128), "window", 4, "quadratic", 86, 256, "fused"),
-    ((128, 128), "window", 4, "dft", 86, 256, "fft"),
+    ((128, 128), "window", 4, "dft", 86, 256, "fused"),
     ((200, 160), "full", None, "quadratic", 86, 256, "fft"),
     ((200, 160), "full", None, "dft", 86, 256, "fft"),
     ((200, 160), "window", 4, "quadratic", 86, 256, "fused"),
-    ((200, 160), "window", 4, "dft", 86, 256, "fft"),
+    ((200, 160), "window", 4, "dft", 86, 256, "fused"),
 ]
 
 # (case, engines, choice label) of the fixed rules (no table).
@@ -205,6 +205,9 @@ def test_every_engine_describes_itself():
     assert fused.supports((96, 96), quad) and not fused.supports((128, 128), quad)
     assert "shared memory" in fused.refusal((128, 128), quad)
     assert not direct.supports((16, 16), EngineConfig(subpixel="dft"))
+    # the dft method refines in the fused kernel, where its scratch fits beside the spectrum
+    assert fused.supports((96, 96), EngineConfig(subpixel="dft")) and not fused.supports((16, 16), EngineConfig(
+        subpixel="upsampled"))
     assert not fused.supports((16, 16), quad, gpu=False) and FFTEngine.supports((16, 16), quad, gpu=False)
 
 

@@ -208,12 +208,12 @@ def test_text_file_named_h5(tmp_path):
     assert_names(exc, path)
 
 
-def test_tiff_is_not_a_scan(tmp_path):
+def test_a_tiff_is_a_series_of_frames(tmp_path):
     path = tmp_path / "scan.h5"  # extension lies; content decides
-    tifffile.imwrite(path, np.zeros((16, 16), np.uint8))
-    with pytest.raises(InputError, match="TIFF") as exc:
-        open_scan(path)
-    assert_names(exc, path)
+    tifffile.imwrite(path, np.arange(256, dtype=np.uint8).reshape(16, 16))
+    src = open_scan(path)
+    assert src.format == "tiff_stack" and src.n_patterns == 1
+    np.testing.assert_array_equal(src.read(0, 1)[0], np.arange(256).reshape(16, 16))
 
 
 def test_missing_file_directory_empty_file(tmp_path):
