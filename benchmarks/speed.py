@@ -46,8 +46,9 @@ def run_ebsdxc(scan, ref, out, cfg, run, label):
     n = prog.count
     r = {"label": label, "patterns": n, "stream_s": prog.elapsed, "wall_s": wall,
          "patterns_per_s": n / prog.elapsed, "patterns_per_s_wall": n / wall}
-    print(f"{label:44s} {n:7d} patterns  {r['patterns_per_s']:10.1f} patterns/s "
-          f"(wall incl. set-up {r['patterns_per_s_wall']:.1f})", flush=True)
+    if label is not None:  # None: a warm-up
+        print(f"{label:44s} {n:7d} patterns  {r['patterns_per_s']:10.1f} patterns/s "
+              f"(wall incl. set-up {r['patterns_per_s_wall']:.1f})", flush=True)
     return r
 
 
@@ -133,14 +134,19 @@ def main(argv=None):
         info["cupy"] = cp.__version__
     print(f"# {info['date']} {info['device']}  ({os.cpu_count()} CPU threads)", flush=True)
     res = info["results"]
-    # Warm-up on a short run: kernel compilation and FFT plans stay out of the figures.
+    # Warm-up on a short run of every configuration before it is timed: kernel compilation (each
+    # configuration may compile kernels of its own sizes) and FFT plans stay out of the figures.
     n_warm = 512 if be.is_gpu else 16
     small = make_scan(os.path.join(a.workdir, f"bench_warm_{n_warm}.h5"), n_warm)
-    run_ebsdxc(small, ref_path, out, base, run, "warm-up")
+
+    def timed(scan, cfg, run, label):
+        run_ebsdxc(small, ref_path, out, cfg, run, None)
+        return run_ebsdxc(scan, ref_path, out, cfg, run, label)
+
     full = base.replace(correlation=dataclasses.replace(base.correlation, mode="full"))
     for m in a.methods.split(","):
         cfg = full.replace(correlation=dataclasses.replace(full.correlation, subpixel=m))
-        res.append(run_ebsdxc(scan, ref_path, out, cfg, run, f"ebsdxc full, subpixel={m}"))
+        res.append(timed(scan, cfg, run, f"ebsdxc full, subpixel={m}"))
     windows = [
         ("ebsdxc window 16, subpixel=dft", EngineConfig(mode="window", max_shift=16, subpixel="dft")),
         ("ebsdxc window 16 circular, subpixel=dft",
@@ -149,18 +155,23 @@ def main(argv=None):
          EngineConfig(mode="window", max_shift=16, subpixel="quadratic", circular=True)),
     ]
     for label, corr in windows:
-        res.append(run_ebsdxc(scan, ref_path, out, base.replace(correlation=corr), run, label))
+        res.append(timed(scan, base.replace(correlation=corr), run, label))
+    if be.is_gpu and "dft" in a.methods.split(","):  # the cuFFT path every dft run took before issue 17
+        for label, corr in [("ebsdxc full, subpixel=dft, engine=fft", dataclasses.replace(full.correlation,
+                                                                                          engine="fft")),
+                            ("ebsdxc window 16, subpixel=dft, engine=fft", dataclasses.replace(windows[0][1],
+                                                                                               engine="fft"))]:
+            res.append(timed(scan, base.replace(correlation=corr), run, label))
     if be.is_gpu:
         direct = base.replace(correlation=EngineConfig(engine="direct", mode="window", max_shift=16,
                                                        subpixel="quadratic"))
-        res.append(run_ebsdxc(scan, ref_path, out, direct, run,
-                              "ebsdxc window 16, engine=direct (overlap-wise), subpixel=quadratic"))
+        res.append(timed(scan, direct, run, "ebsdxc window 16, engine=direct (overlap-wise), subpixel=quadratic"))
         res.append(run_plain_cupy(scan, ref, layout, min(a.patterns, 20000)))
         cpu_scan = make_scan(os.path.join(a.workdir, f"bench_{a.cpu_patterns}.h5"), a.cpu_patterns)
         cpu = RunConfig(device="cpu")
         for label, corr in [("ebsdxc CPU full, subpixel=dft", dataclasses.replace(base.correlation, mode="full")),
                             *[(label.replace("ebsdxc", "ebsdxc CPU"), corr) for label, corr in windows[1:]]]:
-            res.append(run_ebsdxc(cpu_scan, ref_path, out, base.replace(correlation=corr), cpu, label))
+            res.append(timed(cpu_scan, base.replace(correlation=corr), cpu, label))
     for norm in ("phase", None):  # skimage's default, and plain cross-correlation
         res.append(run_skimage(scan, ref, layout, a.skimage_patterns, norm))
     if a.json:

@@ -67,7 +67,8 @@ import math
 
 import numpy as np
 
-__all__ = ["SUBPIXEL_METHODS", "SUBPIXEL_REACH", "FIT_3X3_REACH", "integer_peak", "neighbourhood", "fit_3x3",
+__all__ = ["SUBPIXEL_METHODS", "SUBPIXEL_REACH", "FIT_3X3_REACH", "UPSAMPLED_MAX_RECENTRE", "integer_peak",
+           "neighbourhood", "fit_3x3",
            "upsampled_dft_peak", "dft_grid", "dft_refine_peak", "locate_peaks", "drop_far_peaks",
            "window_power_spectrum", "window_autocorrelation", "barely_concave", "drop_loose_peaks",
            "CONDITION_MIN", "LOOSE_REACH"]
@@ -394,8 +395,12 @@ def _window_half(px, Sx, tx, Nx, xp):
     return (a.real @ tx.T.real - a.imag @ tx.T.imag) / Sx.sum()
 
 
+#: Re-centrings of the ``upsampled`` grid where its maximum lies on its edge.
+UPSAMPLED_MAX_RECENTRE = 4
+
+
 def upsampled_dft_peak(cross_power, ly, lx, shape, *, upsample=16, window_spectra=None, xp=np,
-                       chunk=16384, max_recentre=4):
+                       chunk=16384, max_recentre=UPSAMPLED_MAX_RECENTRE):
     """Refine integer peaks on an ``upsample``-times finer grid (Guizar-Sicairos 2008).
 
     The grid covers 1.5 px about the integer peak (:func:`dft_grid`); its maximum is

@@ -543,53 +543,137 @@ __device__ float2 weight_half(float t) {
     return make_float2(re, im);
 }
 
-// Scratch of the dft kernel after the window lag tables (FusedPlan.dft_smem bytes).
-struct DftScratch {
-    float2* wy;   // [3][NY] Dy at the stencil's rows
-    float2* wx;   // [3][NX] Dx at its columns
-    float* rows;  // [NY][6] sum_k c[j][k] (Re, Im) Dx_v(k)
-    double* red;  // [NWARPS][15]
-    double* pos;  // y, x, then ly, lx, flat, again as doubles
+// Scratch of the dft and upsampled kernels after the window lag tables (FusedPlan: dft_scratch
+// bytes for a grid of R x R lags).
+struct GridScratch {
+    double* pos;  // y, x, ly, lx, flat, again
+    double* g;    // [R][R] correlation at the grid's lags
+    double* acy;  // [R] window autocorrelation at its rows' lags
+    double* acx;  // [R]
+    float2* wy;   // [R][NY] Dy at its rows
+    float2* wx;   // [3][NX] Dx at three of its columns
+    float* rows;  // [NY][6] sum_k c[j][k] (Re, Im) Dx_v(k) for those three columns
 };
 
-__device__ __forceinline__ DftScratch dft_scratch(float2* S) {
-    DftScratch d;
-    double* after = reinterpret_cast<double*>(S + ROWS * LD + NX + NY) + NY + NX;
-    d.red = after;
-    d.pos = d.red + NWARPS * 15;
-    d.wy = reinterpret_cast<float2*>(d.pos + 8);
-    d.wx = d.wy + 3 * NY;
+__device__ __forceinline__ GridScratch grid_scratch(float2* S, int R) {
+    GridScratch d;
+    d.pos = reinterpret_cast<double*>(S + ROWS * LD + NX + NY) + NY + NX;
+    d.g = d.pos + 8;
+    d.acy = d.g + R * R;
+    d.acx = d.acy + R;
+    d.wy = reinterpret_cast<float2*>(d.acx + R);
+    d.wx = d.wy + R * NY;
     d.rows = reinterpret_cast<float*>(d.wx + 3 * NX);
     return d;
 }
 
-}  // namespace fc
+__device__ __forceinline__ double warp_sum_all(double v) {
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
 
-// Peaks refined by the `dft` method: the integer peak and 3x3 quadratic start of fused_peaks,
-// then 3x3 stencils of step steps[0] (repeated up to max_moves times while a step reaches the
-// stencil's edge), steps[1], ... as dft_refine (peaks.cu); NaN where the last step still
-// reaches its edge, where a barely concave compensated peak moved more than LOOSE_REACH px or
-// any peak more than `reach` px from its integer peak (drop_loose_peaks, drop_far_peaks).
-// Sy (NY,), Sx (NX,): the window power spectra, sy_sum, sx_sum their sums (comp only).
-__global__ void __launch_bounds__(FC_NT, 1)
-fused_dft(const float* __restrict__ tiles, long long frame, int row, const float2* __restrict__ ref,
-          int n_ref, const int* __restrict__ ref_of, int indexed, const float2* __restrict__ tw,
-          const double* __restrict__ wy, const double* __restrict__ wx, int comp,
-          const double* __restrict__ Sy, const double* __restrict__ Sx, double sy_sum, double sx_sum,
-          const double* __restrict__ steps,
-          int n_steps, int max_moves, double reach, double* __restrict__ out_y, double* __restrict__ out_x,
-          float* __restrict__ out_value, unsigned char* __restrict__ out_border) {
-    using namespace fc;
-    __shared__ float sval[32];
-    __shared__ int sidx[32];
-    float2* S = setup(tw, comp ? wy : nullptr, wx);
-    const double* lag_y = reinterpret_cast<const double*>(S + ROWS * LD + NX + NY);
-    const double* lag_x = lag_y + NY;
-    const DftScratch d = dft_scratch(S);
-    const long long t = blockIdx.x;
-    correlate(S, S + ROWS * LD, S + ROWS * LD + NX, tiles + t * frame, row, reference(ref, n_ref, ref_of, indexed, t),
-              true);
-    const float* Mf = reinterpret_cast<const float*>(S);
+// The correlation (divided by the window autocorrelation where comp) at the R x R lags
+// (yc + (u - R/2) h, xc + (v - R/2) h) into d.g[u * R + v], from the map Mf in shared memory;
+// every thread calls it, d.g is complete when it returns.
+__device__ void grid_values(const float* Mf, const GridScratch& d, double yc, double xc, double h, int R, int comp,
+                            const double* __restrict__ Sy, const double* __restrict__ Sx, double sy_sum,
+                            double sx_sum) {
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, c = R / 2;
+    for (int i = threadIdx.x; i < R * NY; i += blockDim.x) {
+        const int u = i / NY, j = i - u * NY;
+        const double tt = yc - j + (u - c) * h;  // Dy has period NY: the float gets the least |t|
+        d.wy[i] = weight_full((float)(tt - NY * rint(tt / NY)));
+    }
+    if (comp) {  // window autocorrelation at the grid's lags, as dft_refine (peaks.cu): a warp per lag
+        for (int u = warp; u < 2 * R; u += NWARPS) {
+            double a = 0.0;
+            if (u < R) {
+                for (int k = lane; k < NY; k += 32) {
+                    const int kk = k < (NY + 1) / 2 ? k : k - NY;
+                    double f = kk * (yc + (u - c) * h) / NY;
+                    f -= floor(f);
+                    a += Sy[k] * cospi(2.0 * f);
+                }
+            } else {
+                for (int l = lane; l < NXH; l += 32) {
+                    const double wl = (l == 0 || (NX % 2 == 0 && l == NX / 2)) ? 1.0 : 2.0;
+                    double f = l * (xc + (u - R - c) * h) / NX;
+                    f -= floor(f);
+                    a += Sx[l] * wl * cospi(2.0 * f);
+                }
+            }
+            a = warp_sum_all(a);
+            if (lane == 0) {
+                if (u < R) d.acy[u] = a / sy_sum;
+                else d.acx[u - R] = a / sx_sum;
+            }
+        }
+    }
+    constexpr int KM = (NX + 31) / 32;
+    for (int v0 = 0; v0 < R; v0 += 3) {  // three columns of the grid at a time
+        const int nv = min(3, R - v0);
+        __syncthreads();  // wy written; the rows and wx of the last chunk read
+        for (int i = threadIdx.x; i < 3 * NX; i += blockDim.x) {
+            const int v = i / NX, k = i - v * NX;
+            const double tt = xc - k + (v0 + v - c) * h;
+            d.wx[i] = v < nv ? weight_half((float)(tt - NX * rint(tt / NX))) : make_float2(0.0f, 0.0f);
+        }
+        __syncthreads();
+        // row sums: a warp per map row, lanes along it, each lane's column weights in registers
+        float2 q[3][KM];
+#pragma unroll
+        for (int m = 0; m < KM; ++m) {
+            const int k = lane + 32 * m;
+#pragma unroll
+            for (int v = 0; v < 3; ++v) q[v][m] = k < NX ? d.wx[v * NX + k] : make_float2(0.0f, 0.0f);
+        }
+        for (int j = warp; j < NY; j += NWARPS) {
+            const float* mr = Mf + j * 2 * LD;
+            float a[6] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+            for (int m = 0; m < KM; ++m) {
+                const int k = lane + 32 * m;
+                const float cv = k < NX ? mr[k] : 0.0f;
+#pragma unroll
+                for (int v = 0; v < 3; ++v) {
+                    a[2 * v] += cv * q[v][m].x;
+                    a[2 * v + 1] += cv * q[v][m].y;
+                }
+            }
+#pragma unroll
+            for (int r = 0; r < 6; ++r) {
+                float sum = a[r];
+                for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+                a[r] = sum;
+            }
+            if (lane < 6) d.rows[j * 6 + lane] = a[lane];
+        }
+        __syncthreads();
+        // the grid's values in these columns: a warp per (u, v), lanes along the rows
+        for (int p = warp; p < R * nv; p += NWARPS) {
+            const int u = p / nv, v = p - u * nv;
+            double a = 0.0;
+            for (int j = lane; j < NY; j += 32) {
+                const float2 w = d.wy[u * NY + j];
+                a += (double)w.x * d.rows[j * 6 + 2 * v] - (double)w.y * d.rows[j * 6 + 2 * v + 1];
+            }
+            a = warp_sum_all(a);
+            if (lane == 0) {
+                double val = a / ((double)NY * NX);
+                if (comp) val /= d.acy[u] * d.acx[v0 + v];
+                d.g[u * R + v0 + v] = val;
+            }
+        }
+    }
+    __syncthreads();
+}
+
+// The integer peak of the map and its 3x3 neighbourhood, as fused_peaks: writes out_value,
+// out_border and, in thread 0, d.pos = (ly + dy, lx + dx) of the quadratic fit (fit = true) or
+// (ly, lx), then ly, lx, flat; all threads return after a barrier.
+__device__ void integer_start(const float* Mf, const GridScratch& d, const double* lag_y, const double* lag_x,
+                              int comp, bool fit, float* sval, int* sidx, long long t, float* out_value,
+                              unsigned char* out_border) {
     constexpr int rw = 2 * RX + 1;
     float best;
     int bi;
@@ -609,8 +693,10 @@ fused_dft(const float* __restrict__ tiles, long long frame, int row, const float
             }
         }
         const bool flat = comp && barely_concave(v, w);
-        fit_3x3<M_QUADRATIC>(v, dy, dx);
-        drop_loose(flat, dy, dx);
+        if (fit) {
+            fit_3x3<M_QUADRATIC>(v, dy, dx);
+            drop_loose(flat, dy, dx);
+        }
         d.pos[0] = ly + dy;
         d.pos[1] = lx + dx;
         d.pos[2] = ly;
@@ -619,99 +705,56 @@ fused_dft(const float* __restrict__ tiles, long long frame, int row, const float
         d.pos[5] = 0.0;
     }
     __syncthreads();
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+}
+
+// The end of both refinements (thread 0): NaN where a barely concave compensated peak moved
+// more than LOOSE_REACH px or any peak more than `reach` px from its integer peak
+// (drop_loose_peaks, drop_far_peaks).
+__device__ __forceinline__ void finish(const GridScratch& d, double y, double x, double reach, long long t,
+                                       double* out_y, double* out_x) {
+    const double ly = d.pos[2], lx = d.pos[3];
+    if (d.pos[4] != 0.0 && !(fabs(y - ly) <= LOOSE_REACH && fabs(x - lx) <= LOOSE_REACH)) {
+        y = PEAK_NAN;
+        x = PEAK_NAN;
+    }
+    if (!(fabs(y - ly) <= reach && fabs(x - lx) <= reach)) { y = PEAK_NAN; x = PEAK_NAN; }
+    out_y[t] = y;
+    out_x[t] = x;
+}
+
+}  // namespace fc
+
+// Peaks refined by the `dft` method: the integer peak and 3x3 quadratic start of fused_peaks,
+// then 3x3 stencils of step steps[0] (repeated up to max_moves times while a step reaches the
+// stencil's edge), steps[1], ... as dft_refine (peaks.cu); NaN where the last step still
+// reaches its edge, and as fc::finish says. Sy (NY,), Sx (NX,): the window power spectra,
+// sy_sum, sx_sum their sums (comp only).
+__global__ void __launch_bounds__(FC_NT, 1)
+fused_dft(const float* __restrict__ tiles, long long frame, int row, const float2* __restrict__ ref,
+          int n_ref, const int* __restrict__ ref_of, int indexed, const float2* __restrict__ tw,
+          const double* __restrict__ wy, const double* __restrict__ wx, int comp,
+          const double* __restrict__ Sy, const double* __restrict__ Sx, double sy_sum, double sx_sum,
+          const double* __restrict__ steps, int n_steps, int max_moves, double reach, double* __restrict__ out_y,
+          double* __restrict__ out_x, float* __restrict__ out_value, unsigned char* __restrict__ out_border) {
+    using namespace fc;
+    __shared__ float sval[32];
+    __shared__ int sidx[32];
+    float2* S = setup(tw, comp ? wy : nullptr, wx);
+    const double* lag_y = reinterpret_cast<const double*>(S + ROWS * LD + NX + NY);
+    const GridScratch d = grid_scratch(S, 3);
+    const long long t = blockIdx.x;
+    correlate(S, S + ROWS * LD, S + ROWS * LD + NX, tiles + t * frame, row, reference(ref, n_ref, ref_of, indexed, t),
+              true);
+    const float* Mf = reinterpret_cast<const float*>(S);
+    integer_start(Mf, d, lag_y, lag_y + NY, comp, true, sval, sidx, t, out_value, out_border);
     for (int st = 0, moves = 0; st < n_steps;) {
         const double h = steps[st], yc = d.pos[0], xc = d.pos[1];
         if (!(isfinite(yc) && isfinite(xc))) break;  // a failed start stays NaN (the same in every thread)
-        for (int i = threadIdx.x; i < 3 * NY; i += blockDim.x) {
-            const int u = i / NY, j = i - u * NY;
-            const double tt = yc - j + (u - 1) * h;  // Dy has period NY: the float gets the least |t|
-            d.wy[i] = weight_full((float)(tt - NY * rint(tt / NY)));
-        }
-        for (int i = threadIdx.x; i < 3 * NX; i += blockDim.x) {
-            const int v = i / NX, k = i - v * NX;
-            const double tt = xc - k + (v - 1) * h;
-            d.wx[i] = weight_half((float)(tt - NX * rint(tt / NX)));
-        }
-        __syncthreads();
-        // row sums: a warp per map row, lanes along it, each lane's column weights in registers
-        constexpr int KM = (NX + 31) / 32;
-        float2 q[3][KM];
-#pragma unroll
-        for (int m = 0; m < KM; ++m) {
-            const int k = lane + 32 * m;
-#pragma unroll
-            for (int v = 0; v < 3; ++v) q[v][m] = k < NX ? d.wx[v * NX + k] : make_float2(0.0f, 0.0f);
-        }
-        for (int j = warp; j < NY; j += NWARPS) {
-            const float* mr = Mf + j * 2 * LD;
-            float a[6] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
-#pragma unroll
-            for (int m = 0; m < KM; ++m) {
-                const int k = lane + 32 * m;
-                const float c = k < NX ? mr[k] : 0.0f;
-#pragma unroll
-                for (int v = 0; v < 3; ++v) {
-                    a[2 * v] += c * q[v][m].x;
-                    a[2 * v + 1] += c * q[v][m].y;
-                }
-            }
-#pragma unroll
-            for (int q = 0; q < 6; ++q) {
-                float s = a[q];
-                for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
-                a[q] = s;
-            }
-            if (lane < 6) d.rows[j * 6 + lane] = a[lane];
-        }
-        __syncthreads();
-        double acc[15];
-        for (int q = 0; q < 15; ++q) acc[q] = 0.0;
-        for (int j = threadIdx.x; j < NY; j += blockDim.x) {
-            const float* r = d.rows + j * 6;
-#pragma unroll
-            for (int u = 0; u < 3; ++u) {
-                const float2 p = d.wy[u * NY + j];
-#pragma unroll
-                for (int v = 0; v < 3; ++v) acc[u * 3 + v] += (double)p.x * r[2 * v] - (double)p.y * r[2 * v + 1];
-            }
-        }
-        if (comp) {  // window autocorrelation at the stencil lags, as dft_refine (peaks.cu)
-            for (int k = threadIdx.x; k < NY; k += blockDim.x) {
-                const int kk = k < (NY + 1) / 2 ? k : k - NY;
-                for (int u = 0; u < 3; ++u) {
-                    double a = kk * (yc + (u - 1) * h) / NY;
-                    a -= floor(a);
-                    acc[9 + u] += Sy[k] * cospi(2.0 * a);
-                }
-            }
-            for (int l = threadIdx.x; l < NXH; l += blockDim.x) {
-                const double wl = (l == 0 || (NX % 2 == 0 && l == NX / 2)) ? 1.0 : 2.0;
-                for (int v = 0; v < 3; ++v) {
-                    double a = l * (xc + (v - 1) * h) / NX;
-                    a -= floor(a);
-                    acc[12 + v] += Sx[l] * wl * cospi(2.0 * a);
-                }
-            }
-        }
-        for (int q = 0; q < 15; ++q) {
-            const double a = warp_sum(acc[q]);
-            if (lane == 0) d.red[warp * 15 + q] = a;
-        }
-        __syncthreads();
+        grid_values(Mf, d, yc, xc, h, 3, comp, Sy, Sx, sy_sum, sx_sum);
         if (threadIdx.x == 0) {
             double g[3][3];
-            for (int q = 0; q < 15; ++q) {
-                double a = 0.0;
-                for (int wi = 0; wi < NWARPS; ++wi) a += d.red[wi * 15 + q];
-                acc[q] = a;
-            }
             for (int u = 0; u < 3; ++u)
-                for (int v = 0; v < 3; ++v) {
-                    double val = acc[u * 3 + v] / ((double)NY * NX);
-                    if (comp) val /= (acc[9 + u] / sy_sum) * (acc[12 + v] / sx_sum);
-                    g[u][v] = val;
-                }
+                for (int v = 0; v < 3; ++v) g[u][v] = d.g[u * 3 + v];
             double dy = 0.0, dx = 0.0;
             const bool beyond = stencil_step(g, dy, dx);
             d.pos[0] = yc + h * dy;
@@ -721,18 +764,68 @@ fused_dft(const float* __restrict__ tiles, long long frame, int row, const float
         __syncthreads();
         ++moves;
         if (!(st == 0 && d.pos[5] != 0.0 && moves < max_moves)) { ++st; moves = 0; }
-        __syncthreads();  // pos[5] and the weights are rewritten next round
+        __syncthreads();  // pos is rewritten next round
     }
     if (threadIdx.x == 0) {
-        double y = d.pos[0], x = d.pos[1];
-        const double ly = d.pos[2], lx = d.pos[3];
-        if (d.pos[5] != 0.0) { y = PEAK_NAN; x = PEAK_NAN; }  // the finest step still reached its edge
-        if (d.pos[4] != 0.0 && !(fabs(y - ly) <= LOOSE_REACH && fabs(x - lx) <= LOOSE_REACH)) {
-            y = PEAK_NAN;
-            x = PEAK_NAN;
+        const bool stuck = d.pos[5] != 0.0;  // the finest step still reached its edge
+        finish(d, stuck ? PEAK_NAN : d.pos[0], stuck ? PEAK_NAN : d.pos[1], reach, t, out_y, out_x);
+    }
+}
+
+// Peaks refined by the `upsampled` method (ebsdxc.peaks.upsampled_dft_peak): the correlation
+// on an R x R grid of spacing 1 / up about the integer peak (R = ceil(1.5 up)), a quadratic
+// fit to its maximum's 3x3 neighbourhood on the grid; where the maximum is on the grid's edge
+// the grid is re-centred on the nearest whole pixel, at most max_recentre times (then NaN).
+__global__ void __launch_bounds__(FC_NT, 1)
+fused_upsampled(const float* __restrict__ tiles, long long frame, int row, const float2* __restrict__ ref,
+                int n_ref, const int* __restrict__ ref_of, int indexed, const float2* __restrict__ tw,
+                const double* __restrict__ wy, const double* __restrict__ wx, int comp,
+                const double* __restrict__ Sy, const double* __restrict__ Sx, double sy_sum, double sx_sum,
+                int up, int max_recentre, double reach, double* __restrict__ out_y, double* __restrict__ out_x,
+                float* __restrict__ out_value, unsigned char* __restrict__ out_border) {
+    using namespace fc;
+    __shared__ float sval[32];
+    __shared__ int sidx[32];
+    const int R = (3 * up + 1) / 2, c = R / 2;  // ceil(1.5 up)
+    float2* S = setup(tw, comp ? wy : nullptr, wx);
+    const double* lag_y = reinterpret_cast<const double*>(S + ROWS * LD + NX + NY);
+    const GridScratch d = grid_scratch(S, R);
+    const long long t = blockIdx.x;
+    correlate(S, S + ROWS * LD, S + ROWS * LD + NX, tiles + t * frame, row, reference(ref, n_ref, ref_of, indexed, t),
+              true);
+    const float* Mf = reinterpret_cast<const float*>(S);
+    integer_start(Mf, d, lag_y, lag_y + NY, comp, false, sval, sidx, t, out_value, out_border);
+    if (threadIdx.x == 0) { d.pos[6] = d.pos[0]; d.pos[7] = d.pos[1]; }  // the grid's centre
+    __syncthreads();
+    for (int it = 0; it <= max_recentre; ++it) {
+        const double cy = d.pos[6], cx = d.pos[7];
+        grid_values(Mf, d, cy, cx, 1.0 / up, R, comp, Sy, Sx, sy_sum, sx_sum);
+        if (threadIdx.x == 0) {
+            int bi = 0;
+            for (int i = 1; i < R * R; ++i)
+                if (d.g[i] > d.g[bi]) bi = i;  // the first maximum, as numpy.argmax
+            const int iu = bi / R, iv = bi % R;
+            const int iu_c = min(max(iu, 1), R - 2), iv_c = min(max(iv, 1), R - 2);
+            double v[3][3], du, dv;
+            for (int a = 0; a < 3; ++a)
+                for (int q = 0; q < 3; ++q) v[a][q] = d.g[(iu_c + a - 1) * R + iv_c + q - 1];
+            fit_3x3<M_QUADRATIC>(v, du, dv);
+            if (isnan(du)) du = 0.0;  // beside a maximum on the edge only: re-centred below
+            if (isnan(dv)) dv = 0.0;
+            d.pos[0] = cy + (iu_c + du - c) / up;
+            d.pos[1] = cx + (iv_c + dv - c) / up;
+            const bool edge = iu != iu_c || iv != iv_c;
+            d.pos[5] = edge ? 1.0 : 0.0;
+            d.pos[6] = rint(d.pos[0]);
+            d.pos[7] = rint(d.pos[1]);
         }
-        if (!(fabs(y - ly) <= reach && fabs(x - lx) <= reach)) { y = PEAK_NAN; x = PEAK_NAN; }
-        out_y[t] = y;
-        out_x[t] = x;
+        __syncthreads();
+        const bool again = d.pos[5] != 0.0;
+        __syncthreads();
+        if (!again) break;
+    }
+    if (threadIdx.x == 0) {
+        const bool stuck = d.pos[5] != 0.0;  // never inside a grid: no maximum to report
+        finish(d, stuck ? PEAK_NAN : d.pos[0], stuck ? PEAK_NAN : d.pos[1], reach, t, out_y, out_x);
     }
 }

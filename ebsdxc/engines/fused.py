@@ -35,11 +35,18 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..kernel_loader import get_function
-from ..peaks import DFT_MAX_MOVES, DFT_STEPS, SUBPIXEL_REACH, integer_lag_table, window_power_spectrum
+from ..peaks import (
+    DFT_MAX_MOVES,
+    DFT_STEPS,
+    SUBPIXEL_REACH,
+    UPSAMPLED_MAX_RECENTRE,
+    integer_lag_table,
+    window_power_spectrum,
+)
 from .base import CorrelationEngine, EngineInfo
 from .registry import register
 
-__all__ = ["FusedFFTEngine", "axis_factors", "fft_length", "fused_plan", "skew", "supports"]
+__all__ = ["FusedFFTEngine", "axis_factors", "fft_length", "fused_plan", "grid_side", "skew", "supports"]
 
 RADIX_MAX = 32          # largest DFT held in one thread's registers
 LENGTH_MAX = RADIX_MAX * RADIX_MAX
@@ -47,7 +54,7 @@ SMEM_OPTIN = 232448     # bytes of opt-in dynamic shared memory per block on sm_
 THREADS_MAX = 512
 _STATIC_SMEM = 512      # static shared memory of the kernel (reduction slots), rounded up
 _METHODS = {"none": 0, "parabolic": 1, "gaussian": 2, "quadratic": 3}
-_KERNELS = ("fused_peaks", "fused_maps", "fused_dft")
+_KERNELS = ("fused_peaks", "fused_maps", "fused_dft", "fused_upsampled")
 
 
 def _smooth(n):
@@ -109,7 +116,7 @@ class FusedPlan:
     rows: int            # rows allocated (even)
     smem: int            # dynamic shared memory, bytes
     threads: int
-    dft_smem: int = 0    # dynamic shared memory of the dft kernel (its scratch after the lag tables)
+    grid_smem: int = 0   # dynamic shared memory of the dft / upsampled kernels (their grid's scratch)
 
     @property
     def nxh(self):
@@ -135,14 +142,25 @@ def _need(tile_shape, mode, max_shift):
     return (ry, rx), (h + ry, w + rx)
 
 
-def _dft_scratch(ny, nx, threads):
-    # fc::DftScratch: reductions, position, stencil weights (float2) and row sums
-    return (threads // 32) * 15 * 8 + 8 * 8 + 3 * (ny + nx) * 8 + ny * 6 * 4
+def grid_side(subpixel, upsample=16) -> int:
+    """Side of the lag grid the ``dft`` (3, its stencils) and ``upsampled`` (ceil(1.5 upsample))
+    kernels evaluate by trigonometric interpolation; 0 for the 3x3 fits."""
+    if subpixel == "dft":
+        return 3
+    if subpixel == "upsampled":
+        return (3 * int(upsample) + 1) // 2
+    return 0
 
 
-def fused_plan(tile_shape, mode, max_shift=None, *, smem_limit=SMEM_OPTIN, dft=False):
+def _grid_scratch(ny, nx, side):
+    # fc::GridScratch: position, grid values, window autocorrelations, row and column weights
+    # (float2) and row sums
+    return 8 * 8 + side * side * 8 + 2 * side * 8 + side * ny * 8 + 3 * nx * 8 + ny * 6 * 4
+
+
+def fused_plan(tile_shape, mode, max_shift=None, *, smem_limit=SMEM_OPTIN, grid=0):
     """Kernel plan for tiles of (h, w); ValueError where the fused kernel cannot run them
-    (with ``dft``, the subpixel method of that name: its kernel needs more shared memory)."""
+    (``grid``: :func:`grid_side` of the subpixel method; its kernel needs more shared memory)."""
     h, w = (int(v) for v in tile_shape)
     if h < 1 or w < 1:
         raise ValueError(f"tile shape must be positive, got {tile_shape}")
@@ -164,18 +182,18 @@ def fused_plan(tile_shape, mode, max_shift=None, *, smem_limit=SMEM_OPTIN, dft=F
     ty, tx = _team(*fy), _team(*fx)
     work = max(tx * ((h + 1) // 2), ty * nxh, tx * ((ny + 1) // 2), 32)
     threads = min(THREADS_MAX, -(-work // 32) * 32)
-    dft_smem = smem + _dft_scratch(ny, nx, threads)
-    if dft and dft_smem + _STATIC_SMEM > smem_limit:
-        raise ValueError(f"{w}x{h} tiles in {mode} mode need a {nx}x{ny} FFT whose spectrum and dft "
-                         f"refinement ({dft_smem // 1024} KB) do not fit in {smem_limit // 1024} KB of shared "
+    grid_smem = smem + _grid_scratch(ny, nx, grid) if grid else smem
+    if grid_smem + _STATIC_SMEM > smem_limit:
+        raise ValueError(f"{w}x{h} tiles in {mode} mode need a {nx}x{ny} FFT whose spectrum and subpixel "
+                         f"grid ({grid_smem // 1024} KB) do not fit in {smem_limit // 1024} KB of shared "
                          "memory: use the fft engine")
-    return FusedPlan((h, w), fft, max_lag, fy, fx, ld, rows, smem, threads, dft_smem)
+    return FusedPlan((h, w), fft, max_lag, fy, fx, ld, rows, smem, threads, grid_smem)
 
 
-def supports(tile_shape, mode, max_shift=None, *, smem_limit=SMEM_OPTIN, dft=False) -> bool:
+def supports(tile_shape, mode, max_shift=None, *, smem_limit=SMEM_OPTIN, grid=0) -> bool:
     """Whether :class:`FusedFFTEngine` can correlate tiles of ``tile_shape`` in ``mode``."""
     try:
-        fused_plan(tile_shape, mode, max_shift, smem_limit=smem_limit, dft=dft)
+        fused_plan(tile_shape, mode, max_shift, smem_limit=smem_limit, grid=grid)
     except ValueError:
         return False
     return True
@@ -184,7 +202,7 @@ def supports(tile_shape, mode, max_shift=None, *, smem_limit=SMEM_OPTIN, dft=Fal
 class FusedFFTEngine(CorrelationEngine):
     """n-to-mn FFT correlation fused in shared memory, CUDA only (full and window mode)."""
 
-    info = EngineInfo("fused", devices=("gpu",), subpixel=("dft",) + tuple(_METHODS)[::-1], circular=False,
+    info = EngineInfo("fused", devices=("gpu",), subpixel=("dft", "upsampled") + tuple(_METHODS)[::-1], circular=False,
                       forms=("one_to_one", "one_to_many", "n_to_mn"), method="fft",
                       summary="FFT correlation and peak search in shared memory, one CUDA block per tile "
                               "pair (tiles whose spectrum fits in shared memory)")
@@ -192,8 +210,8 @@ class FusedFFTEngine(CorrelationEngine):
     def __init__(self, backend, tile_shape, config, *, window_1d=None):
         super().__init__(backend, tile_shape, config)
         limit = int(self.xp.cuda.Device().attributes.get("MaxSharedMemoryPerBlockOptin", SMEM_OPTIN))
-        self._dft = config.subpixel == "dft"
-        self.plan = fused_plan(self.tile_shape, config.mode, config.max_shift, smem_limit=limit, dft=self._dft)
+        self._grid = grid_side(config.subpixel, config.upsample)
+        self.plan = fused_plan(self.tile_shape, config.mode, config.max_shift, smem_limit=limit, grid=self._grid)
         self.fft_shape = self.plan.fft
         ny, nx = self.fft_shape
         cp = self.xp
@@ -214,7 +232,7 @@ class FusedFFTEngine(CorrelationEngine):
     def size_refusal(cls, tile_shape, config):
         # The plan for the opt-in shared memory of sm_90; the engine itself plans for its device.
         try:
-            fused_plan(tile_shape, config.mode, config.max_shift, dft=config.subpixel == "dft")
+            fused_plan(tile_shape, config.mode, config.max_shift, grid=grid_side(config.subpixel, config.upsample))
         except ValueError as e:
             return str(e)
         return None
@@ -244,7 +262,7 @@ class FusedFFTEngine(CorrelationEngine):
         return fn
 
     def _smem(self, name):
-        return self.plan.dft_smem if name == "fused_dft" else self.plan.smem
+        return self.plan.grid_smem if name in ("fused_dft", "fused_upsampled") else self.plan.smem
 
     def _tiles(self, tiles):
         cp = self.xp
@@ -286,15 +304,19 @@ class FusedFFTEngine(CorrelationEngine):
         if T:
             wy, wx = self._lags if self._lags is not None else self._no_lags
             ref_of, indexed = self._sets(index)
-            if self._dft:
+            if self._grid:
                 sy, sx = self._spectra if self._spectra is not None else self._no_lags
-                self._kernel("fused_dft")(
-                    (T,), (self.plan.threads,),
-                    (tiles, np.int64(frame), np.int32(row), refs.payload, np.int32(n), ref_of, np.int32(indexed),
-                     self._twiddles, wy, wx, np.int32(self._lags is not None), sy, sx, np.float64(self._sums[0]),
-                     np.float64(self._sums[1]), self._steps,
-                     np.int32(len(DFT_STEPS)), np.int32(DFT_MAX_MOVES), np.float64(SUBPIXEL_REACH), y, x, value,
-                     border), shared_mem=self.plan.dft_smem)
+                head = (tiles, np.int64(frame), np.int32(row), refs.payload, np.int32(n), ref_of, np.int32(indexed),
+                        self._twiddles, wy, wx, np.int32(self._lags is not None), sy, sx, np.float64(self._sums[0]),
+                        np.float64(self._sums[1]))
+                tail = (np.float64(SUBPIXEL_REACH), y, x, value, border)
+                if self.config.subpixel == "dft":
+                    name, args = "fused_dft", head + (self._steps, np.int32(len(DFT_STEPS)),
+                                                      np.int32(DFT_MAX_MOVES)) + tail
+                else:
+                    name, args = "fused_upsampled", head + (np.int32(self.config.upsample),
+                                                            np.int32(UPSAMPLED_MAX_RECENTRE)) + tail
+                self._kernel(name)((T,), (self.plan.threads,), args, shared_mem=self.plan.grid_smem)
                 return y, x, value, border.view(cp.bool_)
             fn = self._kernel("fused_peaks")
             fn((T,), (self.plan.threads,),

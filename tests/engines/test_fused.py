@@ -369,7 +369,7 @@ def test_peaks_equal_find_peaks_on_the_maps(rng, method, tile, mode, shift, comp
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("method", ["none", "parabolic", "gaussian", "quadratic", "dft"])
+@pytest.mark.parametrize("method", ["none", "parabolic", "gaussian", "quadratic", "dft", "upsampled"])
 @pytest.mark.parametrize("tile,mode,shift", [((96, 96), "full", None), ((96, 80), "window", 16),
                                              ((33, 20), "full", None)])
 def test_peaks_match_fft_engine(rng, method, tile, mode, shift):
@@ -390,7 +390,7 @@ def test_peaks_match_fft_engine(rng, method, tile, mode, shift):
     want = [a.get() for a in fft.locate(dev)]
     np.testing.assert_allclose(got[2], want[2], rtol=1e-5, atol=1e-5 * np.abs(want[2]).max())
     np.testing.assert_array_equal(got[3], want[3])
-    if method == "dft" and eng.fft_shape != fft.fft_shape:
+    if method in ("dft", "upsampled") and eng.fft_shape != fft.fft_shape:
         # window mode, FFT sizes of their own (2^a 3^b here, any fast size there): two
         # interpolants of two circular correlations, equal at the integer lags (the test
         # above holds the kernel to the oracle of its own size)
@@ -407,10 +407,13 @@ def test_peaks_match_fft_engine(rng, method, tile, mode, shift):
 def test_engine_match_and_refusals():
     import cupy as cp
 
+    from ebsdxc.backend import select_backend
+    from ebsdxc.engines import EngineConfig, make_engine
     from ebsdxc.errors import InputError
 
-    with pytest.raises(InputError, match="needs the 'fft' engine"):
-        _engine((16, 16), "full", method="upsampled")
+    with pytest.raises(InputError, match="correlation.circular"):
+        make_engine("fused", select_backend("cuda"), (16, 16),
+                    EngineConfig(mode="window", max_shift=4, subpixel="dft", circular=True))
     with pytest.raises(InputError, match="shared memory"):
         _engine((128, 128), "full", method="quadratic")
     eng, _ = _engine((32, 32), "window", 4, "quadratic")
@@ -424,18 +427,20 @@ def test_engine_match_and_refusals():
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("method", ["dft", "upsampled"])
 @pytest.mark.parametrize("compensate", [True, False])
 @pytest.mark.parametrize("tile,mode,shift", [((96, 96), "full", None), ((64, 64), "window", 16),
                                              ((45, 60), "full", None), ((31, 40), "window", 6), ((7, 9), "full", None)])
-def test_dft_in_the_kernel_matches_the_float64_oracle(rng, tile, mode, shift, compensate):
-    """The dft method refined from the map in shared memory (its trigonometric interpolant)
-    against ebsdxc.peaks.locate_peaks in float64 on the cross-power spectrum of the same FFT
-    size (in window mode the interpolant of a circular correlation depends on its size)."""
+def test_grid_methods_in_the_kernel_match_the_float64_oracle(rng, tile, mode, shift, compensate, method):
+    """The dft and upsampled methods evaluated from the map in shared memory (its
+    trigonometric interpolant) against ebsdxc.peaks.locate_peaks in float64 on the cross-power
+    spectrum of the same FFT size (in window mode the interpolant of a circular correlation
+    depends on its size)."""
     import cupy as cp
 
     from ebsdxc.peaks import locate_peaks, window_power_spectrum
 
-    eng, win = _engine(tile, mode, shift, "dft", compensate=compensate)
+    eng, win = _engine(tile, mode, shift, method, compensate=compensate)
     B, n = 6, 7
     scan, ref = _shifted_tiles(rng, B, n, tile, shift=min(2.3, (min(tile) - 1) / 3))
     eng.set_reference(cp.asarray(ref), np.ones(n), np.zeros(n, np.uint8))
@@ -444,7 +449,7 @@ def test_dft_in_the_kernel_matches_the_float64_oracle(rng, tile, mode, shift, co
     cps = (np.fft.rfft2(scan.astype(np.float64), s=fft) * np.conj(np.fft.rfft2(ref.astype(np.float64), s=fft))[None])
     cps = cps.reshape(B * n, fft[0], fft[1] // 2 + 1)
     spectra = (window_power_spectrum(win[0], fft[0]), window_power_spectrum(win[1], fft[1])) if compensate else None
-    want = locate_peaks(np.fft.irfft2(cps, s=fft), max_lag=eng.max_lag, method="dft", cross_power=cps,
+    want = locate_peaks(np.fft.irfft2(cps, s=fft), max_lag=eng.max_lag, method=method, cross_power=cps,
                         window_spectra=spectra)
     np.testing.assert_array_equal(np.isnan(got[0]), np.isnan(want[0]))
     ok = ~np.isnan(want[0])

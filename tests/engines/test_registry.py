@@ -206,8 +206,9 @@ def test_every_engine_describes_itself():
     assert "shared memory" in fused.refusal((128, 128), quad)
     assert not direct.supports((16, 16), EngineConfig(subpixel="dft"))
     # the dft method refines in the fused kernel, where its scratch fits beside the spectrum
-    assert fused.supports((96, 96), EngineConfig(subpixel="dft")) and not fused.supports((16, 16), EngineConfig(
-        subpixel="upsampled"))
+    assert fused.supports((96, 96), EngineConfig(subpixel="dft"))
+    assert fused.supports((96, 96), EngineConfig(subpixel="upsampled"))
+    assert not fused.supports((96, 96), EngineConfig(subpixel="upsampled", upsample=64))  # its grid does not fit
     assert not fused.supports((16, 16), quad, gpu=False) and FFTEngine.supports((16, 16), quad, gpu=False)
 
 
