@@ -501,25 +501,32 @@ __device__ double2 geometric_direct(double t, int a, int n, int N, const double*
     return make_double2(re, im);
 }
 
-// Dy(t): all NY signed frequencies (fftfreq order does not matter for the sum). Single
-// precision: sinpif reduces its argument exactly, and the weights multiply float map values.
-__device__ float2 weight_full(float t) {
-    const float s = sinpif(t / NY);
+// x - 2 rint(x / 2), in [-1, 1]: sin(pi x) and cos(pi x) keep their values. The reduction is
+// done in double, so the float trigonometry sees a small argument, rounded relative to itself:
+// a lag of 60 px rounded to float first would move by 4e-6 px, which flattens the broad peaks
+// of EBSD correlation maps' finest stencils (5e-2 px apart) by as much as their curvature.
+// The callers wrap t into [-N/2, N/2] first (the weights have period N): sin(pi t / N), the
+// denominator, then stays away from the zeros at t = +-N where a float argument loses it.
+__device__ __forceinline__ float red2(double x) { return (float)(x - 2.0 * rint(0.5 * x)); }
+
+// Dy(t): all NY signed frequencies (fftfreq order does not matter for the sum).
+__device__ float2 weight_full(double t) {
+    const float s = sinpif(red2(t / NY));
     if (fabsf(s) < 1e-6f) {
         const double2 d = geometric_direct(t, -(NY / 2), NY, NY, nullptr);
         return make_float2((float)d.x, (float)d.y);
     }
-    const float r = sinpif(t) / s;
+    const float r = sinpif(red2(t)) / s;
     if (NY % 2) return make_float2(r, 0.0f);
     float sn, cs;
-    sincospif(-t / NY, &sn, &cs);  // frequencies -NY/2 .. NY/2 - 1: centre -1/2
+    sincospif(red2(-t / NY), &sn, &cs);  // frequencies -NY/2 .. NY/2 - 1: centre -1/2
     return make_float2(r * cs, r * sn);
 }
 
 // Dx(t): the half spectrum kx = 0..NX/2 with the Hermitian weights of dft_grid.
-__device__ float2 weight_half(float t) {
+__device__ float2 weight_half(double t) {
     constexpr int M = NX / 2;
-    const float s = sinpif(t / NX);
+    const float s = sinpif(red2(t / NX));
     if (fabsf(s) < 1e-6f) {
         const double ends[2] = {1.0, NX % 2 ? 2.0 : 1.0};
         const double2 d = geometric_direct(t, 0, M + 1, NX, ends);
@@ -527,16 +534,16 @@ __device__ float2 weight_half(float t) {
     }
     float re, im, sn, cs;
     if (NX % 2 == 0) {  // 1 + 2 sum_{k=1}^{M-1} e^{ik theta} + e^{iM theta}, theta = 2 pi t / NX
-        const float a = 2.0f * sinpif((M - 1) * t / NX) / s;
-        sincospif(M * t / NX, &sn, &cs);
+        const float a = 2.0f * sinpif(red2((M - 1) * t / NX)) / s;
+        sincospif(red2(M * t / NX), &sn, &cs);
         re = 1.0f + a * cs;
         im = a * sn;
-        sincospif(t, &sn, &cs);  // e^{i M theta} = e^{i pi t}
+        sincospif(red2(t), &sn, &cs);  // e^{i M theta} = e^{i pi t}
         re += cs;
         im += sn;
     } else {  // 1 + 2 sum_{k=1}^{M} e^{ik theta}
-        const float a = 2.0f * sinpif(M * t / NX) / s;
-        sincospif((M + 1) * t / NX, &sn, &cs);
+        const float a = 2.0f * sinpif(red2(M * t / NX)) / s;
+        sincospif(red2((M + 1) * t / NX), &sn, &cs);
         re = 1.0f + a * cs;
         im = a * sn;
     }
@@ -552,7 +559,7 @@ struct GridScratch {
     double* acx;  // [R]
     float2* wy;   // [R][NY] Dy at its rows
     float2* wx;   // [3][NX] Dx at three of its columns
-    float* rows;  // [NY][6] sum_k c[j][k] (Re, Im) Dx_v(k) for those three columns
+    double* rows;  // [NY][6] sum_k c[j][k] (Re, Im) Dx_v(k) for those three columns
 };
 
 __device__ __forceinline__ GridScratch grid_scratch(float2* S, int R) {
@@ -563,7 +570,7 @@ __device__ __forceinline__ GridScratch grid_scratch(float2* S, int R) {
     d.acx = d.acy + R;
     d.wy = reinterpret_cast<float2*>(d.acx + R);
     d.wx = d.wy + R * NY;
-    d.rows = reinterpret_cast<float*>(d.wx + 3 * NX);
+    d.rows = reinterpret_cast<double*>(d.wx + 3 * NX);
     return d;
 }
 
@@ -581,8 +588,8 @@ __device__ void grid_values(const float* Mf, const GridScratch& d, double yc, do
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, c = R / 2;
     for (int i = threadIdx.x; i < R * NY; i += blockDim.x) {
         const int u = i / NY, j = i - u * NY;
-        const double tt = yc - j + (u - c) * h;  // Dy has period NY: the float gets the least |t|
-        d.wy[i] = weight_full((float)(tt - NY * rint(tt / NY)));
+        const double tt = yc - j + (u - c) * h;  // Dy has period NY: the least |t| (see red2)
+        d.wy[i] = weight_full(tt - NY * rint(tt / NY));
     }
     if (comp) {  // window autocorrelation at the grid's lags, as dft_refine (peaks.cu): a warp per lag
         for (int u = warp; u < 2 * R; u += NWARPS) {
@@ -616,7 +623,7 @@ __device__ void grid_values(const float* Mf, const GridScratch& d, double yc, do
         for (int i = threadIdx.x; i < 3 * NX; i += blockDim.x) {
             const int v = i / NX, k = i - v * NX;
             const double tt = xc - k + (v0 + v - c) * h;
-            d.wx[i] = v < nv ? weight_half((float)(tt - NX * rint(tt / NX))) : make_float2(0.0f, 0.0f);
+            d.wx[i] = v < nv ? weight_half(tt - NX * rint(tt / NX)) : make_float2(0.0f, 0.0f);
         }
         __syncthreads();
         // row sums: a warp per map row, lanes along it, each lane's column weights in registers
@@ -629,11 +636,13 @@ __device__ void grid_values(const float* Mf, const GridScratch& d, double yc, do
         }
         for (int j = warp; j < NY; j += NWARPS) {
             const float* mr = Mf + j * 2 * LD;
-            float a[6] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
+            // in double: a subpixel value is a sum of terms up to (log N)^2 times larger than
+            // it, and the finest stencils of a broad peak differ by 1e-4 of it
+            double a[6] = {0.0, 0.0, 0.0, 0.0, 0.0, 0.0};
 #pragma unroll
             for (int m = 0; m < KM; ++m) {
                 const int k = lane + 32 * m;
-                const float cv = k < NX ? mr[k] : 0.0f;
+                const double cv = k < NX ? mr[k] : 0.0f;
 #pragma unroll
                 for (int v = 0; v < 3; ++v) {
                     a[2 * v] += cv * q[v][m].x;
@@ -641,11 +650,7 @@ __device__ void grid_values(const float* Mf, const GridScratch& d, double yc, do
                 }
             }
 #pragma unroll
-            for (int r = 0; r < 6; ++r) {
-                float sum = a[r];
-                for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
-                a[r] = sum;
-            }
+            for (int r = 0; r < 6; ++r) a[r] = warp_sum_all(a[r]);
             if (lane < 6) d.rows[j * 6 + lane] = a[lane];
         }
         __syncthreads();

@@ -291,12 +291,13 @@ def _engine(tile, mode, shift=None, method="none", compensate=True, window=True)
     return make_engine("fused", select_backend("cuda"), tile, cfg, window_1d=win), win
 
 
-def _shifted_tiles(rng, B, n, tile, shift=2.3):
-    """Smooth random reference tiles and scan tiles of the same content moved by ~shift px."""
+def _shifted_tiles(rng, B, n, tile, shift=2.3, sigma=2.0):
+    """Smooth random reference tiles and scan tiles of the same content moved by ~shift px
+    (``sigma``: the smoothing, px; broad correlation peaks, as of EBSD patterns, need more)."""
     from scipy import ndimage
 
     h, w = tile
-    big = ndimage.gaussian_filter(rng.standard_normal((n, h + 16, w + 16)), (0, 2, 2))
+    big = ndimage.gaussian_filter(rng.standard_normal((n, h + 16, w + 16)), (0, sigma, sigma))
     ref = big[:, 8:8 + h, 8:8 + w]
     scan = np.empty((B, n, h, w))
     for b in range(B):
@@ -429,9 +430,11 @@ def test_engine_match_and_refusals():
 @pytest.mark.gpu
 @pytest.mark.parametrize("method", ["dft", "upsampled"])
 @pytest.mark.parametrize("compensate", [True, False])
-@pytest.mark.parametrize("tile,mode,shift", [((96, 96), "full", None), ((64, 64), "window", 16),
-                                             ((45, 60), "full", None), ((31, 40), "window", 6), ((7, 9), "full", None)])
-def test_grid_methods_in_the_kernel_match_the_float64_oracle(rng, tile, mode, shift, compensate, method):
+@pytest.mark.parametrize("tile,mode,shift,sigma", [((96, 96), "full", None, 2.0), ((64, 64), "window", 16, 2.0),
+                                                   ((45, 60), "full", None, 2.0), ((31, 40), "window", 6, 2.0),
+                                                   ((7, 9), "full", None, 2.0), ((96, 96), "full", None, 6.0),
+                                                   ((64, 64), "window", 16, 6.0)])
+def test_grid_methods_in_the_kernel_match_the_float64_oracle(rng, tile, mode, shift, sigma, compensate, method):
     """The dft and upsampled methods evaluated from the map in shared memory (its
     trigonometric interpolant) against ebsdxc.peaks.locate_peaks in float64 on the cross-power
     spectrum of the same FFT size (in window mode the interpolant of a circular correlation
@@ -442,7 +445,7 @@ def test_grid_methods_in_the_kernel_match_the_float64_oracle(rng, tile, mode, sh
 
     eng, win = _engine(tile, mode, shift, method, compensate=compensate)
     B, n = 6, 7
-    scan, ref = _shifted_tiles(rng, B, n, tile, shift=min(2.3, (min(tile) - 1) / 3))
+    scan, ref = _shifted_tiles(rng, B, n, tile, shift=min(2.3, (min(tile) - 1) / 3), sigma=sigma)
     eng.set_reference(cp.asarray(ref), np.ones(n), np.zeros(n, np.uint8))
     got = [a.get() for a in eng.locate(cp.asarray(scan))]
     fft = eng.fft_shape
@@ -454,5 +457,12 @@ def test_grid_methods_in_the_kernel_match_the_float64_oracle(rng, tile, mode, sh
     np.testing.assert_array_equal(np.isnan(got[0]), np.isnan(want[0]))
     ok = ~np.isnan(want[0])
     assert ok.mean() > 0.9 if min(tile) >= 16 else ok.any()  # 7x9 tiles: most peaks run off
-    assert np.abs(got[0][ok] - want[0][ok]).max() < 2e-4 and np.abs(got[1][ok] - want[1][ok]).max() < 2e-4
+    d = np.concatenate([got[0][ok] - want[0][ok], got[1][ok] - want[1][ok]])
+    if sigma <= 2:
+        assert np.abs(d).max() < 2e-4
+    else:
+        # Broad peaks (as of EBSD patterns): the finest stencils differ by 1e-4 of the peak, and
+        # the map the kernel interpolates is its float32 inverse FFT (measured on an H100:
+        # up to 2e-4 px RMS, 1.5e-3 max; the cuFFT engine's spectrum path stays near 1e-5)
+        assert np.sqrt((d ** 2).mean()) < 3e-4 and np.abs(d).max() < 3e-3
     np.testing.assert_allclose(got[2], want[2], rtol=1e-4, atol=1e-4 * np.abs(want[2]).max())

@@ -1,0 +1,37 @@
+"""The dispatcher's choice against a measurement on this GPU (issue 17): for the realistic
+HR-EBSD sizes it never picks an engine slower than the cuFFT path of the same case."""
+
+from __future__ import annotations
+
+import pytest
+
+from ebsdxc.engines.dispatch import Case, Choice
+
+# (n ROIs, patterns, ROI side, mode, window): the paper layout, and 512x512 / 1024x1024
+# patterns with ROIs of a quarter of the width, +-24 px (issue 17's realistic sizes)
+CASES = [
+    Case("n_to_mn", 86, 50, 96, 96, "full", None, True),
+    Case("n_to_mn", 86, 50, 96, 96, "window", 16, True),
+    Case("n_to_mn", 45, 50, 128, 128, "window", 24, True),
+    Case("n_to_mn", 49, 16, 256, 256, "window", 24, True),
+]
+
+
+@pytest.mark.gpu
+@pytest.mark.slow
+@pytest.mark.parametrize("case", CASES, ids=lambda c: f"{c.n_left}x{c.h}-{c.mode}{c.max_shift or ''}")
+def test_the_choice_is_never_slower_than_the_fft_path(case):
+    pytest.importorskip("cupy")
+    from ebsdxc import bench
+    from ebsdxc.backend import gpu_available
+    from ebsdxc.engines import dispatch
+
+    if not gpu_available():
+        pytest.skip("no CUDA GPU here")
+    choice = dispatch.choose(case)
+    if choice.engine == "fft":
+        return
+    times = {m.choice: m.ms for m in bench.measure_case(case, choices=[choice, Choice("fft", None)], skip=False)}
+    assert times[choice] is not None and times[Choice("fft", None)] is not None
+    # 15% for the spread between runs of one machine
+    assert times[choice] <= 1.15 * times[Choice("fft", None)], (choice, times)
