@@ -18,7 +18,7 @@ import warnings
 
 import numpy as np
 
-from . import __version__
+from . import __version__, timing
 from .errors import InputError
 
 __all__ = ["main"]
@@ -337,6 +337,10 @@ def _parser():
     g2.add_argument("--resume", action="store_true", help="continue an interrupted run")
     g2.add_argument("--overwrite", action="store_true", help="replace an existing results file")
     pp.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
+    pp.add_argument("--profile", action="store_true",
+                    help="print busy and idle time per stage (read, transfer, preprocess, correlate, peaks, "
+                         "refine, strain, write) and the stage that bounds the run; also kept in the results "
+                         "file (attribute 'profile')")
     _strain_options(pp, in_process=True)
 
     ps = sub.add_parser("strain", help="strain and rotation from an existing results file",
@@ -643,13 +647,14 @@ def _cmd_process(a, argv):
             client, cluster = connect(run.cluster)
             executor = DaskExecutor(client, run.cluster)
         for scan, output in zip(scans, outputs):
+            profile = timing.StageProfile() if a.profile else None
             try:
                 out = process(scan, ref=a.ref, ref_index=a.ref_index, output=output, config=cfg, run=run,
                               orientations=a.orientations, grain_ids=a.grain_ids, grain_refs=a.grain_refs,
                               executor=executor, dataset=a.dataset, format=a.format, grid_shape=a.grid,
                               resume=a.resume, overwrite=a.overwrite,
                               progress=NullProgress() if a.quiet else BarProgress(),
-                              command_line=shlex.join(["ebsdxc", *argv]))
+                              command_line=shlex.join(["ebsdxc", *argv]), profile=profile)
             except InputError as e:
                 e = _named_by_flags(e, keep)
                 if len(scans) == 1:
@@ -659,6 +664,8 @@ def _cmd_process(a, argv):
                 failed += 1
                 continue
             _print_summary(out, cfg)
+            if profile is not None:
+                print(timing.format_report(profile.last_report), file=sys.stderr)
     except InputError as e:
         raise _named_by_flags(e, keep) from None
     finally:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .. import timing
 from ..peaks import (
     DFT_MAX_MOVES,
     DFT_STEPS,
@@ -136,13 +137,12 @@ class FFTEngine(CorrelationEngine):
         keep = self.config.subpixel in SPECTRUM_METHODS
         cps = self._cross_power(tiles, refs, index)
         corr = self.backend.irfft2(cps, s=shape, overwrite=not keep)
-        return locate_peaks(corr.reshape(T, *shape), max_lag=self.max_lag, method=self.config.subpixel,
-                            cross_power=cps.reshape(T, *cps.shape[2:]) if keep else None,
-                            upsample=self.config.upsample, window_spectra=self._window_spectra, xp=self.xp)
+        with timing.stage("peaks"):
+            return locate_peaks(corr.reshape(T, *shape), max_lag=self.max_lag, method=self.config.subpixel,
+                                cross_power=cps.reshape(T, *cps.shape[2:]) if keep else None,
+                                upsample=self.config.upsample, window_spectra=self._window_spectra, xp=self.xp)
 
     def _locate_fused(self, tiles, T, refs, index):
-        from .gpu_ops import dft_refine, find_peaks
-
         method, shape = self.config.subpixel, self.fft_shape
         ref = self._set_payload(refs, index)
         spec = self.backend.rfft2(tiles, s=shape)
@@ -155,6 +155,12 @@ class FFTEngine(CorrelationEngine):
             corr = self.backend.irfft2(spec, s=shape, overwrite=method != "upsampled")
         corr = corr.reshape(T, *shape)
         spec = spec.reshape(T, *spec.shape[2:])
+        with timing.stage("peaks", xp=self.xp):
+            return self._peaks_fused(corr, spec, ref, refs, index, T, method, shape)
+
+    def _peaks_fused(self, corr, spec, ref, refs, index, T, method, shape):
+        from .gpu_ops import dft_refine, find_peaks
+
         kernel_method = {"upsampled": "none", "dft": "quadratic"}.get(method, method)
         # The refinements fit later: the kernel says which compensated peaks are barely concave.
         y, x, value, border, ly, lx, flat = find_peaks(corr, self.max_lag, kernel_method, self._lags, with_flat=True)

@@ -1312,3 +1312,15 @@ def write_dic_strain(path, strain, *, attrs: dict) -> None:
         d["strain"][...] = np.asarray(strain, dtype=np.float32)
         d.attrs["strain_parameters"] = json.dumps(attrs, sort_keys=True)
     _write_dic_pass(path, flag="strain_complete", what="strain", fill=fill)
+
+
+def write_profile(path, report: dict) -> None:
+    """Store a run's stage profile (``ebsdxc process --profile``, :mod:`ebsdxc.timing`) as the
+    JSON attribute ``profile`` of ``/ebsdxc``: provenance of where the run's time went."""
+    path = require_results(path)
+    with ResultsLock(path, command="profile"):
+        try:
+            with h5py.File(path, "r+") as f:
+                f[GROUP].attrs["profile"] = json.dumps(report)
+        except (OSError, RuntimeError, ValueError, KeyError) as e:
+            raise InputError(f"cannot store the run's profile ({_why(e)})", path) from None

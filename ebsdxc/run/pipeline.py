@@ -17,6 +17,7 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 
 from .. import status as st
+from .. import timing
 from ..backend import Backend
 from ..engines import PeakResult, make_engine
 from ..engines.fft import fft_shape
@@ -245,10 +246,13 @@ class Pipeline:
         refine = self.refiner is not None and references is None
         if not self._fused:
             B = patterns.shape[0]
-            prep = self.preprocessor.correct if converted else self.preprocessor
-            if preprocessed:
-                def prep(a):
+            correct = self.preprocessor.correct if converted else self.preprocessor
+
+            def prep(a):
+                if preprocessed:
                     return a
+                with timing.stage("preprocess"):
+                    return correct(a)
             if self._pool is None or B <= self._sub_batch:
                 return self._match_host(prep(patterns), index, refs, refine)
             parts = list(self._pool.map(
@@ -262,27 +266,35 @@ class Pipeline:
                                 for f in ("displacement", "peak_height", "status")), extra=extra)
         from ..engines.gpu_ops import prepare_tiles_padded
 
-        x = xp.asarray(patterns)
-        if preprocessed:
-            pass
-        elif converted:
-            x = self.preprocessor.correct(x)
-        elif not self.preprocessor.is_identity:  # else the tile kernel converts raw values itself
-            x = self.preprocessor(x)
-        B, n = x.shape[0], self.layout.n
-        frames = self._frames.get(B * n)
-        e, s = prepare_tiles_padded(x, self._origins, self.tile_shape, self.window, frames)
-        res = self.engine.match(frames.reshape(B, n, *frames.shape[1:]), e.reshape(B, n), s.reshape(B, n),
-                                references=refs, index=None if index is None else xp.asarray(index))
+        with timing.stage("preprocess", xp=xp):
+            x = xp.asarray(patterns)
+            if preprocessed:
+                pass
+            elif converted:
+                x = self.preprocessor.correct(x)
+            elif not self.preprocessor.is_identity:  # else the tile kernel converts raw values itself
+                x = self.preprocessor(x)
+            B, n = x.shape[0], self.layout.n
+            frames = self._frames.get(B * n)
+            e, s = prepare_tiles_padded(x, self._origins, self.tile_shape, self.window, frames)
+        with timing.stage("correlate", xp=xp):  # the engines mark their own peak stage inside
+            res = self.engine.match(frames.reshape(B, n, *frames.shape[1:]), e.reshape(B, n), s.reshape(B, n),
+                                    references=refs, index=None if index is None else xp.asarray(index))
         if refine:
-            res = self._refine(self.preprocessor.convert(x) if x.dtype.kind in "ui" else x, res, index)
+            with timing.stage("refine", xp=xp):
+                res = self._refine(self.preprocessor.convert(x) if x.dtype.kind in "ui" else x, res, index)
         return res
 
     def _match_host(self, x, index, refs, refine=False) -> PeakResult:
-        tiles = extract_tiles(x, self.layout, np, dtype=np.float32)
-        t, e, s = prepare_tiles(tiles, self.window, np, overwrite=True)
-        res = self.engine.match(t, e, s, references=refs, index=index)
-        return self._refine(x, res, index) if refine else res
+        with timing.stage("preprocess"):
+            tiles = extract_tiles(x, self.layout, np, dtype=np.float32)
+            t, e, s = prepare_tiles(tiles, self.window, np, overwrite=True)
+        with timing.stage("correlate"):
+            res = self.engine.match(t, e, s, references=refs, index=index)
+        if refine:
+            with timing.stage("refine"):
+                res = self._refine(x, res, index)
+        return res
 
     def _refine(self, x, res: PeakResult, index) -> PeakResult:
         d, h, s, record = self.refiner.refine(x, res.displacement, res.peak_height, res.status, index)

@@ -16,12 +16,13 @@ import os
 import numpy as np
 
 from .. import io as scan_io
+from .. import timing
 from ..backend import select_backend
 from ..crystal import matrix_to_euler as euler_of
 from ..errors import InputError
 from ..hrebsd import binned_geometry, compute_strain, grain_geometry, resolve_geometry, scan_metadata
 from ..icgn import ICGN_DESCRIPTIONS
-from ..io.results import ResultsWriter, input_record
+from ..io.results import ResultsWriter, input_record, write_profile
 from ..materials import stiffness_tensor
 from ..progress import NullProgress, Progress
 from ..references import ReferenceSet
@@ -50,7 +51,7 @@ SIMULATED = "simulated"
 def process(scan, *, ref=None, ref_index=None, reference_index=None, output=None, config=None, run=None,
             executor: Executor | None = None, dataset=None, format=None, grid_shape=None,  # noqa: A002
             resume=False, overwrite=False, progress: Progress | None = None, command_line: str = "",
-            orientations=None, grain_ids=None, grain_refs=None) -> str:
+            orientations=None, grain_ids=None, grain_refs=None, profile: timing.StageProfile | None = None) -> str:
     """Correlate every pattern of ``scan`` with its reference and write a results file.
 
     Parameters
@@ -92,6 +93,11 @@ def process(scan, *, ref=None, ref_index=None, reference_index=None, output=None
         A file of grain ids (rows, cols) to use instead of a segmentation.
     grain_refs : str, optional
         A file of one ``row,col`` reference point per grain instead of ``config.grains.rule``.
+    profile : ebsdxc.timing.StageProfile, optional
+        Record busy time per stage (read, transfer, preprocess, correlate, peaks, refine,
+        strain, write) into it; its report (``profile.last_report``) is also stored in the
+        results file (``/ebsdxc`` attribute ``profile``, JSON). Stages run in this process
+        only: a Dask run's workers are not seen.
 
     Returns
     -------
@@ -112,8 +118,15 @@ def process(scan, *, ref=None, ref_index=None, reference_index=None, output=None
         executor = _local_executor(run)
     try:
         grain_inputs = {"orientations": orientations, "grain_ids": grain_ids, "grain_refs": grain_refs}
-        return _process(source, ref, ref_index, reference_index, output, config, run, executor, resume, overwrite,
-                        progress, command_line, grain_inputs)
+        if profile is None:
+            return _process(source, ref, ref_index, reference_index, output, config, run, executor, resume,
+                            overwrite, progress, command_line, grain_inputs)
+        with timing.activate(profile):
+            out = _process(source, ref, ref_index, reference_index, output, config, run, executor, resume,
+                           overwrite, progress, command_line, grain_inputs)
+        profile.last_report = profile.report()
+        write_profile(out, profile.last_report)
+        return out
     finally:
         if own:
             executor.close()
@@ -293,19 +306,20 @@ def _process(source, ref, ref_index, reference_index, output, config, run, execu
                           else _reference_params(references, ref, grains))
             _run(job, executor, source, ref, ref_params, out, config, resume,
                  overwrite, progress, command_line, pipeline, grains, grain_inputs, calibration, sim, dic_points)
-            if dic:
-                if config.dic.incremental or config.dic.distortion is not None:
-                    dic_accumulate_pass(out, config, dic_points, shape)
-                dic_strain_pass(out, config, dic_points)
-            if simulated:
-                g_map, pc_map = simulated_geometry_maps(out)
-                compute_strain(out, config.strain, point_geometry(geom, config.strain, g_map, pc_map=pc_map,
-                                                                  path=source.path),
-                               backend=backend, overwrite=True, progress=progress)
-            elif geom is not None:
-                compute_strain(out, config.strain, geom, backend=backend, pipeline=pipeline,
-                               read_points=lambda flat: read_points(source, pre, flat),
-                               overwrite=True, progress=progress)
+            with timing.stage("strain"):
+                if dic:
+                    if config.dic.incremental or config.dic.distortion is not None:
+                        dic_accumulate_pass(out, config, dic_points, shape)
+                    dic_strain_pass(out, config, dic_points)
+                if simulated:
+                    g_map, pc_map = simulated_geometry_maps(out)
+                    compute_strain(out, config.strain, point_geometry(geom, config.strain, g_map, pc_map=pc_map,
+                                                                      path=source.path),
+                                   backend=backend, overwrite=True, progress=progress)
+                elif geom is not None:
+                    compute_strain(out, config.strain, geom, backend=backend, pipeline=pipeline,
+                                   read_points=lambda flat: read_points(source, pre, flat),
+                                   overwrite=True, progress=progress)
             return out
         finally:
             pipeline.close()
@@ -429,7 +443,8 @@ def _run(job, executor, source, ref, ref_param, out, config, resume, overwrite, 
             tasks = plan_tasks(done, executor.plan_rows(source.grid.cols))
 
             def emit(start, disp, height, status, extra=None):
-                writer.write(start, disp, height, status, extra)
+                with timing.stage("write"):
+                    writer.write(start, disp, height, status, extra)
                 progress.update(len(disp))
 
             try:

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .. import timing
 from ..backend import is_out_of_memory
 from ..engines import PeakResult
 from ..errors import InputError
@@ -57,7 +58,8 @@ class Reader(threading.Thread):
                     event.synchronize()  # the previous transfer out of this buffer has finished
                 view = buf[: b - a]
                 try:
-                    self.source.read_into(a, b, view)
+                    with timing.stage("read"):
+                        self.source.read_into(a, b, view)
                 except (OSError, ValueError) as e:  # a damaged or truncated file, read back mid-run
                     raise InputError(f"cannot read patterns {a} to {b - 1} ({e})", self.source.path) from e
                 self.ready.put(_Batch(start, stop, buf, view, start - a))
@@ -157,7 +159,8 @@ def stream_chunks(pipeline, source, chunks, *, emit, references=None, buffers=No
                 if be.is_gpu:
                     with compute:
                         dev = cp.empty(item.view.shape, dtype=item.view.dtype)
-                        dev.set(item.view, stream=compute)
+                        with timing.stage("transfer", xp=cp):
+                            dev.set(item.view, stream=compute)
                         reader.release(item.buffer, compute.record())
                         res = match(item, dev)
                         done_event = compute.record()
