@@ -66,8 +66,8 @@ def test_stages_from_other_threads_and_no_profile(clock):
 
 def test_process_profile_prints_the_stages_and_stores_them(tmp_path, sample_dir, capsys):
     out = tmp_path / "p.h5"
-    assert cli.main(["process", os.path.join(sample_dir, "scan.h5"), "--ref", os.path.join(sample_dir, "ref.tif"), "--device", "cpu",
-                     "-o", str(out), "-q", "--profile"]) == 0
+    assert cli.main(["process", os.path.join(sample_dir, "scan.h5"), "--ref", os.path.join(sample_dir, "ref.tif"),
+                     "--device", "cpu", "-o", str(out), "-q", "--profile"]) == 0
     err = capsys.readouterr().err
     with h5py.File(out, "r") as f:
         report = json.loads(f["ebsdxc"].attrs["profile"])
