@@ -7,9 +7,10 @@ events on the current stream, read only when the report is made, so timing never
 pipeline. A stage opened inside another is exclusive: the outer one's time stops while the
 inner one runs (an engine's ``peaks`` inside the pipeline's ``correlate``).
 
-The report gives each stage's busy time, its idle time (the run's wall time minus its busy
-time) and names the stage that bounds the run: the busiest one, which in a pipelined run (a
-reader thread ahead of the device) is the one the others wait for.
+The report gives each stage's busy time (summed over the threads that ran it: a CPU run's
+worker threads can make a stage busier than the wall time), its idle time (the run's wall time
+minus its busy time) and names the stage that bounds the run: the busiest one, which in a
+pipelined run (a reader thread ahead of the device) is the one the others wait for.
 """
 
 from __future__ import annotations
@@ -21,8 +22,10 @@ from collections import defaultdict
 
 __all__ = ["STAGES", "StageProfile", "activate", "active", "format_report", "stage"]
 
-#: The stages, in pipeline order (``refine``: whole-pattern IC-GN, when a run refines).
-STAGES = ("read", "transfer", "preprocess", "correlate", "peaks", "refine", "strain", "write")
+#: The stages, in pipeline order (``refine``: whole-pattern IC-GN, when a run refines), then
+#: ``other``: the time of the thread that ran the work outside every other stage (set-up, and
+#: waiting for the next batch), which never bounds the run.
+STAGES = ("read", "transfer", "preprocess", "correlate", "peaks", "refine", "strain", "write", "other")
 
 _active: StageProfile | None = None
 
@@ -101,7 +104,8 @@ class StageProfile:
         busy = self.busy()
         names = [s for s in STAGES if s in busy] + sorted(s for s in busy if s not in STAGES)
         stages = {n: {"busy_s": busy[n], "idle_s": max(0.0, wall - busy[n]), "calls": self._calls[n]} for n in names}
-        bound = max(names, key=lambda n: busy[n]) if names else None
+        work = [n for n in names if n != "other"]
+        bound = max(work, key=lambda n: busy[n]) if work else None
         return {"wall_s": wall, "bound": bound, "stages": stages}
 
 

@@ -121,7 +121,7 @@ def process(scan, *, ref=None, ref_index=None, reference_index=None, output=None
         if profile is None:
             return _process(source, ref, ref_index, reference_index, output, config, run, executor, resume,
                             overwrite, progress, command_line, grain_inputs)
-        with timing.activate(profile):
+        with timing.activate(profile), timing.stage("other"):
             out = _process(source, ref, ref_index, reference_index, output, config, run, executor, resume,
                            overwrite, progress, command_line, grain_inputs)
         profile.last_report = profile.report()
