@@ -22,10 +22,12 @@ from collections import defaultdict
 
 __all__ = ["STAGES", "StageProfile", "activate", "active", "format_report", "stage"]
 
-#: The stages, in pipeline order (``refine``: whole-pattern IC-GN, when a run refines), then
-#: ``other``: the time of the thread that ran the work outside every other stage (set-up, and
-#: waiting for the next batch), which never bounds the run.
-STAGES = ("read", "transfer", "preprocess", "correlate", "peaks", "refine", "strain", "write", "other")
+#: The stages, in pipeline order (``refine``: whole-pattern IC-GN, when a run refines;
+#: ``results``: a batch's results copied back to the host, on a GPU with the wait for the batch
+#: to finish), then ``other``: the time of the thread that ran the work outside every other
+#: stage (set-up, waiting for the reader). Neither of those two bounds a run: they wait.
+STAGES = ("read", "transfer", "preprocess", "correlate", "peaks", "refine", "results", "strain", "write",
+          "other")
 
 _active: StageProfile | None = None
 
@@ -104,7 +106,7 @@ class StageProfile:
         busy = self.busy()
         names = [s for s in STAGES if s in busy] + sorted(s for s in busy if s not in STAGES)
         stages = {n: {"busy_s": busy[n], "idle_s": max(0.0, wall - busy[n]), "calls": self._calls[n]} for n in names}
-        work = [n for n in names if n != "other"]
+        work = [n for n in names if n not in ("results", "other")]  # waits, not work
         bound = max(work, key=lambda n: busy[n]) if work else None
         return {"wall_s": wall, "bound": bound, "stages": stages}
 

@@ -191,7 +191,8 @@ def _flush(be, pending, emit, stream):
     start, res, event = pending
     if event is not None:
         stream.wait_event(event)
-    disp, height, status, extra = _to_host(be, res, stream)
+    with timing.stage("results"):  # copied back: on a GPU, also the wait for the batch to finish
+        disp, height, status, extra = _to_host(be, res, stream)
     if extra is None:
         emit(start, disp, height, status)
     else:
