@@ -405,6 +405,22 @@ __device__ __forceinline__ const float2* reference(const float2* __restrict__ re
     return ref + (set + t % n_ref) * NXH * NY;
 }
 
+// The 3x3 neighbourhood v[y][x] of the integer peak (ly, lx) of the map in shared memory,
+// divided by the window autocorrelation w (lag tables lag_y, lag_x) where comp.
+__device__ __forceinline__ void neighbourhood(const float* Mf, int ly, int lx, const double* lag_y,
+                                              const double* lag_x, int comp, double v[3][3], double w[3][3]) {
+    for (int a = 0; a < 3; ++a) {
+        const int yy = ((ly + a - 1) % NY + NY) % NY;
+        for (int q = 0; q < 3; ++q) {
+            const int xx = ((lx + q - 1) % NX + NX) % NX;
+            double val = Mf[yy * 2 * LD + xx];
+            w[a][q] = comp ? lag_y[yy] * lag_x[xx] : 1.0;
+            if (comp) val /= w[a][q];
+            v[a][q] = val;
+        }
+    }
+}
+
 }  // namespace fc
 
 // Correlation maps (T, NY, NX) in the circular lag layout of the FFT engine. ref_of, indexed:
@@ -455,16 +471,7 @@ fused_peaks(const float* __restrict__ tiles, long long frame, int row, const flo
     double dy = 0.0, dx = 0.0;
     if (method != M_NONE) {
         double v[3][3], w[3][3];
-        for (int a = 0; a < 3; ++a) {
-            const int yy = ((ly + a - 1) % NY + NY) % NY;
-            for (int q = 0; q < 3; ++q) {
-                const int xx = ((lx + q - 1) % NX + NX) % NX;
-                double val = Mf[yy * 2 * LD + xx];
-                w[a][q] = comp ? lag_y[yy] * lag_x[xx] : 1.0;
-                if (comp) val /= w[a][q];
-                v[a][q] = val;
-            }
-        }
+        neighbourhood(Mf, ly, lx, lag_y, lag_x, comp, v, w);
         if (method == M_PARABOLIC) fit_3x3<M_PARABOLIC>(v, dy, dx);
         else if (method == M_GAUSSIAN) fit_3x3<M_GAUSSIAN>(v, dy, dx);
         else fit_3x3<M_QUADRATIC>(v, dy, dx);
@@ -687,16 +694,7 @@ __device__ void integer_start(const float* Mf, const GridScratch& d, const doubl
         out_value[t] = best;
         out_border[t] = ((RY > 0 && abs(ly) == RY) || (RX > 0 && abs(lx) == RX)) ? 1 : 0;
         double v[3][3], w[3][3], dy = 0.0, dx = 0.0;
-        for (int a = 0; a < 3; ++a) {
-            const int yy = ((ly + a - 1) % NY + NY) % NY;
-            for (int q = 0; q < 3; ++q) {
-                const int xx = ((lx + q - 1) % NX + NX) % NX;
-                double val = Mf[yy * 2 * LD + xx];
-                w[a][q] = comp ? lag_y[yy] * lag_x[xx] : 1.0;
-                if (comp) val /= w[a][q];
-                v[a][q] = val;
-            }
-        }
+        neighbourhood(Mf, ly, lx, lag_y, lag_x, comp, v, w);
         const bool flat = comp && barely_concave(v, w);
         if (fit) {
             fit_3x3<M_QUADRATIC>(v, dy, dx);
