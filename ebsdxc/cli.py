@@ -427,6 +427,19 @@ def _parser():
     pb.add_argument("--from-csv", metavar="CSV", help="no GPU: rebuild the table and plot from an earlier CSV")
     pb.add_argument("--overwrite", action="store_true", help="replace existing output files")
     pb.add_argument("--device", default="cuda", help="cuda or cuda:N")
+    pb.add_argument("--pipeline", nargs="?", const="paper-86roi-96", metavar="RECIPE",
+                    help="time a whole run on a synthetic scan it writes (in --out) next to this machine's "
+                         "bounds measured in the same run: reading the file, host-to-device copies, the engine "
+                         "alone (recipe default paper-86roi-96; with --patterns, --pattern-size, --max-shift, "
+                         "--repeats, --batch)")
+    pb.add_argument("--patterns", type=_positive_int, default=50000, metavar="N",
+                    help="--pipeline: patterns in the scan (default 50000)")
+    pb.add_argument("--pattern-size", type=_positive_int, default=256, metavar="PX",
+                    help="--pipeline: pattern side (default 256)")
+    pb.add_argument("--max-shift", type=_positive_int, metavar="PX", help="--pipeline: window mode, +- PX")
+    pb.add_argument("--repeats", type=_positive_int, default=3, metavar="N",
+                    help="--pipeline: repeats of every measurement (default 3)")
+    pb.add_argument("--batch", type=_positive_int, metavar="N", help="--pipeline: patterns per batch")
     return p
 
 
@@ -910,10 +923,29 @@ def _cmd_recipes(a, argv):
     return 0
 
 
+def _cmd_bench_pipeline(a):
+    import dataclasses
+
+    from .config import RunConfig, load_config
+    from .run.bench_pipeline import format_table, measure
+
+    cfg = load_config(a.pipeline)[0]
+    if a.max_shift:
+        cfg = cfg.replace(correlation=dataclasses.replace(cfg.correlation, mode="window", max_shift=a.max_shift))
+    run = RunConfig(device=a.device, batch=a.batch)
+    result = measure(cfg, run, patterns=a.patterns, shape=(a.pattern_size, a.pattern_size), workdir=a.out,
+                     repeats=a.repeats)
+    print(format_table(result))
+    return 0
+
+
 def _cmd_bench(a, argv):
     import os
 
     from . import bench
+
+    if a.pipeline:
+        return _cmd_bench_pipeline(a)
 
     sizes = bench.TABLE1_SIZES
     if a.sizes:

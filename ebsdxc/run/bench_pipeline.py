@@ -1,0 +1,168 @@
+"""``ebsdxc bench --pipeline``: a whole run on a synthetic scan, next to the bounds this machine
+sets, all measured in the same process.
+
+The scan is written first (HDF5, uint16, one chunk per pattern, smooth random patterns: the
+content does not change the work) and read once, so it is in the page cache as in the issue's
+set-up. Then, ``repeats`` times each, the figures of :func:`measure`:
+
+- **end to end**: :func:`ebsdxc.run.process` on the file, patterns/s while streaming (from the
+  first batch to the last) and over the whole wall time (set-up included), with the stage
+  profile (:mod:`ebsdxc.timing`) that says which stage bounds it;
+- **read bound**: the scan read batch by batch into host memory by the same reader, nothing else;
+- **host-to-device bound** (GPU): a pinned batch copied to the device on one stream;
+- **engine bound**: the run's per-batch pipeline (preprocessing, correlation, peaks) on
+  patterns already on the device.
+
+Every figure is the median of the repeats with its range; the end-to-end rate is also given
+as a share of the smallest bound.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+import numpy as np
+
+from .. import timing
+from ..backend import select_backend
+from ..progress import RecordingProgress
+from ..references import ReferenceSet
+from ..rois import layout_for
+from .pipeline import Pipeline
+
+__all__ = ["write_scan", "read_rate", "transfer_rate", "engine_rate", "measure", "format_table"]
+
+
+def write_scan(path, n: int, shape=(256, 256), *, distinct: int = 16, seed: int = 0) -> str:
+    """An HDF5 scan of ``n`` uint16 patterns (``/patterns``, chunks of one pattern): ``distinct``
+    smooth random patterns, repeated."""
+    import h5py
+
+    h, w = shape
+    rng = np.random.default_rng(seed)
+    ky = np.fft.fftfreq(h)[:, None]
+    kx = np.fft.rfftfreq(w)[None, :]
+    lowpass = np.exp(-(kx ** 2 + ky ** 2) / (2 * 0.03 ** 2))
+    base = np.fft.irfft2(np.fft.rfft2(rng.standard_normal((distinct, h, w))) * lowpass, s=(h, w))
+    base -= base.min(axis=(1, 2), keepdims=True)
+    base = (base / base.max(axis=(1, 2), keepdims=True) * 50000 + 5000).astype(np.uint16)
+    with h5py.File(path, "w") as f:
+        ds = f.create_dataset("patterns", shape=(n, h, w), dtype=np.uint16, chunks=(1, h, w))
+        step = 1024
+        for i in range(0, n, step):
+            k = min(step, n - i)
+            ds[i:i + k] = base[np.arange(i, i + k) % distinct]
+    return str(path)
+
+
+def read_rate(source, batch: int) -> float:
+    """Patterns/s of reading the whole scan batch by batch into one host buffer."""
+    buf = np.empty((batch, *source.pattern_shape), dtype=source.dtype.newbyteorder("="))
+    n = source.n_patterns
+    t = time.perf_counter()
+    for i in range(0, n, batch):
+        k = min(batch, n - i)
+        source.read_into(i, i + k, buf[:k])
+    return n / (time.perf_counter() - t)
+
+
+def transfer_rate(backend, shape, dtype, batch: int, reps: int = 20) -> float | None:
+    """Patterns/s of pinned host-to-device copies of a batch (None on the CPU)."""
+    if not backend.is_gpu:
+        return None
+    import cupy as cp
+    import cupyx
+
+    host = cupyx.empty_pinned((batch, *shape), dtype=dtype)
+    host[...] = 1
+    dev = cp.empty(host.shape, dtype=host.dtype)
+    stream = cp.cuda.Stream(non_blocking=True)
+    dev.set(host, stream=stream)
+    stream.synchronize()
+    t = time.perf_counter()
+    for _ in range(reps):
+        dev.set(host, stream=stream)
+    stream.synchronize()
+    return reps * batch / (time.perf_counter() - t)
+
+
+def engine_rate(pipeline, patterns, reps: int = 10) -> float:
+    """Patterns/s of the per-batch pipeline on ``patterns`` (B, H, W) already where it runs."""
+    be = pipeline.backend
+    pipeline.match(patterns)  # compiles, plans
+    be.synchronize()
+    t = time.perf_counter()
+    for _ in range(reps):
+        pipeline.match(patterns)
+    be.synchronize()
+    return reps * len(patterns) / (time.perf_counter() - t)
+
+
+def _median(values):
+    v = [x for x in values if x is not None]
+    if not v:
+        return None
+    return {"median": float(np.median(v)), "min": float(min(v)), "max": float(max(v))}
+
+
+def measure(config, run, *, patterns: int, shape=(256, 256), workdir: str, repeats: int = 3) -> dict:
+    """The figures of the module docstring for ``config`` (a ProcessConfig) and ``run`` (a
+    RunConfig), on a scan of ``patterns`` patterns of ``shape`` written into ``workdir``."""
+    import tifffile
+
+    from .. import io as scan_io
+    from .process import process
+
+    os.makedirs(workdir, exist_ok=True)
+    scan = write_scan(os.path.join(workdir, f"bench-pipeline-{patterns}-{shape[0]}x{shape[1]}.h5"), patterns, shape)
+    ref = os.path.join(workdir, "bench-pipeline-ref.tif")
+    source = scan_io.open_scan(scan)
+    first = source.read(0, 1)[0]
+    tifffile.imwrite(ref, first)
+    out = os.path.join(workdir, "bench-pipeline-result.h5")
+    be = select_backend(run.device)
+    batch = run.batch or 512
+    rows = {"end to end, streaming": [], "end to end, wall with set-up": [], "read bound": [],
+            "host-to-device bound": [], "engine bound": []}
+    bounds_by = []
+    read_rate(source, batch)  # into the page cache
+    with be.use():
+        layout = layout_for(config.roi, source.pattern_shape, path=scan)
+        pipe = Pipeline(be, config, layout, ReferenceSet.single(first))
+        dev = be.xp.asarray(source.read(0, min(batch, patterns)))
+        for _ in range(repeats):
+            prog, prof = RecordingProgress(), timing.StageProfile()
+            t = time.perf_counter()
+            process(scan, ref=ref, output=out, config=config, run=run, overwrite=True, progress=prog, profile=prof)
+            wall = time.perf_counter() - t
+            rows["end to end, streaming"].append(prog.count / prog.elapsed if prog.elapsed else None)
+            rows["end to end, wall with set-up"].append(patterns / wall)
+            bounds_by.append(prof.last_report["bound"])
+            rows["read bound"].append(read_rate(source, batch))
+            rows["host-to-device bound"].append(transfer_rate(be, source.pattern_shape, source.dtype, batch))
+            rows["engine bound"].append(engine_rate(pipe, dev))
+        pipe.close()
+    source.close()
+    figures = {k: _median(v) for k, v in rows.items()}
+    bounds = [figures[k]["median"] for k in ("read bound", "host-to-device bound", "engine bound")
+              if figures[k] is not None]
+    e2e = figures["end to end, streaming"]["median"]
+    return {"device": be.name, "patterns": patterns, "shape": list(shape), "batch": batch, "repeats": repeats,
+            "figures": figures, "smallest_bound": min(bounds), "share_of_bound": e2e / min(bounds),
+            "profile_bound": max(set(bounds_by), key=bounds_by.count)}
+
+
+def format_table(result: dict) -> str:
+    lines = [f"{result['device']}: {result['patterns']} patterns of {result['shape'][1]}x{result['shape'][0]} "
+             f"uint16 from HDF5 (page cache), batches of {result['batch']}, median of {result['repeats']}",
+             "", "| measure | patterns/s | range |", "|---|---|---|"]
+    for k, f in result["figures"].items():
+        if f is None:
+            lines.append(f"| {k} | (no GPU) | |")
+        else:
+            lines.append(f"| {k} | {f['median']:,.0f} | {f['min']:,.0f} - {f['max']:,.0f} |")
+    lines += ["", f"end to end (streaming) = {100 * result['share_of_bound']:.0f}% of the smallest bound "
+                  f"({result['smallest_bound']:,.0f} patterns/s); the run's profile names "
+                  f"'{result['profile_bound']}' as its bound"]
+    return "\n".join(lines)
