@@ -440,6 +440,8 @@ def _parser():
     pb.add_argument("--repeats", type=_positive_int, default=3, metavar="N",
                     help="--pipeline: repeats of every measurement (default 3)")
     pb.add_argument("--batch", type=_positive_int, metavar="N", help="--pipeline: patterns per batch")
+    pb.add_argument("--chunk", type=_positive_int, default=64, metavar="N",
+                    help="--pipeline: patterns per HDF5 chunk of the scan (default 64)")
     return p
 
 
@@ -934,7 +936,7 @@ def _cmd_bench_pipeline(a):
         cfg = cfg.replace(correlation=dataclasses.replace(cfg.correlation, mode="window", max_shift=a.max_shift))
     run = RunConfig(device=a.device, batch=a.batch)
     result = measure(cfg, run, patterns=a.patterns, shape=(a.pattern_size, a.pattern_size), workdir=a.out,
-                     repeats=a.repeats)
+                     repeats=a.repeats, chunk=a.chunk)
     print(format_table(result))
     return 0
 

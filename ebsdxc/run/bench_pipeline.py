@@ -34,9 +34,9 @@ from .pipeline import Pipeline
 __all__ = ["write_scan", "read_rate", "transfer_rate", "engine_rate", "measure", "format_table"]
 
 
-def write_scan(path, n: int, shape=(256, 256), *, distinct: int = 16, seed: int = 0) -> str:
-    """An HDF5 scan of ``n`` uint16 patterns (``/patterns``, chunks of one pattern): ``distinct``
-    smooth random patterns, repeated."""
+def write_scan(path, n: int, shape=(256, 256), *, chunk: int = 64, distinct: int = 16, seed: int = 0) -> str:
+    """An HDF5 scan of ``n`` uint16 patterns (``/patterns``, uncompressed chunks of ``chunk``
+    patterns): ``distinct`` smooth random patterns, repeated."""
     import h5py
 
     h, w = shape
@@ -48,7 +48,7 @@ def write_scan(path, n: int, shape=(256, 256), *, distinct: int = 16, seed: int 
     base -= base.min(axis=(1, 2), keepdims=True)
     base = (base / base.max(axis=(1, 2), keepdims=True) * 50000 + 5000).astype(np.uint16)
     with h5py.File(path, "w") as f:
-        ds = f.create_dataset("patterns", shape=(n, h, w), dtype=np.uint16, chunks=(1, h, w))
+        ds = f.create_dataset("patterns", shape=(n, h, w), dtype=np.uint16, chunks=(min(chunk, n), h, w))
         step = 1024
         for i in range(0, n, step):
             k = min(step, n - i)
@@ -106,16 +106,18 @@ def _median(values):
     return {"median": float(np.median(v)), "min": float(min(v)), "max": float(max(v))}
 
 
-def measure(config, run, *, patterns: int, shape=(256, 256), workdir: str, repeats: int = 3) -> dict:
+def measure(config, run, *, patterns: int, shape=(256, 256), workdir: str, repeats: int = 3, chunk: int = 64) -> dict:
     """The figures of the module docstring for ``config`` (a ProcessConfig) and ``run`` (a
-    RunConfig), on a scan of ``patterns`` patterns of ``shape`` written into ``workdir``."""
+    RunConfig), on a scan of ``patterns`` patterns of ``shape`` (HDF5 chunks of ``chunk``
+    patterns) written into ``workdir``."""
     import tifffile
 
     from .. import io as scan_io
     from .process import process
 
     os.makedirs(workdir, exist_ok=True)
-    scan = write_scan(os.path.join(workdir, f"bench-pipeline-{patterns}-{shape[0]}x{shape[1]}.h5"), patterns, shape)
+    scan = write_scan(os.path.join(workdir, f"bench-pipeline-{patterns}-{shape[0]}x{shape[1]}-c{chunk}.h5"), patterns,
+                      shape, chunk=chunk)
     ref = os.path.join(workdir, "bench-pipeline-ref.tif")
     source = scan_io.open_scan(scan)
     first = source.read(0, 1)[0]
@@ -148,14 +150,16 @@ def measure(config, run, *, patterns: int, shape=(256, 256), workdir: str, repea
     bounds = [figures[k]["median"] for k in ("read bound", "host-to-device bound", "engine bound")
               if figures[k] is not None]
     e2e = figures["end to end, streaming"]["median"]
-    return {"device": be.name, "patterns": patterns, "shape": list(shape), "batch": batch, "repeats": repeats,
+    return {"device": be.name, "patterns": patterns, "shape": list(shape), "chunk": chunk, "batch": batch,
+            "repeats": repeats,
             "figures": figures, "smallest_bound": min(bounds), "share_of_bound": e2e / min(bounds),
             "profile_bound": max(set(bounds_by), key=bounds_by.count)}
 
 
 def format_table(result: dict) -> str:
     lines = [f"{result['device']}: {result['patterns']} patterns of {result['shape'][1]}x{result['shape'][0]} "
-             f"uint16 from HDF5 (page cache), batches of {result['batch']}, median of {result['repeats']}",
+             f"uint16 from HDF5 (chunks of {result['chunk']}, page cache), batches of {result['batch']}, "
+             f"median of {result['repeats']}",
              "", "| measure | patterns/s | range |", "|---|---|---|"]
     for k, f in result["figures"].items():
         if f is None:

@@ -13,10 +13,10 @@ from ebsdxc.run.bench_pipeline import measure, write_scan
 
 
 def test_synthetic_scan_is_what_it_says(tmp_path):
-    path = write_scan(tmp_path / "s.h5", 40, (32, 48), distinct=4)
+    path = write_scan(tmp_path / "s.h5", 40, (32, 48), distinct=4, chunk=16)
     with h5py.File(path, "r") as f:
         p = f["patterns"]
-        assert p.shape == (40, 32, 48) and p.dtype == np.uint16 and p.chunks == (1, 32, 48)
+        assert p.shape == (40, 32, 48) and p.dtype == np.uint16 and p.chunks == (16, 32, 48)
         a = p[...]
     np.testing.assert_array_equal(a[0], a[4])  # distinct patterns, repeated
     assert not np.array_equal(a[0], a[1]) and a.min() >= 5000 and a.max() <= 55000
