@@ -107,11 +107,8 @@ def match_tiled(read_reference, read_frame, shape, points, *, config: dic.DicCon
     ok = np.ones(N, bool) if valid is None else np.asarray(valid, dtype=bool).reshape(-1)
     prepare = prepare or (lambda a: np.asarray(a, dtype=np.float32))
     k = dic.binning_factor(shape, c.coarse_size)
-    a = binned_image(read_reference, shape, k)
-    b = binned_image(read_frame, shape, k)
-    probe = prepare(np.zeros((1, 1), np.float32))
-    xp = __import__("cupy") if type(probe).__module__.startswith("cupy") else np
-    shift = dic.binned_shift(xp.asarray(a), xp.asarray(b), k)
+    # at most coarse_size px a side: on the host wherever the windows are matched
+    shift = dic.binned_shift(binned_image(read_reference, shape, k), binned_image(read_frame, shape, k), k)
 
     disp = np.full((N, 2), np.nan)
     zncc = np.full(N, np.nan, np.float32)

@@ -61,6 +61,21 @@ def tiff_checked(path):
         raise complaint()
 
 
+@contextlib.contextmanager
+def open_tiff(path):
+    """``tifffile.TiffFile(path)`` inside :func:`tiff_checked`: anything else tifffile raises for
+    a damaged file (it raises many kinds) becomes one :class:`InputError` naming ``path``."""
+    import tifffile
+
+    try:
+        with tiff_checked(path), tifffile.TiffFile(path) as tif:
+            yield tif
+    except InputError:
+        raise
+    except Exception as exc:
+        raise InputError(f"could not be read as a TIFF image ({exc})", path) from exc
+
+
 def check_page(page, path) -> None:
     """Refuse a TIFF page whose tags contradict each other: no pixel type (a damaged
     BitsPerSample), or uncompressed strips holding other than width x height pixels (a

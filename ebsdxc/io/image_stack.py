@@ -35,7 +35,7 @@ import struct
 import numpy as np
 
 from ..errors import InputError
-from .image import TIFF_MAGIC, check_page, read_page_window, tiff_checked
+from .image import TIFF_MAGIC, check_page, open_tiff, read_page_window, tiff_checked
 from .source import PatternSource, choose_grid
 
 NAME = "image_stack"
@@ -175,17 +175,10 @@ def image_info(path) -> tuple[tuple[int, int], np.dtype, str]:
 def read_image(path, kind: str) -> np.ndarray:
     """The pixels of one image file (``kind`` from :func:`image_info`)."""
     if kind == "tiff":
-        import tifffile
-
-        try:
-            # The page directly: a third faster than imread, which looks for series.
-            with tiff_checked(path), tifffile.TiffFile(path) as tif:
-                check_page(tif.pages[0], path)
-                return tif.pages[0].asarray()
-        except InputError:
-            raise
-        except Exception as exc:
-            raise InputError(f"could not be read as a TIFF image ({exc})", path) from exc
+        # The page directly: a third faster than imread, which looks for series.
+        with open_tiff(path) as tif:
+            check_page(tif.pages[0], path)
+            return tif.pages[0].asarray()
     try:
         from PIL import Image
     except ImportError:
@@ -252,19 +245,12 @@ class ImageStackSource(PatternSource):
         path = self.files[rec]
         if self._kinds[rec] != "tiff":
             return np.ascontiguousarray(read_image(path, self._kinds[rec])[r0:r1, c0:c1])
-        import tifffile
-
-        try:
-            with tiff_checked(path), tifffile.TiffFile(path) as tif:
-                page = tif.pages[0]
-                if tuple(page.shape) != self.pattern_shape:
-                    raise InputError(f"is now {page.shape[0]} x {page.shape[1]} px, not the {self.pattern_shape[0]} "
-                                     f"x {self.pattern_shape[1]} px it had when the stack was opened", path)
-                return read_page_window(tif, page, path, (r0, r1), (c0, c1))
-        except InputError:
-            raise
-        except Exception as exc:
-            raise InputError(f"could not be read as a TIFF image ({exc})", path) from exc
+        with open_tiff(path) as tif:
+            page = tif.pages[0]
+            if tuple(page.shape) != self.pattern_shape:
+                raise InputError(f"is now {page.shape[0]} x {page.shape[1]} px, not the {self.pattern_shape[0]} "
+                                 f"x {self.pattern_shape[1]} px it had when the stack was opened", path)
+            return read_page_window(tif, page, path, (r0, r1), (c0, c1))
 
 
 # --------------------------------------------------------------------------- open

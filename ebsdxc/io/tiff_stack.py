@@ -16,7 +16,7 @@ import os
 import numpy as np
 
 from ..errors import InputError
-from .image import check_page, is_tiff_file, read_page_window, tiff_checked
+from .image import check_page, is_tiff_file, open_tiff, read_page_window
 from .source import PatternSource, choose_grid
 
 NAME = "tiff_stack"
@@ -29,12 +29,6 @@ def detect(path) -> bool:
         return os.path.isfile(path) and is_tiff_file(path)
     except TypeError:  # a list of files: an image stack
         return False
-
-
-def _open_tiff(path):
-    import tifffile
-
-    return tifffile.TiffFile(path)
 
 
 def _page_info(page, path, k):
@@ -70,27 +64,17 @@ class TiffStackSource(PatternSource):
         return page
 
     def read_records(self, start: int, stop: int, out: np.ndarray) -> None:
-        try:
-            with tiff_checked(self.path), _open_tiff(self.path) as tif:
-                for i in range(start, stop):
-                    out[i - start] = self._page(tif, i).asarray()
-        except InputError:
-            raise
-        except Exception as exc:  # tifffile raises many kinds for damaged files
-            raise InputError(f"could not be read as a TIFF image ({exc})", self.path) from exc
+        with open_tiff(self.path) as tif:
+            for i in range(start, stop):
+                out[i - start] = self._page(tif, i).asarray()
 
     def read_window(self, index, rows, cols) -> np.ndarray:
         r0, r1, c0, c1 = self._check_window(index, rows, cols)
         rec = self._record_of(index)
         if rec < 0:
             return np.zeros((r1 - r0, c1 - c0), self.dtype)
-        try:
-            with tiff_checked(self.path), _open_tiff(self.path) as tif:
-                return read_page_window(tif, self._page(tif, rec), self.path, (r0, r1), (c0, c1))
-        except InputError:
-            raise
-        except Exception as exc:
-            raise InputError(f"could not be read as a TIFF image ({exc})", self.path) from exc
+        with open_tiff(self.path) as tif:
+            return read_page_window(tif, self._page(tif, rec), self.path, (r0, r1), (c0, c1))
 
 
 def open(path, *, dataset=None, grid_shape=None) -> TiffStackSource:  # noqa: A001 - registry interface
@@ -105,22 +89,17 @@ def open(path, *, dataset=None, grid_shape=None) -> TiffStackSource:  # noqa: A0
     path = os.fspath(path)
     if dataset is not None:
         raise InputError(f"a TIFF file has no datasets; --dataset {dataset!r} does not apply", path)
-    try:
-        with tiff_checked(path), _open_tiff(path) as tif:
-            pages = list(tif.pages)
-            if not pages:
-                raise InputError("holds no image", path)
-            shape0, dtype0 = _page_info(pages[0], path, 0)
-            for k, page in enumerate(pages[1:], 1):
-                shape, dtype = _page_info(page, path, k)
-                if shape != shape0 or dtype != dtype0:
-                    raise InputError(f"page {k} is {shape[1]}x{shape[0]} px {dtype.name} but page 0 is "
-                                     f"{shape0[1]}x{shape0[0]} px {dtype0.name}; all pages must share shape "
-                                     "and dtype", path)
-    except InputError:
-        raise
-    except Exception as exc:  # tifffile raises many kinds for damaged files
-        raise InputError(f"could not be read as a TIFF image ({exc})", path) from exc
+    with open_tiff(path) as tif:
+        pages = list(tif.pages)
+        if not pages:
+            raise InputError("holds no image", path)
+        shape0, dtype0 = _page_info(pages[0], path, 0)
+        for k, page in enumerate(pages[1:], 1):
+            shape, dtype = _page_info(page, path, k)
+            if shape != shape0 or dtype != dtype0:
+                raise InputError(f"page {k} is {shape[1]}x{shape[0]} px {dtype.name} but page 0 is "
+                                 f"{shape0[1]}x{shape0[0]} px {dtype0.name}; all pages must share shape "
+                                 "and dtype", path)
     grid = choose_grid(None, grid_shape, len(pages), path)
     meta = {"n_pages": len(pages)}
     if len(pages) < grid.n_points:

@@ -129,9 +129,8 @@ class DicPipeline:
         shape = self.preprocessor.output_shape(references.pattern_shape)
         # A frame larger than a tile is never read whole: the frames' source hands windows
         # to dic_tiles (the streaming reads nothing), the reference stays raw on the host.
-        self.tiled = 0 < config.dic.tile < max(shape)
-        self.reads_frames = self.tiled
-        if self.tiled:
+        self.reads_frames = 0 < config.dic.tile < max(shape)
+        if self.reads_frames:
             if not self.preprocessor.is_identity:
                 raise InputError(f"frames larger than dic.tile ({config.dic.tile} px) are read window by window; "
                                  "preprocessing applies to whole images: turn it off, or raise dic.tile")
@@ -157,8 +156,6 @@ class DicPipeline:
 
     def _match_tiled(self, index):
         """Frames ``index`` (flat), each read window by window from :attr:`frames`."""
-        xp = self.backend.xp
-        n = self.layout.n
         present = None if self.frames.present is None else self.frames.present.reshape(-1)
         out = []
         for f in np.asarray(index, dtype=np.int64).reshape(-1):
@@ -181,12 +178,18 @@ class DicPipeline:
                     return self.reference_raw[rows[0]:rows[1], cols[0]:cols[1]]
             out.append(dic_tiles.match_tiled(read_ref, read_frame, self.shape, self.grid, config=self.config.dic,
                                              valid=self.valid, prepare=self._prepare))
-        B = len(out)
+        return self._peak_result(out)
+
+    def _peak_result(self, matches) -> PeakResult:
+        """:class:`PeakResult` (B, n_subsets) on the backend of B frames' :class:`SubsetMatch`
+        (None: no frame, or no frame before it in incremental mode: ``MISSING_PATTERN``)."""
+        xp = self.backend.xp
+        B, n = len(matches), self.layout.n
         disp = np.full((B, n, 2), np.nan, np.float32)
         zncc = np.full((B, n), np.nan, np.float32)
         status = np.full((B, n), st.MISSING_PATTERN, np.uint8)
         iterations = np.full((B, n), -1, np.int16)
-        for b, m in enumerate(out):
+        for b, m in enumerate(matches):
             if m is not None:
                 disp[b], zncc[b], status[b], iterations[b] = m.displacement, m.zncc, m.status, m.iterations
         return PeakResult(xp.asarray(disp), xp.asarray(zncc), xp.asarray(status),
@@ -202,11 +205,8 @@ class DicPipeline:
             return self._match_tiled(index)
         xp = self.backend.xp
         frames = xp.asarray(patterns)
-        B, n = frames.shape[0], self.layout.n
-        disp = np.full((B, n, 2), np.nan, np.float32)
-        zncc = np.full((B, n), np.nan, np.float32)
-        status = np.full((B, n), st.MISSING_PATTERN, np.uint8)
-        iterations = np.full((B, n), -1, np.int16)
+        B = frames.shape[0]
+        out = [None] * B
         x = self.preprocessor(frames)
         flat = None if index is None else np.asarray(index, dtype=np.int64).reshape(-1)
         incremental = self.config.dic.incremental
@@ -226,14 +226,9 @@ class DicPipeline:
                     if not bool((prev != 0).any()):
                         continue
                     ref = self.preprocessor(prev)[0]
-            m = dic_stage.match_subsets(ref, x[b], self.points, config=self.config.dic, valid=self.valid,
-                                        grid_shape=self.grid_shape)
-            disp[b] = m.displacement
-            zncc[b] = m.zncc
-            status[b] = m.status
-            iterations[b] = m.iterations
-        return PeakResult(xp.asarray(disp), xp.asarray(zncc), xp.asarray(status),
-                          extra={"dic/subset_iterations": xp.asarray(iterations)})
+            out[b] = dic_stage.match_subsets(ref, x[b], self.points, config=self.config.dic, valid=self.valid,
+                                             grid_shape=self.grid_shape)
+        return self._peak_result(out)
 
     def streams(self):
         if self._streams is None:
@@ -258,7 +253,7 @@ class DicPipeline:
         temporaries (whole images), the subsets' templates and search windows are batched
         inside a frame."""
         h, w = self.reference_set.pattern_shape
-        if self.tiled:  # windows of a tile, not frames, are in memory
+        if self.reads_frames:  # windows of a tile, not frames, are in memory
             h = w = self.config.dic.tile + 2 * (self.config.dic.tile_margin + self.config.dic.subset)
         return int(h * w * 8 * 6)
 
