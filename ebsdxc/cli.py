@@ -339,8 +339,8 @@ def _parser():
     pp.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
     pp.add_argument("--profile", action="store_true",
                     help="print busy and idle time per stage (read, transfer, preprocess, correlate, peaks, "
-                         "refine, strain, write) and the stage that bounds the run; also kept in the results "
-                         "file (attribute 'profile')")
+                         "refine, results, strain, write, other) and the stage that bounds the run; also kept in "
+                         "the results file (attribute 'profile')")
     _strain_options(pp, in_process=True)
 
     ps = sub.add_parser("strain", help="strain and rotation from an existing results file",

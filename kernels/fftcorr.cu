@@ -557,7 +557,7 @@ __device__ float2 weight_half(double t) {
     return make_float2(re, im);
 }
 
-// Scratch of the dft and upsampled kernels after the window lag tables (FusedPlan: dft_scratch
+// Scratch of the dft and upsampled kernels after the window lag tables (fused._grid_scratch
 // bytes for a grid of R x R lags).
 struct GridScratch {
     double* pos;  // y, x, ly, lx, flat, again

@@ -8,6 +8,7 @@ arrive; then the strain pass when a material is given.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import json
@@ -94,10 +95,9 @@ def process(scan, *, ref=None, ref_index=None, reference_index=None, output=None
     grain_refs : str, optional
         A file of one ``row,col`` reference point per grain instead of ``config.grains.rule``.
     profile : ebsdxc.timing.StageProfile, optional
-        Record busy time per stage (read, transfer, preprocess, correlate, peaks, refine,
-        strain, write) into it; its report (``profile.last_report``) is also stored in the
-        results file (``/ebsdxc`` attribute ``profile``, JSON). Stages run in this process
-        only: a Dask run's workers are not seen.
+        Record busy time per stage (:data:`ebsdxc.timing.STAGES`) into it; its report
+        (``profile.last_report``) is also stored in the results file (``/ebsdxc`` attribute
+        ``profile``, JSON). Stages run in this process only: a Dask run's workers are not seen.
 
     Returns
     -------
@@ -118,14 +118,12 @@ def process(scan, *, ref=None, ref_index=None, reference_index=None, output=None
         executor = _local_executor(run)
     try:
         grain_inputs = {"orientations": orientations, "grain_ids": grain_ids, "grain_refs": grain_refs}
-        if profile is None:
-            return _process(source, ref, ref_index, reference_index, output, config, run, executor, resume,
-                            overwrite, progress, command_line, grain_inputs)
-        with timing.activate(profile), timing.stage("other"):
+        with timing.activate(profile) if profile else contextlib.nullcontext(), timing.stage("other"):
             out = _process(source, ref, ref_index, reference_index, output, config, run, executor, resume,
                            overwrite, progress, command_line, grain_inputs)
-        profile.last_report = profile.report()
-        write_profile(out, profile.last_report)
+        if profile is not None:
+            profile.last_report = profile.report()
+            write_profile(out, profile.last_report)
         return out
     finally:
         if own:
