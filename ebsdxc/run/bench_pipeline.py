@@ -31,6 +31,7 @@ from ..progress import RecordingProgress
 from ..references import ReferenceSet
 from ..rois import layout_for
 from .pipeline import Pipeline
+from .streaming import host_buffers
 
 __all__ = ["write_scan", "read_rate", "transfer_rate", "engine_rate", "measure", "format_table"]
 
@@ -73,9 +74,8 @@ def transfer_rate(backend, shape, dtype, batch: int, reps: int = 20) -> float | 
     if not backend.is_gpu:
         return None
     import cupy as cp
-    import cupyx
 
-    host = cupyx.empty_pinned((batch, *shape), dtype=dtype)
+    host = host_buffers(backend, 1, (batch, *shape), dtype)[0]  # pinned, as the run's reader fills
     host[...] = 1
     dev = cp.empty(host.shape, dtype=host.dtype)
     stream = cp.cuda.Stream(non_blocking=True)
