@@ -195,6 +195,7 @@ class _Parser(argparse.ArgumentParser):
 
 def _parser():
     from .engines import ENGINES
+    from .engines.base import PEAK_PRECISIONS, PRECISIONS
     from .peaks import SUBPIXEL_METHODS
     from .refine import REFINE_METHODS
 
@@ -257,7 +258,13 @@ def _parser():
     pp.add_argument("--engine", choices=("auto", *ENGINES),
                     help="correlation engine: auto (default: fft for the dft/upsampled subpixel methods and "
                          "on the CPU, else the fastest measured), fft (CPU and GPU), direct (definition-based "
-                         "kernels, GPU) or fused (shared-memory FFT, GPU)")
+                         "kernels, GPU), fused (shared-memory FFT, GPU) or tensor (tensor cores, window mode, GPU)")
+    pp.add_argument("--precision", choices=("auto", *PRECISIONS),
+                    help="inputs of the correlation products: auto (default: fp32, fp16 on the tensor engine) "
+                         "or fp32, tf32, bf16, fp16 (below fp32: the tensor engine, window mode; its peaks are "
+                         "re-evaluated exactly, so the precision only decides near-ties between lags)")
+    pp.add_argument("--peak-precision", choices=PEAK_PRECISIONS,
+                    help="sums of the tensor engine's re-evaluated peak neighbourhood: fp32 (default) or fp64")
     pp.add_argument("--kernel", metavar="NAME[:OPTS]",
                     help="definition-based kernel of the direct engine, e.g. grouped_overlap:g=4,kr=8 "
                          "(default: the fastest measured; see 'ebsdxc bench')")
@@ -457,7 +464,8 @@ _FLAGS = {
     "preprocess.mask_centre": "--mask-centre", "preprocess.average_neighbours": "--average-neighbours",
     "preprocess.average_kernel": "--average-kernel", "preprocess.average_sigma": "--average-sigma",
     "correlation.engine": "--engine", "correlation.max_shift": "--max-shift", "correlation.subpixel": "--subpixel",
-    "correlation.kernel": "--kernel", "refine.method": "--refine",
+    "correlation.kernel": "--kernel", "correlation.precision": "--precision",
+    "correlation.peak_precision": "--peak-precision", "refine.method": "--refine",
     "dic.subset": "--subset", "dic.search": "--search", "dic.strain_window": "--strain-window",
     "dic.shape_function": "--shape-function", "dic.guess": "--guess", "dic.mask": "--dic-mask",
     "dic.polygon": "--dic-polygon", "dic.incremental": "--incremental", "dic.distortion": "--distortion",

@@ -19,6 +19,7 @@ from .registry import ENGINES, engine_class
 from . import fft  # noqa: F401, I001  # isort: skip
 from . import direct  # noqa: F401  # isort: skip
 from . import fused  # noqa: F401  # isort: skip
+from . import tensor  # noqa: F401  # isort: skip
 
 __all__ = ["CorrelationEngine", "EngineConfig", "EngineInfo", "PeakResult", "PreparedReferences", "ENGINES",
            "make_engine", "choose_engine"]

@@ -30,6 +30,10 @@ from ..peaks import SUBPIXEL_METHODS
 __all__ = ["CorrelationEngine", "EngineConfig", "EngineInfo", "PeakResult", "PreparedReferences"]
 
 MODES = ("full", "window")
+#: Input precisions of the correlation products (``EngineConfig.precision``), most exact first.
+PRECISIONS = ("fp32", "tf32", "bf16", "fp16")
+#: Precisions of the re-evaluated peak neighbourhood (``EngineConfig.peak_precision``).
+PEAK_PRECISIONS = ("fp32", "fp64")
 FORMS = ("one_to_one", "one_to_many", "n_to_mn", "n_to_m")  # the correlation forms (ebsdxc.xcorr)
 
 
@@ -64,6 +68,15 @@ class EngineConfig:
         ``"auto"`` (the dispatcher's choice, :func:`ebsdxc.engines.make_engine`) or the
         name of a registered engine (:data:`ebsdxc.engines.ENGINES`). It changes speed,
         not results (beyond rounding).
+    precision : str
+        Inputs of the correlation products: ``"auto"`` (each engine's own: fp32, and fp16 on
+        the tensor engine) or one of :data:`PRECISIONS`; below fp32 only the ``tensor``
+        engine serves. The tensor engine finds the integer peak in this precision and
+        re-evaluates its 3x3 neighbourhood exactly, so it only decides near-ties between
+        lags (``BENCHMARKS.md`` measures how often).
+    peak_precision : str
+        Sums of that re-evaluated neighbourhood (tensor engine): ``"fp32"`` (per-thread
+        float sums added in double) or ``"fp64"`` (double throughout).
     """
 
     mode: str = "full"
@@ -74,6 +87,8 @@ class EngineConfig:
     circular: bool = False
     kernel: str = "auto"
     engine: str = "auto"
+    precision: str = "auto"
+    peak_precision: str = "fp32"
 
     def __post_init__(self):
         # Messages name the settings by their path (correlation.max_shift), as recipes do.
@@ -88,6 +103,12 @@ class EngineConfig:
             raise ValueError("correlation.circular needs window mode (a correlation.max_shift)")
         if self.upsample < 2:
             raise ValueError(f"correlation.upsample must be >= 2, got {self.upsample}")
+        if self.precision not in ("auto", *PRECISIONS):
+            raise ValueError(f"correlation.precision must be one of auto, {', '.join(PRECISIONS)}, "
+                             f"got {self.precision!r}")
+        if self.peak_precision not in PEAK_PRECISIONS:
+            raise ValueError(f"correlation.peak_precision must be one of {', '.join(PEAK_PRECISIONS)}, "
+                             f"got {self.peak_precision!r}")
         if self.kernel != "auto":
             from .definition import parse_kernel
 
@@ -148,16 +169,21 @@ class EngineInfo:
     forms : tuple
         Correlation forms (``one_to_one``, ``one_to_many``, ``n_to_mn``, ``n_to_m``) it can
         be timed and chosen for.
-    method : {"fft", "definition"}
+    method : {"fft", "definition", "tensor"}
         How it correlates. Definition-based candidates cost the overlap's multiply-adds:
         ``ebsdxc bench`` times them after the FFT-based ones and skips those that cannot
-        come near the best time even at the GPU's peak rate.
+        come near the best time even at the GPU's peak FP32 rate (tensor-core engines, which
+        run faster than that, are never skipped).
     pairings : bool
         It correlates any pairing of left and right matrices natively
         (:meth:`CorrelationEngine.pairing_maps`): :mod:`ebsdxc.xcorr` then builds n-to-m
         maps without copying the right matrices.
     baseline : bool
         The engine ``ebsdxc bench`` tables compare the others with.
+    precisions : tuple
+        ``EngineConfig.precision`` values it computes in (besides ``"auto"``).
+    peak_precisions : tuple
+        ``EngineConfig.peak_precision`` values it serves.
     """
 
     name: str
@@ -170,6 +196,8 @@ class EngineInfo:
     method: str = "fft"
     pairings: bool = False
     baseline: bool = False
+    precisions: tuple = ("fp32",)
+    peak_precisions: tuple = ("fp32",)
 
     def refusal(self, config: EngineConfig, *, gpu: bool):
         """Why this engine cannot serve ``config`` on this kind of device (plain words
@@ -186,6 +214,14 @@ class EngineInfo:
             others = _others(lambda c: config.subpixel in c.info.subpixel)
             return (f"correlation.subpixel {config.subpixel!r} needs the {others or 'another'} engine "
                     f"(correlation.engine); the {name} engine offers {', '.join(self.subpixel)}")
+        if config.precision != "auto" and config.precision not in self.precisions:
+            others = _others(lambda c: config.precision in c.info.precisions)
+            return (f"correlation.precision {config.precision!r} needs the {others or 'another'} engine "
+                    f"(correlation.engine); the {name} engine computes in {', '.join(self.precisions)}")
+        if config.peak_precision not in self.peak_precisions:
+            others = _others(lambda c: config.peak_precision in c.info.peak_precisions)
+            return (f"correlation.peak_precision {config.peak_precision!r} needs the {others or 'another'} "
+                    f"engine (correlation.engine), which re-evaluates the peak neighbourhood")
         if config.circular and not self.circular:
             others = _others(lambda c: c.info.circular)
             return (f"correlation.circular: the {name} engine does not correlate circularly"

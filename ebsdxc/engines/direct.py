@@ -168,40 +168,50 @@ class DirectEngine(CorrelationEngine):
 
         return choose_variant(self.info.name, pairing, self.tile_shape, self.config.mode, self.config.max_shift)
 
-    def _maps(self, tiles, refs, index):
+    def _launches(self, tiles, refs, index):
+        """How tiles (B, n, h, w) meet their references: a list of (lefts, rights, pairing, sel),
+        one per launch, whose maps come in the order of ``rights`` (patterns ``sel``, a device
+        index array, or all B in order where ``sel`` is None)."""
         cp = self.xp
         B, n, h, w = tiles.shape
         tiles = cp.ascontiguousarray(tiles, dtype=cp.float32)
         if index is None:  # every pattern against set 0: n lefts shared by B patterns
-            return self._set_maps(refs.payload[:n], tiles)
+            return [(refs.payload[:n], tiles.reshape(B * n, h, w), Pairing.n_to_mn(n, B), None)]
         # Waits only for the work queued before (tile preparation), not for the correlation.
         host = cp.asnumpy(index)
         sets = np.unique(host)
         if len(sets) == 1:
             k = int(sets[0])
-            return self._set_maps(refs.payload[k * n:(k + 1) * n], tiles)
+            return [(refs.payload[k * n:(k + 1) * n], tiles.reshape(B * n, h, w), Pairing.n_to_mn(n, B), None)]
         per_set = B // len(sets)
         if per_set >= GROUP_MIN and overlap_fmas(self.tile_shape, self.max_lag, n * per_set) >= GROUP_FMAS:
             # Patterns grouped by set: each group shares its set's n lefts, so the kernels
             # reuse every left value for several patterns (kr > 1).
-            maps = cp.empty((B, n, *self.map_shape), dtype=cp.float32)
+            out = []
             for k in sets:
-                sel = np.flatnonzero(host == k)
-                dev = cp.asarray(sel)
-                maps[dev] = self._set_maps(refs.payload[int(k) * n:(int(k) + 1) * n], tiles[dev])
-            return maps
+                sel = cp.asarray(np.flatnonzero(host == k))
+                out.append((refs.payload[int(k) * n:(int(k) + 1) * n], tiles[sel].reshape(-1, h, w),
+                            Pairing.n_to_mn(n, int(sel.size)), sel))
+            return out
         # Few patterns per set (each its own, e.g.): B n pairs of gathered lefts, one launch.
         lefts = self._set_payload(refs, index).reshape(B * n, h, w)
-        pairing = Pairing.n_to_mn(B * n, 1)
-        maps = correlate_maps(lefts, tiles.reshape(B * n, h, w), pairing, self.max_lag, self.kernel_for(pairing))
-        return maps.reshape(B, n, *self.map_shape)
+        return [(lefts, tiles.reshape(B * n, h, w), Pairing.n_to_mn(B * n, 1), None)]
 
-    def _set_maps(self, lefts, tiles):
-        """Maps (B, n, ...) of tiles (B, n, h, w) against one set's n lefts."""
-        B, n, h, w = tiles.shape
-        pairing = Pairing.n_to_mn(n, B)
-        maps = correlate_maps(lefts, tiles.reshape(B * n, h, w), pairing, self.max_lag, self.kernel_for(pairing))
-        return maps.reshape(B, n, *self.map_shape)
+    def _correlate(self, lefts, rights, pairing):
+        """(n_pairs, My, Mx) maps of one launch."""
+        return correlate_maps(lefts, rights, pairing, self.max_lag, self.kernel_for(pairing))
+
+    def _maps(self, tiles, refs, index):
+        B, n = tiles.shape[:2]
+        maps = None
+        for lefts, rights, pairing, sel in self._launches(tiles, refs, index):
+            part = self._correlate(lefts, rights, pairing).reshape(-1, n, *self.map_shape)
+            if sel is None:
+                return part
+            if maps is None:
+                maps = self.xp.empty((B, n, *self.map_shape), dtype=self.xp.float32)
+            maps[sel] = part
+        return maps
 
     def _locate(self, tiles, refs, index):
         from .gpu_ops import find_peaks

@@ -135,7 +135,7 @@ CANDIDATES = {
         "direct/grouped_overlap:g=4", "direct/grouped_overlap:kr=4,g=4", "direct/grouped_overlap:kr=8,g=4",
         "direct/grouped_overlap:g=8", "direct/grouped_overlap:kr=4,g=8", "direct/grouped_overlap:kr=8,g=8"],
     Case("n_to_mn", 86, 50, 96, 96, "window", 8, True): [
-        "fft", "fused", "direct/overlap_wise", "direct/warp_shuffle", "direct/grouped_overlap:width=16,g=4",
+        "fft", "fused", "tensor", "direct/overlap_wise", "direct/warp_shuffle", "direct/grouped_overlap:width=16,g=4",
         "direct/grouped_overlap:width=16,kr=8,g=4", "direct/multi_matrix_right:kr=2",
         "direct/multi_matrix_right:kr=4", "direct/multi_matrix_right:kr=8", "direct/grouped_overlap:g=4",
         "direct/grouped_overlap:kr=4,g=4", "direct/grouped_overlap:kr=8,g=4", "direct/grouped_overlap:g=8",
@@ -196,7 +196,7 @@ def test_every_engine_describes_itself():
     assert list(ENGINES)[:3] == ["fft", "direct", "fused"]
     for name, cls in ENGINES.items():
         assert issubclass(cls, CorrelationEngine) and isinstance(cls.info, EngineInfo) and cls.info.name == name
-        assert set(cls.info.devices) <= {"cpu", "gpu"} and cls.info.method in ("fft", "definition")
+        assert set(cls.info.devices) <= {"cpu", "gpu"} and cls.info.method in ("fft", "definition", "tensor")
         assert set(cls.info.subpixel) <= set(SUBPIXEL_METHODS) and set(cls.info.modes) <= {"full", "window"}
         assert cls.families() and cls.family(None) in (name, *cls.families())
     assert [n for n, c in ENGINES.items() if c.info.baseline] == ["fft"]

@@ -1,0 +1,333 @@
+"""Tensor-core correlation engine for window mode (GPU): implicit GEMM on mma.sync.
+
+The correlation of window mode, ``C[dy, dx] = sum L[y, x] R[y + dy, x + dx]`` for
+``|dy|, |dx| <= max_shift``, is one GEMM per reference subregion whose rows are (pattern,
+dy), columns dx and depth (y, x) (``kernels/tensorcorr.cu`` spells it out): the pattern
+operand is rows of the staged scan tiles, the reference operand a Toeplitz matrix built
+from one reference row, both gathered from shared memory, never stored. Inputs are fp16
+(default), bf16 or tf32, or fp32 as three tf32 products (``EngineConfig.precision``); sums
+are fp32.
+
+Only the integer peak comes from those maps. The 3x3 neighbourhood is then summed again
+from the float32 tiles (``EngineConfig.peak_precision``: fp32 or fp64 sums), the peak
+climbs to a neighbour that beats it there (up to :data:`MAX_MOVES` steps), and the 3x3
+fits of :mod:`ebsdxc.peaks` run on those exact values: subpixel offsets and peak heights
+are those of an fp32 engine; what the precision can change is which of two lags of
+nearly equal correlation is the peak.
+
+Serves window mode with the 3x3 subpixel methods, any tile shape and window the other
+engines accept (columns of lags beyond 48 are split over blocks), every form (a pairing
+of left and right matrices, as the definition-based kernels). Not served: ``dft`` and
+``upsampled``, which need the whole spectrum (the FFT and fused engines), and full mode,
+where FFTs cost less than the overlap.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+
+from ..kernel_loader import get_function
+from .base import PEAK_PRECISIONS, PRECISIONS, EngineInfo
+from .direct import DirectEngine
+from .registry import register
+
+__all__ = ["TensorEngine", "tensor_maps", "exact_peaks", "launch_shape", "DEFAULT_PRECISION", "MAX_MOVES"]
+
+#: What ``precision = "auto"`` means here: fp16 has bf16's speed and 8x its resolution; the
+#: scaling per matrix keeps windowed tiles inside its range.
+DEFAULT_PRECISION = "fp16"
+#: Steps the exact peak may climb from the map's integer maximum.
+MAX_MOVES = 4
+#: Largest column tile count per block (8 lags each): the accumulators per thread.
+_NT_MAX = 7
+_PREC = {"fp32": 0, "tf32": 1, "bf16": 2, "fp16": 3}
+_METHODS = {"none": 0, "parabolic": 1, "gaussian": 2, "quadratic": 3}
+_SMEM_OPTIN = 227 * 1024
+
+
+def _half(precision):
+    return precision in ("bf16", "fp16")
+
+
+def _mtw(precision):
+    """16-row tiles per warp: four for fp16/bf16 (each B fragment feeds four MMAs), two where
+    fp32's split operands take the registers."""
+    return 4 if _half(precision) else 2
+
+
+@functools.lru_cache(maxsize=256)
+def launch_shape(h, w, max_lag, n_rows_maps, precision, smem_limit=_SMEM_OPTIN, *, warps=None, yc=None):
+    """How :func:`tensor_maps` launches for (h, w) tiles, lags ``max_lag`` and ``n_rows_maps``
+    right matrices per left: a dict of warps, mtw (16-row tiles per warp), yc (L rows per
+    chunk), nt (8-lag column tiles per block), col_blocks, row_blocks, wp (padded width), rs,
+    lw (staged strides), lwt, cmin (packed L layout), stage (words per pipeline stage) and smem
+    (bytes, two stages). ``warps`` and ``yc`` fix those two (benchmarks); ValueError where
+    nothing fits."""
+    ry, rx = max_lag
+    My, Mx = 2 * ry + 1, 2 * rx + 1
+    half = _half(precision)
+    ks = 16 if half else 8
+    wp = -(-w // ks) * ks
+    # Fragment loads of 8 rows by 4 lanes (ldmatrix: 8 rows of 16 bytes) hit distinct banks.
+    rs = wp + 8 if half else wp + (36 - wp % 32) % 32
+    epw = 2 if half else 1
+    ntot = -(-Mx // 8)
+    nt = -(-ntot // -(-ntot // _NT_MAX))
+    col_blocks = -(-ntot // nt)
+    lw = wp + nt * 8
+    mtw = _mtw(precision)
+    m_rows = n_rows_maps * My
+    # Small blocks, several per SM, win, and chunks of fewer than 8 L rows restage the right rows
+    # too often (H200, 86 ROIs of 96x96, +-16: 2 warps and 8 L rows per chunk 78k patterns/s, 4
+    # and 16 73k, 2 and 4 63k, 8 and 2 42k): the first shape of this order within a third of the
+    # SM's shared memory, else the first with 8 rows or more, else the first that fits.
+    order = [(2, 8), (2, 16), (4, 8), (4, 16), (1, 8), (1, 16), (2, 4), (4, 4), (1, 4), (2, 32), (4, 32),
+             (8, 8), (8, 16), (8, 4), (1, 2), (1, 1)]
+    if warps is not None or yc is not None:
+        order = [(warps or 2, yc or 8)]
+    passes = ((smem_limit // 3, 8), (smem_limit, 8), (smem_limit, 1)) if warps is None and yc is None else \
+        ((smem_limit, 1),)
+    for budget, least in passes:
+        for nw, c in order:
+            if c < min(least, h):
+                continue
+            if warps is None and (c > 1 and c >= 2 * h or nw > 1 and m_rows <= nw // 2 * mtw * 16):
+                continue  # chunks past the tile, or half the warps cover every row already
+            bm = nw * mtw * 16
+            span = min(n_rows_maps, (bm - 1) // My + 2)
+            rows = span * (c - 1) + min(bm, m_rows)
+            stage = c * lw + rows * rs // epw
+            stage = -(-stage // 4) * 4
+            if 2 * stage * 4 <= budget:
+                return dict(warps=nw, mtw=mtw, yc=c, nt=nt, col_blocks=col_blocks,
+                            row_blocks=-(-m_rows // bm), wp=wp, rs=rs, lw=lw, lwt=wp + col_blocks * nt * 8,
+                            cmin=rx - col_blocks * nt * 8 + 1, stage=stage, smem=2 * stage * 4)
+    raise ValueError(f"{h}x{w} tiles with lags up to {max_lag} do not fit the tensor engine's shared memory")
+
+
+def _pack(mats, precision, ls, ry, *, left):
+    """Packed operand of :func:`tensor_maps` (``kernels/tensorcorr.cu``, ``tc_pack``) and the fp16
+    scale per matrix (None for the other precisions)."""
+    import cupy as cp
+
+    T, h, w = mats.shape
+    half = _half(precision)
+    if left:
+        dst = cp.empty((T, h, ls["lwt"]), dtype=cp.uint32)
+    else:
+        dst = cp.empty((T, h + 2 * ry, ls["wp"] // (2 if half else 1)), dtype=cp.uint32)
+    scale = cp.empty(T, dtype=cp.float32) if precision == "fp16" else None
+    if T:
+        fn = get_function("tensorcorr.cu", f"tc_pack<{_PREC[precision]}, {int(left)}>")
+        fn((T,), (256,), (mats, dst, np.uint64(0) if scale is None else scale, np.int32(h), np.int32(w),
+                          np.int32(ry), np.int32(ls["wp"]), np.int32(ls["lwt"]), np.int32(ls["cmin"])))
+    return dst, scale
+
+
+def _smem_limit():
+    import cupy as cp
+
+    return int(cp.cuda.Device().attributes.get("MaxSharedMemoryPerBlockOptin", _SMEM_OPTIN))
+
+
+def tensor_maps(lefts, rights, pairing, max_lag, precision=DEFAULT_PRECISION, *, out=None, shape=None):
+    """Window-mode correlation maps on tensor cores.
+
+    Parameters
+    ----------
+    lefts : (na, h, w) float32 CuPy array
+    rights : (n_rights, h, w) float32 CuPy array, indexed as ``pairing`` says
+    pairing : :class:`~ebsdxc.engines.definition.Pairing`
+    max_lag : (ry, rx)
+        Largest |dy|, |dx|.
+    precision : {"fp32", "tf32", "bf16", "fp16"}
+        Inputs of the products (sums are fp32; fp32 is three tf32 products).
+    out : CuPy array, optional
+        ``(n_pairs, 2 ry + 1, 2 rx + 1)`` float32 to write into.
+    shape : dict, optional
+        Launch shape overriding :func:`launch_shape` (benchmarks).
+
+    Returns
+    -------
+    (n_pairs, 2 ry + 1, 2 rx + 1) float32 maps, lag (dy, dx) at (dy mod My, dx mod Mx), the
+    layout of :func:`ebsdxc.engines.definition.correlate_maps`.
+    """
+    import cupy as cp
+
+    if precision not in PRECISIONS:
+        raise ValueError(f"precision must be one of {', '.join(PRECISIONS)}, got {precision!r}")
+    lefts = cp.ascontiguousarray(lefts, dtype=cp.float32)
+    rights = cp.ascontiguousarray(rights, dtype=cp.float32)
+    na, h, w = lefts.shape
+    if na != pairing.na:
+        raise ValueError(f"pairing expects {pairing.na} left matrices, got {na}")
+    if rights.shape[1:] != (h, w) or rights.shape[0] < pairing.n_rights:
+        raise ValueError(f"right matrices must be ({pairing.n_rights}, {h}, {w}), got {tuple(rights.shape)}")
+    ry, rx = (int(v) for v in max_lag)
+    if not (0 <= ry < h and 0 <= rx < w):
+        raise ValueError(f"lags up to ({ry}, {rx}) do not fit {h}x{w} matrices")
+    My, Mx = 2 * ry + 1, 2 * rx + 1
+    maps_shape = (pairing.n_pairs, My, Mx)
+    if out is None:
+        out = cp.empty(maps_shape, dtype=cp.float32)
+    elif out.shape != maps_shape or out.dtype != cp.float32 or not out.flags.c_contiguous:
+        raise ValueError(f"out must be a contiguous float32 array of shape {maps_shape}")
+    if pairing.n_pairs == 0:
+        return out
+    ls = launch_shape(h, w, (ry, rx), pairing.nb, precision, _smem_limit()) if shape is None else shape
+    lp, sl = _pack(lefts, precision, ls, ry, left=True)
+    rp, sr = _pack(rights, precision, ls, ry, left=False)
+    fn = get_function("tensorcorr.cu", f"tc_maps<{_PREC[precision]}, {ls['mtw']}, {ls['nt']}>")
+    fn.max_dynamic_shared_size_bytes = ls["smem"]
+    null = np.uint64(0)
+    args = (lp, rp, out, null if sl is None else sl, null if sr is None else sr, np.int32(h), np.int32(w),
+            np.int32(ry), np.int32(rx), *pairing.as_struct(), np.int32(ls["rs"]), np.int32(ls["lw"]),
+            np.int32(ls["lwt"]), np.int32(ls["yc"]), np.int32(ls["stage"]))
+    fn((pairing.na, ls["row_blocks"], ls["col_blocks"]), (32 * ls["warps"],), args, shared_mem=ls["smem"])
+    return out
+
+
+def exact_peaks(maps, lefts, rights, pairing, max_lag, method, window_lags=None, *, peak_precision="fp32",
+                max_moves=MAX_MOVES):
+    """Integer peaks of ``maps`` (from :func:`tensor_maps`), re-evaluated exactly and fitted.
+
+    ``window_lags`` = (wy (2 ry + 3,), wx (2 rx + 3,)) float64 window autocorrelation by lag
+    mod its length (one lag past the window), or None (no compensation). Returns (y, x,
+    value, on_border) per map (float64, float64, float32, bool), value the exact correlation
+    at the integer peak.
+    """
+    import cupy as cp
+
+    if peak_precision not in PEAK_PRECISIONS:
+        raise ValueError(f"peak_precision must be one of {', '.join(PEAK_PRECISIONS)}, got {peak_precision!r}")
+    lefts = cp.ascontiguousarray(lefts, dtype=cp.float32)
+    rights = cp.ascontiguousarray(rights, dtype=cp.float32)
+    maps = cp.ascontiguousarray(maps, dtype=cp.float32)
+    na, h, w = lefts.shape
+    ry, rx = max_lag
+    T = pairing.n_pairs
+    y = cp.empty(T, dtype=cp.float64)
+    x = cp.empty(T, dtype=cp.float64)
+    value = cp.empty(T, dtype=cp.float32)
+    border = cp.empty(T, dtype=cp.uint8)
+    if T:
+        comp = window_lags is not None
+        if comp:
+            wy, wx = (cp.ascontiguousarray(a, dtype=cp.float64) for a in window_lags)
+        else:
+            wy, wx = cp.ones(2 * ry + 3), cp.ones(2 * rx + 3)
+        fn = get_function("tensorcorr.cu", f"tc_peaks<{_METHODS[method]}, {int(peak_precision == 'fp64')}>")
+        fn((T,), (128,), (maps, lefts, rights, np.int32(h), np.int32(w), np.int32(ry), np.int32(rx),
+                          *pairing.as_struct(), wy, wx, np.int32(wy.size), np.int32(wx.size), np.int32(comp),
+                          np.int32(max_moves), y, x, value, border))
+    return y, x, value, border.astype(bool)
+
+
+class TensorEngine(DirectEngine):
+    """n-to-mn window-mode correlation on tensor cores with exact peaks, CUDA only."""
+
+    info = EngineInfo("tensor", devices=("gpu",), modes=("window",),
+                      subpixel=("quadratic", "gaussian", "parabolic", "none"), circular=False, method="tensor",
+                      pairings=True, precisions=PRECISIONS, peak_precisions=PEAK_PRECISIONS,
+                      summary="tensor-core implicit GEMM (window mode; fp16/bf16/tf32/fp32 inputs, exact peaks)")
+
+    def __init__(self, backend, tile_shape, config, *, window_1d=None):
+        super().__init__(backend, tile_shape, config, window_1d=None)
+        self.precision = DEFAULT_PRECISION if config.precision == "auto" else config.precision
+        self._lags = None
+        if config.compensate and window_1d is not None:
+            # One lag past the window each way: the 3x3 around a peak on the window's edge.
+            self._lags = tuple(self._linear_lags(f, n + 2, r + 1) for f, n, r in
+                               zip(window_1d, self.map_shape, self.max_lag))
+
+    # ------------------------------------------------------------------ self-description
+
+    @classmethod
+    def size_refusal(cls, tile_shape, config):
+        if config.mode != "window":
+            return None
+        try:
+            launch_shape(int(tile_shape[0]), int(tile_shape[1]), config.max_lag(tile_shape), 1,
+                         DEFAULT_PRECISION if config.precision == "auto" else config.precision)
+        except ValueError as e:
+            return str(e)
+        return None
+
+    @classmethod
+    def variant_applies(cls, variant, case):
+        return variant is None
+
+    @classmethod
+    def case_config(cls, case, variant=None):
+        return super(DirectEngine, cls).case_config(case, variant)
+
+    @classmethod
+    def default_variant(cls, case):
+        return None
+
+    @classmethod
+    def fallback_rank(cls, case):
+        return 3
+
+    @classmethod
+    def parse_variant(cls, text):
+        return super(DirectEngine, cls).parse_variant(text)
+
+    @classmethod
+    def family(cls, variant):
+        return cls.info.name
+
+    @classmethod
+    def families(cls):
+        return (cls.info.name,)
+
+    @classmethod
+    def candidates(cls, case):
+        return [None] if cls.applies(case) else []
+
+    @classmethod
+    def precompile(cls, variants):
+        return None
+
+    @classmethod
+    def pairing_maps(cls, lefts, rights, pairing, config):
+        prec = DEFAULT_PRECISION if config.precision == "auto" else config.precision
+        return tensor_maps(lefts, rights, pairing, config.max_lag(tuple(lefts.shape[1:])), prec)
+
+    @classmethod
+    def benchmark(cls, case, lefts, rights, variant=None):
+        if case.peaks:
+            return super(DirectEngine, cls).benchmark(case, lefts, rights, variant)
+        import cupy as cp
+
+        out = cp.empty((case.pairing.n_pairs, 2 * case.max_lag[0] + 1, 2 * case.max_lag[1] + 1), dtype=cp.float32)
+        return lambda: tensor_maps(lefts, rights, case.pairing, case.max_lag, DEFAULT_PRECISION, out=out)
+
+    # ------------------------------------------------------------------ correlation
+
+    def kernel_for(self, pairing):
+        return None
+
+    def _correlate(self, lefts, rights, pairing):
+        return tensor_maps(lefts, rights, pairing, self.max_lag, self.precision)
+
+    def _locate(self, tiles, refs, index):
+        xp = self.xp
+        B, n = tiles.shape[:2]
+        out = None
+        for lefts, rights, pairing, sel in self._launches(tiles, refs, index):
+            maps = self._correlate(lefts, rights, pairing)
+            found = exact_peaks(maps, lefts, rights, pairing, self.max_lag, self.config.subpixel, self._lags,
+                                peak_precision=self.config.peak_precision)
+            if sel is None:
+                return found
+            if out is None:
+                out = [xp.empty((B, n), dtype=a.dtype) for a in found]
+            for o, a in zip(out, found):
+                o[sel] = a.reshape(-1, n)
+        return tuple(o.reshape(B * n) for o in out)
+
+
+register(TensorEngine)

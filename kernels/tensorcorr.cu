@@ -1,0 +1,431 @@
+// Window-mode cross-correlation on tensor cores (implicit GEMM), and its exact peaks.
+//
+//   C[dy, dx] = sum_{y, x} L[y, x] * R[y + dy, x + dx]      |dy| <= ry, |dx| <= rx
+//
+// as the definition-based kernels (definition.cu: same pairings, same circular map layout),
+// written as one GEMM per left matrix a:
+//
+//   rows    m = (b, iy): right matrix b of the pairing, lag dy = iy - ry
+//   columns n = ix:      lag dx = ix - rx
+//   depth   k = (y, x'): every row y of L, every column x' of R
+//   A[(b, iy), (y, x')] = R_b[y + dy, x']        (Hankel in y: rows of the staged R tiles)
+//   B[(y, x'), ix]      = L[y, x' - dx]          (Toeplitz in x: built from one row of L)
+//
+// so A . B = sum_y sum_x' R_b[y + dy, x'] L[y, x' - dx] = C_b[dy, dx]. Neither operand exists in
+// memory: a block stages YC rows of L and the rows of its right matrices those YC rows meet,
+// converted to the input precision, in shared memory, and every fragment is gathered from there
+// (the A rows of a fragment are any staged rows, the B columns shifted copies of an L row).
+// Rows of m cross matrix boundaries freely, so a block of 16-row tiles wastes no lanes on
+// 2 ry + 1 lags that are not a multiple of 16; columns are padded to 8-lane tiles.
+//
+// Precision (PREC): fp16 and bf16 use mma.m16n8k16, tf32 mma.m16n8k8, all with fp32
+// accumulation; fp32 splits each tf32 operand into a high and a low part and adds three
+// products (big*big + big*small + small*big: fp32-accurate products, the "3xTF32" scheme).
+// fp16 inputs are scaled per matrix (scale arrays) into its range; the map is scaled back.
+//
+// tc_peaks then finds each map's integer maximum and re-evaluates the 3x3 neighbourhood from
+// the float32 matrices (sums in float per thread, in double across threads; all in double with
+// EXACT64), climbing to the exact local maximum when a neighbour beats the centre, before the
+// 3x3 fits of peaks.cu: the subpixel offsets and peak heights never see tensor-core rounding.
+#include "peaks.cu"
+
+#define P_FP32 0
+#define P_TF32 1
+#define P_BF16 2
+#define P_FP16 3
+
+// Two floats as one register of two 16-bit values, lo in the low half (the lower k index).
+template <int PREC>
+__device__ __forceinline__ unsigned pack_pair(float lo, float hi) {
+    unsigned d;
+    if (PREC == P_BF16) asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(d) : "f"(hi), "f"(lo));
+    else asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(d) : "f"(hi), "f"(lo));
+    return d;
+}
+
+__device__ __forceinline__ unsigned to_tf32(float x) {
+    unsigned d;
+    asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(d) : "f"(x));
+    return d;
+}
+
+template <int PREC>
+__device__ __forceinline__ void mma_k16(float c[4], const unsigned a[4], const unsigned b[2]) {
+    if (PREC == P_BF16)
+        asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+            "{%0,%1,%2,%3};"
+            : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+            : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+    else
+        asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+            "{%0,%1,%2,%3};"
+            : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+            : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+
+__device__ __forceinline__ void mma_k8(float c[4], const unsigned a[4], const unsigned b[2]) {
+    asm("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+        "{%0,%1,%2,%3};"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+
+// High and low tf32 parts of x (x = hi + lo to about 2^-22 relative).
+__device__ __forceinline__ void split_tf32(float x, unsigned& hi, unsigned& lo) {
+    hi = to_tf32(x);
+    lo = to_tf32(x - __uint_as_float(hi));
+}
+
+// Packed operands, written once per call (right matrices) or per reference set (left):
+//   right: (T, h + 2 ry, wp) elements, row y + ry holding row y of the matrix, zero rows above
+//          and below (the lags that leave it) and zero columns past w; fp16/bf16 elements two
+//          to a 32-bit word, fp32/tf32 one;
+//   left:  (na, h, lwt) words, word j of row y holding L[y, c] (and L[y, c + 1] in the high
+//          half for fp16/bf16), c = j + cmin, zero outside the matrix: the shifted copies a B
+//          fragment reads, one aligned word each.
+// fp16 matrices are scaled to unit RMS first (the factor goes to scale[t]; all-zero: 1).
+template <int PREC, int LEFT>
+__global__ void tc_pack(const float* __restrict__ src, unsigned* __restrict__ dst, float* __restrict__ scale,
+                        int h, int w, int ry, int wp, int lwt, int cmin) {
+    __shared__ double red[32];
+    constexpr bool HALF = PREC >= P_BF16;
+    const long long t = blockIdx.x;
+    const float* m = src + t * h * w;
+    float s = 1.0f;
+    if (PREC == P_FP16) {
+        double acc = 0.0;
+        for (int i = threadIdx.x; i < h * w; i += blockDim.x) acc += (double)m[i] * m[i];
+        const double ss = block_sum(acc, red);
+        s = ss > 0.0 ? (float)rsqrt(ss / ((double)h * w)) : 1.0f;
+        if (threadIdx.x == 0 && scale) scale[t] = s;
+    }
+    if (LEFT) {
+        unsigned* d = dst + t * h * lwt;
+        for (int i = threadIdx.x; i < h * lwt; i += blockDim.x) {
+            const int y = i / lwt, c = i % lwt + cmin;
+            const float v0 = (c >= 0 && c < w) ? m[y * w + c] * s : 0.0f;
+            if (HALF) {
+                const float v1 = (c + 1 >= 0 && c + 1 < w) ? m[y * w + c + 1] * s : 0.0f;
+                d[i] = pack_pair<PREC>(v0, v1);
+            } else {
+                d[i] = PREC == P_TF32 ? to_tf32(v0) : __float_as_uint(v0);
+            }
+        }
+    } else {
+        const int per_row = HALF ? wp / 2 : wp, rows = h + 2 * ry;
+        unsigned* d = dst + t * rows * per_row;
+        for (int i = threadIdx.x; i < rows * per_row; i += blockDim.x) {
+            const int yy = i / per_row - ry, k = i % per_row;
+            const bool row = yy >= 0 && yy < h;
+            if (HALF) {
+                const int c = 2 * k;
+                const float v0 = (row && c < w) ? m[yy * w + c] * s : 0.0f;
+                const float v1 = (row && c + 1 < w) ? m[yy * w + c + 1] * s : 0.0f;
+                d[i] = pack_pair<PREC>(v0, v1);
+            } else {
+                const float v = (row && k < w) ? m[yy * w + k] : 0.0f;
+                d[i] = PREC == P_TF32 ? to_tf32(v) : __float_as_uint(v);
+            }
+        }
+    }
+}
+
+__device__ __forceinline__ void cp_async16(void* smem, const void* gmem) {
+    const unsigned a = (unsigned)__cvta_generic_to_shared(smem);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(a), "l"(gmem));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;"); }
+__device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_group 0;" ::: "memory"); }
+
+__device__ __forceinline__ void ldmatrix_x4(unsigned r[4], const void* smem) {
+    const unsigned a = (unsigned)__cvta_generic_to_shared(smem);
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(a));
+}
+
+// Staged rows of right matrix q of a block (q = 0 its first): the block's rows m0 .. m1 - 1
+// meet lags iy_lo(q) .. iy_hi(q) of it, hence packed rows y0 + iy_lo .. y0 + iy_hi + yc - 1 of
+// each chunk of yc L rows; they start at staged row rowoff(q).
+__device__ __forceinline__ int stage_rowoff(int q, int yc, int My, int iy_lo0) {
+    return q == 0 ? 0 : q * (yc + My - 1) - iy_lo0;
+}
+
+// Maps of window mode for pairs (a, b) from packed operands: grid (na, row blocks, column
+// blocks), blockDim.x = 32 * warps, each warp MTW 16-row tiles by NT 8-column tiles. Chunks of
+// yc L rows and the right rows they meet are copied to shared memory by cp.async, the next
+// chunk while the tensor cores work on this one (two stages of `stage` words each).
+// rs: staged row stride in elements (fp16/bf16: = 8 mod 16, fp32/tf32: = 4 mod 32: fragment
+// loads without bank conflicts); lw: staged L row length in words; lwt: packed L row length.
+template <int PREC, int MTW, int NT>
+__global__ void __launch_bounds__(256) tc_maps(const unsigned* __restrict__ Lp, const unsigned* __restrict__ Rp,
+                        float* __restrict__ out, const float* __restrict__ sl, const float* __restrict__ sr,
+                        int h, int w, int ry, int rx, int na, int nb, int rs_a, int rs_b, int os_a, int os_b,
+                        int rs, int lw, int lwt, int yc, int stage) {
+    extern __shared__ __align__(16) unsigned char tc_smem[];
+    constexpr bool HALF = PREC >= P_BF16;
+    constexpr int KS = HALF ? 16 : 8;
+    constexpr int EPW = HALF ? 2 : 1;  // elements per 32-bit word
+    const int My = 2 * ry + 1, Mx = 2 * rx + 1;
+    const int wp = (w + KS - 1) / KS * KS;
+    const int hp = h + 2 * ry;
+    const int warps = blockDim.x >> 5, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int g = lane >> 2, t = lane & 3;
+    const int BM = warps * MTW * 16;
+    const int a = blockIdx.x;
+    const int Mrows = nb * My;
+    const int m0 = blockIdx.y * BM, m1 = min(m0 + BM, Mrows);
+    const int n0 = blockIdx.z * NT * 8;
+    const int col_blocks = gridDim.z;
+    const int p_first = m0 / My, span = (m1 - 1) / My - p_first + 1;
+    const int iy_lo0 = m0 % My;
+    // The block's L columns start at word (col_blocks - 1 - z) NT 8 of a packed row.
+    const unsigned* Lm = Lp + (long long)a * h * lwt + (col_blocks - 1 - blockIdx.z) * NT * 8;
+    const int rsw = rs / EPW;  // staged row stride in words
+    const int wpw = wp / EPW;  // packed row length in words
+
+    // Per-thread A rows at chunk row 0: the fragment rows g and g + 8 (scalar loads) or the row
+    // this lane addresses for ldmatrix. Rows past the last map compute garbage never written.
+    int base[MTW][2];
+    const int lrow = (lane & 7) + ((lane >> 3) & 1) * 8;  // ldmatrix: lanes 8i..8i+7 address matrix i
+    for (int i = 0; i < MTW; ++i)
+        for (int hlf = 0; hlf < 2; ++hlf) {
+            const int within = HALF ? (hlf ? 0 : lrow) : g + 8 * hlf;
+            const int m = min(m0 + (warp * MTW + i) * 16 + within, Mrows - 1);
+            const int q = m / My - p_first, iy = m % My;
+            base[i][hlf] = stage_rowoff(q, yc, My, iy_lo0) + iy - (q == 0 ? iy_lo0 : 0);
+        }
+
+    float acc[MTW][NT][4];
+#pragma unroll
+    for (int i = 0; i < MTW; ++i)
+#pragma unroll
+        for (int j = 0; j < NT; ++j)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) acc[i][j][e] = 0.0f;
+
+    auto stage_chunk = [&](int y0, unsigned* buf) {
+        unsigned* Ls = buf;
+        unsigned* Rs = buf + yc * lw;
+        const int lw4 = lw / 4;
+        for (int i = threadIdx.x; i < yc * lw4; i += blockDim.x) {
+            const int r = i / lw4, k = i % lw4;
+            if (y0 + r < h) cp_async16(Ls + r * lw + 4 * k, Lm + (long long)(y0 + r) * lwt + 4 * k);
+        }
+        const int per_row = wpw / 4;
+        for (int q = 0; q < span; ++q) {
+            const int b = p_first + q;
+            const int iy_lo = q == 0 ? iy_lo0 : 0;
+            const int iy_hi = q == span - 1 ? (m1 - 1) % My : My - 1;
+            const int cnt = yc + iy_hi - iy_lo;
+            const unsigned* Rm = Rp + ((long long)a * rs_a + (long long)b * rs_b) * hp * wpw;
+            unsigned* dst = Rs + stage_rowoff(q, yc, My, iy_lo0) * rsw;
+            for (int i = threadIdx.x; i < cnt * per_row; i += blockDim.x) {
+                const int s = i / per_row, k = i % per_row;
+                const int yy = y0 + iy_lo + s;  // packed row
+                if (yy < hp) cp_async16(dst + s * rsw + 4 * k, Rm + (long long)yy * wpw + 4 * k);
+            }
+        }
+        cp_async_commit();
+    };
+
+    unsigned* smem = reinterpret_cast<unsigned*>(tc_smem);
+    const int nchunks = (h + yc - 1) / yc;
+    stage_chunk(0, smem);
+    for (int c = 0; c < nchunks; ++c) {
+        cp_async_wait_all();
+        __syncthreads();
+        if (c + 1 < nchunks) stage_chunk((c + 1) * yc, smem + ((c + 1) & 1) * stage);
+        const unsigned* Ls = smem + (c & 1) * stage;
+        const unsigned* Rs = Ls + yc * lw;
+        const int rows = min(yc, h - c * yc);
+        for (int r = 0; r < rows; ++r) {
+            const unsigned* Lrow = Ls + r * lw;
+#pragma unroll 2
+            for (int x0 = 0; x0 < wp; x0 += KS) {
+                if (HALF) {
+                    unsigned bf[NT][2];
+#pragma unroll
+                    for (int j = 0; j < NT; ++j) {
+                        // column ix = n0 + 8 j + g, k = 2t (+8): L[y, x0 + k - ix + rx] and the next
+                        const int jj = x0 + 2 * t - 8 * j - g + NT * 8 - 1;
+                        bf[j][0] = Lrow[jj];
+                        bf[j][1] = Lrow[jj + 8];
+                    }
+#pragma unroll
+                    for (int i = 0; i < MTW; ++i) {
+                        unsigned af[4];
+                        ldmatrix_x4(af, Rs + (base[i][0] + r) * rsw + (x0 >> 1) + (lane >> 4) * 4);
+#pragma unroll
+                        for (int j = 0; j < NT; ++j) mma_k16<PREC>(acc[i][j], af, bf[j]);
+                    }
+                } else {
+                    unsigned bh[NT][2], bl[NT][2];
+#pragma unroll
+                    for (int j = 0; j < NT; ++j) {
+                        const int jj = x0 + t - 8 * j - g + NT * 8 - 1;
+                        if (PREC == P_TF32) {
+                            bh[j][0] = Lrow[jj];
+                            bh[j][1] = Lrow[jj + 4];
+                        } else {
+                            split_tf32(__uint_as_float(Lrow[jj]), bh[j][0], bl[j][0]);
+                            split_tf32(__uint_as_float(Lrow[jj + 4]), bh[j][1], bl[j][1]);
+                        }
+                    }
+#pragma unroll
+                    for (int i = 0; i < MTW; ++i) {
+                        const unsigned* r0 = Rs + (base[i][0] + r) * rs + x0 + t;
+                        const unsigned* r1 = Rs + (base[i][1] + r) * rs + x0 + t;
+                        if (PREC == P_TF32) {
+                            const unsigned af[4] = {r0[0], r1[0], r0[4], r1[4]};
+#pragma unroll
+                            for (int j = 0; j < NT; ++j) mma_k8(acc[i][j], af, bh[j]);
+                        } else {
+                            unsigned ah[4], al[4];
+                            split_tf32(__uint_as_float(r0[0]), ah[0], al[0]);
+                            split_tf32(__uint_as_float(r1[0]), ah[1], al[1]);
+                            split_tf32(__uint_as_float(r0[4]), ah[2], al[2]);
+                            split_tf32(__uint_as_float(r1[4]), ah[3], al[3]);
+#pragma unroll
+                            for (int j = 0; j < NT; ++j) {
+                                mma_k8(acc[i][j], al, bh[j]);
+                                mma_k8(acc[i][j], ah, bl[j]);
+                                mma_k8(acc[i][j], ah, bh[j]);
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        __syncthreads();  // this stage is read before the next chunk's copies overwrite it
+    }
+
+    const float s_l = sl ? sl[a] : 1.0f;
+#pragma unroll
+    for (int i = 0; i < MTW; ++i)
+#pragma unroll
+        for (int hlf = 0; hlf < 2; ++hlf) {
+            const int m = m0 + (warp * MTW + i) * 16 + g + 8 * hlf;
+            if (m >= m1) continue;
+            const int b = m / My, iy = m % My;
+            const int oy = iy - ry < 0 ? iy - ry + My : iy - ry;
+            const long long ri = (long long)a * rs_a + (long long)b * rs_b;
+            const float unscale = (sl && sr) ? 1.0f / (s_l * sr[ri]) : 1.0f;
+            float* o = out + ((long long)a * os_a + (long long)b * os_b) * My * Mx + (long long)oy * Mx;
+#pragma unroll
+            for (int j = 0; j < NT; ++j)
+#pragma unroll
+                for (int e = 0; e < 2; ++e) {
+                    const int ix = n0 + 8 * j + 2 * t + e;
+                    if (ix >= Mx) continue;
+                    const int ox = ix - rx < 0 ? ix - rx + Mx : ix - rx;
+                    o[ox] = acc[i][j][2 * hlf + e] * unscale;
+                }
+        }
+}
+
+// Exact correlation at the 3x3 lags around (ly, lx) into sv[9] (row-major), every thread
+// taking part: warps walk the rows of L, lanes along them (coalesced, no index division);
+// per-thread sums in ACC, the block's sum in double.
+template <typename ACC>
+__device__ void exact_3x3(const float* __restrict__ Lm, const float* __restrict__ Rm, int h, int w, int ly,
+                          int lx, double* sv, double* red) {
+    ACC acc[9];
+#pragma unroll
+    for (int k = 0; k < 9; ++k) acc[k] = 0;
+    const int nwarps = blockDim.x >> 5, lane = threadIdx.x & 31;
+    // rows of L that meet a row of R at some lag ly - 1 .. ly + 1
+    const int y_lo = max(0, -(ly + 1)), y_hi = min(h, h - (ly - 1));
+    for (int y = y_lo + (threadIdx.x >> 5); y < y_hi; y += nwarps) {
+        const float* lrow = Lm + (long long)y * w;
+        for (int x = lane; x < w; x += 32) {
+            const ACC l = lrow[x];
+#pragma unroll
+            for (int u = 0; u < 3; ++u) {
+                const int yy = y + ly + u - 1;
+                if (yy < 0 || yy >= h) continue;
+                const float* rrow = Rm + (long long)yy * w;
+#pragma unroll
+                for (int v = 0; v < 3; ++v) {
+                    const int xx = x + lx + v - 1;
+                    if (xx >= 0 && xx < w) acc[3 * u + v] += l * (ACC)rrow[xx];
+                }
+            }
+        }
+    }
+    for (int k = 0; k < 9; ++k) {
+        const double s = block_sum((double)acc[k], red);
+        if (threadIdx.x == 0) sv[k] = s;
+    }
+    __syncthreads();
+}
+
+// Peaks of tc_maps maps, one block per pair (a, b) (threads a multiple of 32): integer
+// maximum of the map, exact 3x3 around it, up to max_moves steps to a neighbour inside the
+// window that beats the centre, then window compensation and the 3x3 fit of find_peaks.
+// Window autocorrelation tables wy (nwy,), wx (nwx,) by lag mod nwy / nwx reach one lag past
+// the window (nwy = 2 ry + 3).
+template <int METHOD, int EXACT64>
+__global__ void tc_peaks(const float* __restrict__ maps, const float* __restrict__ L,
+                         const float* __restrict__ R, int h, int w, int ry, int rx, int na, int nb, int rs_a,
+                         int rs_b, int os_a, int os_b, const double* __restrict__ wy,
+                         const double* __restrict__ wx, int nwy, int nwx, int comp, int max_moves,
+                         double* __restrict__ out_y, double* __restrict__ out_x, float* __restrict__ out_value,
+                         unsigned char* __restrict__ out_border) {
+    __shared__ float sval[32];
+    __shared__ int sidx[32];
+    __shared__ double red[32], sv[9];
+    __shared__ int sl[3];  // ly, lx, done
+    const int a = blockIdx.x % na, b = blockIdx.x / na;
+    const long long tmap = (long long)a * os_a + (long long)b * os_b;
+    const int My = 2 * ry + 1, Mx = 2 * rx + 1;
+    const float* Lm = L + (long long)a * h * w;
+    const float* Rm = R + ((long long)a * rs_a + (long long)b * rs_b) * h * w;
+
+    float best;
+    int bi;
+    if (block_lag_argmax(maps + tmap * My * Mx, My, Mx, Mx, ry, rx, sval, sidx, best, bi)) {
+        sl[0] = bi / Mx - ry;
+        sl[1] = bi % Mx - rx;
+    }
+    __syncthreads();
+    for (int move = 0;; ++move) {
+        const int ly = sl[0], lx = sl[1];
+        if (EXACT64) exact_3x3<double>(Lm, Rm, h, w, ly, lx, sv, red);
+        else exact_3x3<float>(Lm, Rm, h, w, ly, lx, sv, red);
+        if (threadIdx.x == 0) {
+            int k_best = 4;
+            for (int k = 0; k < 9; ++k) {
+                const int yy = ly + k / 3 - 1, xx = lx + k % 3 - 1;
+                if (abs(yy) <= ry && abs(xx) <= rx && sv[k] > sv[k_best]) k_best = k;
+            }
+            sl[2] = (k_best == 4 || move >= max_moves) ? 1 : 0;
+            if (!sl[2]) {
+                sl[0] = ly + k_best / 3 - 1;
+                sl[1] = lx + k_best % 3 - 1;
+            }
+        }
+        __syncthreads();
+        if (sl[2]) break;
+    }
+    if (threadIdx.x != 0) return;
+    const int ly = sl[0], lx = sl[1];
+    double v[3][3], wv[3][3];
+    for (int u = 0; u < 3; ++u) {
+        const int yy = ((ly + u - 1) % nwy + nwy) % nwy;
+        for (int q = 0; q < 3; ++q) {
+            const int xx = ((lx + q - 1) % nwx + nwx) % nwx;
+            wv[u][q] = wy[yy] * wx[xx];
+            v[u][q] = comp ? sv[3 * u + q] / wv[u][q] : sv[3 * u + q];
+        }
+    }
+    double dy = 0.0, dx = 0.0;
+    if (METHOD != M_NONE) {
+        fit_3x3<METHOD>(v, dy, dx);
+        drop_loose(comp && barely_concave(v, wv), dy, dx);
+    }
+    out_value[tmap] = (float)sv[4];
+    out_border[tmap] = ((ry > 0 && abs(ly) == ry) || (rx > 0 && abs(lx) == rx)) ? 1 : 0;
+    out_y[tmap] = ly + dy;
+    out_x[tmap] = lx + dx;
+}

@@ -1,0 +1,264 @@
+"""The tensor-core engine: maps against a float64 oracle for every precision, size and pairing,
+exact peaks against the CPU peak search, the engine against the direct engine (GPU); its
+launch shapes and option rules (CPU)."""
+
+import os
+
+import numpy as np
+import pytest
+from scipy.signal import correlate2d
+
+from ebsdxc.engines import ENGINES, EngineConfig
+from ebsdxc.engines.base import PRECISIONS
+from ebsdxc.engines.definition import Pairing
+from ebsdxc.engines.tensor import TensorEngine, launch_shape
+
+# Unit roundoff of each input precision (tf32 rounds to nearest-away, the others to nearest even;
+# fp32 is three tf32 products, without the small-by-small term).
+UNIT = {"fp32": 2.0 ** -21, "tf32": 2.0 ** -11, "bf16": 2.0 ** -8, "fp16": 2.0 ** -11}
+
+# (h, w), (ry, rx), pairing: the EBSD layout, odd and non-square tiles, rows of maps that cross
+# pattern boundaries, lag columns split over blocks (rx = 30: 61 columns), a wide flat tile, the
+# 128x128 layout of realistic patterns, n-to-m.
+CASES = [
+    ((96, 96), (16, 16), Pairing.n_to_mn(3, 7)),
+    ((37, 53), (5, 9), Pairing.n_to_mn(2, 11)),
+    ((20, 31), (9, 15), Pairing.n_to_m(3, 4)),
+    ((64, 64), (30, 30), Pairing.n_to_mn(1, 5)),
+    ((9, 200), (4, 60), Pairing.n_to_mn(2, 3)),
+    ((128, 128), (24, 24), Pairing.n_to_mn(2, 3)),
+    ((5, 7), (1, 2), Pairing.n_to_mn(4, 1)),
+]
+
+
+def oracle(left, right, max_lag):
+    """[ry + dy, rx + dx] = sum over the overlap of left[y, x] * right[y + dy, x + dx], float64."""
+    h, w = left.shape
+    full = correlate2d(right.astype(np.float64), left.astype(np.float64), mode="full")
+    ry, rx = max_lag
+    return full[h - 1 - ry:h + ry, w - 1 - rx:w + rx]
+
+
+# ---------------------------------------------------------------- CPU: launch shapes and options
+
+@pytest.mark.parametrize("precision", PRECISIONS)
+@pytest.mark.parametrize("shape,lag,nb", [((96, 96), (16, 16), 50), ((256, 256), (64, 64), 1),
+                                          ((9, 200), (4, 60), 3), ((512, 512), (128, 128), 2)])
+def test_launch_shapes_fit_shared_memory(precision, shape, lag, nb):
+    ls = launch_shape(*shape, lag, nb, precision)
+    assert ls["smem"] <= 227 * 1024
+    half = precision in ("bf16", "fp16")
+    # Conflict-free fragment loads: 8 rows of 4 lanes on distinct banks.
+    words = ls["rs"] // 2 if half else ls["rs"]
+    banks = {(g * words + t) % 32 for g in range(8) for t in range(4)}
+    assert len(banks) == 32
+    assert ls["nt"] * 8 * ls["col_blocks"] >= 2 * lag[1] + 1
+    assert ls["row_blocks"] * ls["warps"] * ls["mtw"] * 16 >= nb * (2 * lag[0] + 1)
+    assert ls["lwt"] % 8 == 0 and ls["lw"] % 8 == 0 and ls["stage"] % 4 == 0  # 16-byte copies
+
+
+def test_options_name_the_tensor_engine():
+    fft = ENGINES["fft"]
+    why = fft.refusal((32, 32), EngineConfig(mode="window", max_shift=4, subpixel="quadratic", precision="bf16"),
+                      gpu=True)
+    assert "correlation.precision 'bf16' needs the 'tensor' engine" in why
+    why = fft.refusal((32, 32), EngineConfig(mode="window", max_shift=4, subpixel="quadratic",
+                                             peak_precision="fp64"), gpu=True)
+    assert "correlation.peak_precision 'fp64'" in why and "'tensor'" in why
+    why = TensorEngine.refusal((32, 32), EngineConfig(), gpu=True)
+    assert "does not correlate in correlation.mode 'full'" in why
+    why = TensorEngine.refusal((32, 32), EngineConfig(mode="window", max_shift=4), gpu=True)
+    assert "correlation.subpixel 'dft'" in why
+    assert TensorEngine.refusal((32, 32), EngineConfig(mode="window", max_shift=4, subpixel="quadratic",
+                                                       precision="tf32"), gpu=False).startswith("the tensor engine")
+    assert TensorEngine.supports((31, 45), EngineConfig(mode="window", max_shift=7, subpixel="gaussian"))
+    with pytest.raises(ValueError, match="correlation.precision must be one of auto, fp32"):
+        EngineConfig(precision="fp8")
+    with pytest.raises(ValueError, match="correlation.peak_precision must be one of fp32, fp64"):
+        EngineConfig(peak_precision="fp16")
+
+
+# ---------------------------------------------------------------- GPU against the oracle
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("precision", PRECISIONS)
+@pytest.mark.parametrize("shape,lag,pairing", CASES, ids=lambda v: str(v) if not isinstance(v, Pairing) else "")
+def test_maps_match_oracle(rng, precision, shape, lag, pairing):
+    import cupy as cp
+
+    from ebsdxc.engines.tensor import tensor_maps
+
+    lefts = rng.standard_normal((pairing.na, *shape)).astype(np.float32)
+    rights = (100.0 * rng.standard_normal((pairing.n_rights, *shape))).astype(np.float32)  # fp16 scaling
+    maps = cp.asnumpy(tensor_maps(cp.asarray(lefts), cp.asarray(rights), pairing, lag, precision))
+    got = np.fft.fftshift(maps, axes=(-2, -1))
+    u = UNIT[precision]
+    worst = 0.0
+    for a in range(pairing.na):
+        for b in range(pairing.nb):
+            r = rights[a * pairing.rs_a + b * pairing.rs_b]
+            want = oracle(lefts[a], r, lag)
+            bound = oracle(np.abs(lefts[a]), np.abs(r), lag)  # sum |L||R|: rounding scales with it
+            g = got[a * pairing.os_a + b * pairing.os_b]
+            # inputs rounded (2u) plus the tensor cores' fp32 sums (which truncate), against the
+            # size of the terms summed
+            err = np.abs(g - want) / (2.2 * u * bound + 1e-5 * bound.max())
+            worst = max(worst, err.max())
+    assert worst <= 1.0, worst
+
+
+@pytest.mark.gpu
+def test_precisions_order_by_error(rng):
+    # The bound above could hide a precision computed in another: the errors must order as the inputs.
+    import cupy as cp
+
+    from ebsdxc.engines.tensor import tensor_maps
+
+    p = Pairing.n_to_mn(2, 5)
+    lefts = rng.standard_normal((2, 48, 48)).astype(np.float32)
+    rights = rng.standard_normal((10, 48, 48)).astype(np.float32)
+    want = np.stack([oracle(lefts[t % 2], rights[t], (8, 8)) for t in range(10)])
+    err = {}
+    for prec in PRECISIONS:
+        got = np.fft.fftshift(cp.asnumpy(tensor_maps(cp.asarray(lefts), cp.asarray(rights), p, (8, 8), prec)),
+                              axes=(-2, -1))
+        err[prec] = np.sqrt(np.mean((got - want) ** 2))
+    # fp32 is three tf32 products summed by the tensor cores (whose fp32 sums truncate): 20x closer
+    # than tf32 on an H200, not IEEE fp32 (the peaks are re-evaluated in fp32 or fp64 anyway)
+    assert err["fp32"] < err["tf32"] / 10
+    assert err["fp32"] < err["fp16"] / 10
+    assert err["fp16"] < err["bf16"] / 4
+    assert err["tf32"] < err["bf16"] / 4
+
+
+def _shifted_pairs(rng, n, shape, lag):
+    """Reference tiles and scan tiles shifted by known integer lags inside the window."""
+    from ebsdxc.preprocess import window_2d
+
+    h, w = shape
+    ry, rx = lag
+    big = rng.standard_normal((n, h + 2 * ry + 2, w + 2 * rx + 2))
+    from scipy.ndimage import gaussian_filter
+
+    big = np.stack([gaussian_filter(b, 1.5) for b in big])
+    win = window_2d(shape)
+    shifts = np.stack([rng.integers(-ry + 1, ry, n), rng.integers(-rx + 1, rx, n)], axis=1)
+    lefts, rights = [], []
+    for i in range(n):
+        cy, cx = ry + 1, rx + 1
+        l0 = big[i, cy:cy + h, cx:cx + w]
+        dy, dx = shifts[i]
+        r0 = big[i, cy - dy:cy - dy + h, cx - dx:cx - dx + w] + 0.05 * rng.standard_normal(shape)  # R[y] = L[y - dy]
+        lefts.append((l0 - l0.mean()) * win)
+        rights.append((r0 - r0.mean()) * win)
+    return np.asarray(lefts, np.float32), np.asarray(rights, np.float32), shifts
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("method", ["quadratic", "gaussian", "parabolic", "none"])
+@pytest.mark.parametrize("precision", PRECISIONS)
+@pytest.mark.parametrize("peak_precision", ["fp32", "fp64"])
+def test_exact_peaks_match_cpu_peaks(rng, method, precision, peak_precision):
+    # The subpixel peak of every precision is the float64 oracle's: the map only picks the lag.
+    import cupy as cp
+
+    from ebsdxc.engines.tensor import exact_peaks, tensor_maps
+    from ebsdxc.peaks import locate_peaks
+
+    lag = (7, 9)
+    lefts, rights, shifts = _shifted_pairs(rng, 40, (33, 41), lag)
+    p = Pairing.n_to_mn(40, 1)
+    maps = tensor_maps(cp.asarray(lefts), cp.asarray(rights), p, lag, precision)
+    y, x, value, border = (cp.asnumpy(a) for a in exact_peaks(maps, cp.asarray(lefts), cp.asarray(rights), p, lag,
+                                                              method, peak_precision=peak_precision))
+    want = np.fft.ifftshift(np.stack([oracle(lefts[i], rights[i], lag) for i in range(40)]), axes=(-2, -1))
+    wy, wx, wv, wb = locate_peaks(want, max_lag=lag, method=method)
+    np.testing.assert_array_equal(border, wb)
+    if method == "none":  # the integer peaks are the shifts the pairs were made with
+        np.testing.assert_array_equal(y, shifts[:, 0])
+        np.testing.assert_array_equal(x, shifts[:, 1])
+    tol = 1e-8 if peak_precision == "fp64" else 2e-4
+    np.testing.assert_allclose(y, wy, atol=tol, rtol=0, equal_nan=True)
+    np.testing.assert_allclose(x, wx, atol=tol, rtol=0, equal_nan=True)
+    assert np.isfinite(y).mean() > 0.9
+    np.testing.assert_allclose(value, wv, rtol=1e-7 if peak_precision == "fp64" else 1e-6)  # value is float32
+
+
+@pytest.mark.gpu
+def test_peak_climbs_to_the_exact_maximum(rng):
+    # A map whose maximum sits one lag off the true peak (as a rounding near-tie would put it):
+    # the exact neighbourhood moves the peak back; with no moves allowed it stays.
+    import cupy as cp
+
+    from ebsdxc.engines.tensor import exact_peaks
+
+    lag = (6, 6)
+    lefts, rights, shifts = _shifted_pairs(rng, 8, (32, 32), lag)
+    p = Pairing.n_to_mn(8, 1)
+    maps = np.stack([oracle(lefts[i], rights[i], lag) for i in range(8)])
+    for i, (dy, dx) in enumerate(shifts):
+        maps[i, lag[0] + dy + 1, lag[1] + dx - 1] = 2 * maps.max()  # a neighbour diagonal to the peak
+    dev = cp.asarray(np.fft.ifftshift(maps, axes=(-2, -1)).astype(np.float32))
+    args = (cp.asarray(lefts), cp.asarray(rights), p, lag, "quadratic")
+    y, x, _, _ = (cp.asnumpy(a) for a in exact_peaks(dev, *args))
+    np.testing.assert_array_equal(np.round(y), shifts[:, 0])
+    np.testing.assert_array_equal(np.round(x), shifts[:, 1])
+    y0, x0, _, _ = (cp.asnumpy(a) for a in exact_peaks(dev, *args, max_moves=0))
+    # fitted about the wrong lag: within a lag of it, or no fit at all (NaN)
+    assert not np.any(np.abs(y0 - (shifts[:, 0] + 1)) >= 1.01) and not np.any(np.abs(x0 - (shifts[:, 1] - 1)) >= 1.01)
+    assert not np.allclose(y0, y)
+
+
+def _match_sample(sample_dir, engine, config, index=None, sets=1):
+    from ebsdxc.backend import select_backend
+    from ebsdxc.engines import make_engine
+    from ebsdxc.io import open_scan, read_reference
+    from ebsdxc.preprocess import prepare_tiles, window_1d, window_2d
+    from ebsdxc.rois import extract_tiles, grid_layout
+
+    be = select_backend("cuda")
+    xp = be.xp
+    with open_scan(os.path.join(sample_dir, "scan.h5")) as src:
+        pats = src.read(0, src.n_patterns)
+    ref = read_reference(os.path.join(sample_dir, "ref.tif"))
+    size = 40
+    lay = grid_layout(pats.shape[1:], grid=(5, 5), size=size)
+    win = window_2d((size, size), xp=xp)
+    rt, re, rs = prepare_tiles(extract_tiles(xp.asarray(ref, dtype=xp.float32)[None], lay, xp)[0], win, xp)
+    t, e, s = prepare_tiles(extract_tiles(xp.asarray(pats, dtype=xp.float32), lay, xp), win, xp)
+    eng = make_engine(engine, be, (size, size), config, window_1d=(window_1d(size), window_1d(size)))
+    # K sets: the reference and copies of scan patterns, so each set matches differently.
+    refs = eng.prepare_references(xp.concatenate([rt[None], t[1:sets]]), xp.concatenate([re[None], e[1:sets]]),
+                                  xp.concatenate([rs[None], s[1:sets]]))
+    r = eng.match(t, e, s, references=refs, index=index)
+    return [be.asnumpy(a) for a in (r.displacement, r.peak_height, r.status)]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("method", ["quadratic", "gaussian", "parabolic", "none"])
+@pytest.mark.parametrize("precision", ["fp16", "bf16"])
+def test_engine_matches_direct_engine(sample_dir, method, precision):
+    cfg = dict(mode="window", max_shift=6, subpixel=method)
+    d0, h0, s0 = _match_sample(sample_dir, "direct", EngineConfig(**cfg))
+    d1, h1, s1 = _match_sample(sample_dir, "tensor", EngineConfig(**cfg, precision=precision))
+    np.testing.assert_array_equal(s1, s0)
+    # the direct engine's float32 sums are the looser side (3e-5 px from the exact neighbourhood)
+    np.testing.assert_allclose(d1, d0, atol=1e-4, equal_nan=True)
+    np.testing.assert_allclose(h1, h0, atol=1e-5, equal_nan=True)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("grouped", [True, False])
+def test_engine_with_reference_sets_matches_direct_engine(sample_dir, grouped, monkeypatch):
+    # Patterns grouped by set (several per set) and gathered pairs (each pattern its own set).
+    if grouped:  # these small tiles would be gathered: lower the work a grouped launch needs
+        monkeypatch.setattr("ebsdxc.engines.direct.GROUP_FMAS", 0)
+    n = 100
+    index = np.arange(n) % 3 if grouped else np.arange(n) % 50
+    sets = 3 if grouped else 50
+    cfg = dict(mode="window", max_shift=6, subpixel="quadratic")
+    d0, h0, s0 = _match_sample(sample_dir, "direct", EngineConfig(**cfg), index, sets)
+    d1, h1, s1 = _match_sample(sample_dir, "tensor", EngineConfig(**cfg), index, sets)
+    np.testing.assert_array_equal(s1, s0)
+    np.testing.assert_allclose(d1, d0, atol=1e-4, equal_nan=True)
+    np.testing.assert_allclose(h1, h0, atol=1e-5, equal_nan=True)
