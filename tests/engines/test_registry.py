@@ -160,7 +160,9 @@ def test_choices_are_those_of_before(shipped, case, engines, label):
         pytest.skip("no shipped table")
     assert dispatch.choose(case, engines=engines, gpu=GPU).label == label
     if engines == ("fft", "fused", "direct"):
-        assert dispatch.choose(case, gpu=GPU).label == label  # default: every registered engine
+        # default: every registered engine, the tensor engine (registered later) where it measured faster
+        got = dispatch.choose(case, gpu=GPU)
+        assert got.label == label or (got.engine == "tensor" and case.mode == "window")
 
 
 @pytest.mark.parametrize("shape,mode,max_shift,subpixel,n_tiles,batch,engine", AUTO)
