@@ -174,16 +174,19 @@ def main(argv=None):
         ls = launch_shape(h, w, (r, r), B, prec)
         print(f"    launch: {json.dumps(ls)}")
         if a.sweep:
-            for warps in (2, 4, 8):
-                for yc in (4, 8, 16, 32):
-                    try:
-                        s = launch_shape(h, w, (r, r), B, prec, warps=warps, yc=yc)
-                    except ValueError:
-                        continue
-                    ms = median_ms(lambda prec=prec, s=s: tensor_maps(lefts, rights, pairing, (r, r), prec,
-                                                                      out=mp, shape=s))
-                    print(f"    warps={warps:2d} yc={yc:2d} smem={s['smem'] / 1024:6.1f} KB: {ms:7.3f} ms "
-                          f"{B / (ms * 1e-3):10,.0f} patterns/s", flush=True)
+            for warps, mtw, yc, stages in ((2, 4, 8, 2), (4, 2, 8, 2), (8, 1, 8, 2), (2, 4, 8, 1), (4, 2, 8, 1),
+                                           (4, 4, 8, 1), (8, 2, 8, 1), (4, 2, 16, 1), (2, 2, 8, 1), (4, 1, 8, 1),
+                                           (8, 1, 16, 1), (4, 2, 4, 2), (2, 2, 8, 2)):
+                if mtw * (2 if prec in ("fp32", "tf32") else 1) > 4:
+                    continue
+                try:
+                    s = launch_shape(h, w, (r, r), B, prec, warps=warps, yc=yc, mtw=mtw, stages=stages)
+                except ValueError:
+                    continue
+                ms = median_ms(lambda prec=prec, s=s: tensor_maps(lefts, rights, pairing, (r, r), prec,
+                                                                  out=mp, shape=s))
+                print(f"    warps={warps} mtw={mtw} yc={yc:2d} stages={stages} smem={s['smem'] / 1024:6.1f} KB: "
+                      f"{ms:7.3f} ms {B / (ms * 1e-3):10,.0f} patterns/s", flush=True)
 
     T = toeplitz_operands(lefts, r)
     rows16 = tiles.astype(cp.float16).transpose(1, 0, 2, 3).reshape(n, B, h * w).copy()

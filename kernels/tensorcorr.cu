@@ -153,15 +153,16 @@ __device__ __forceinline__ int stage_rowoff(int q, int yc, int My, int iy_lo0) {
 
 // Maps of window mode for pairs (a, b) from packed operands: grid (na, row blocks, column
 // blocks), blockDim.x = 32 * warps, each warp MTW 16-row tiles by NT 8-column tiles. Chunks of
-// yc L rows and the right rows they meet are copied to shared memory by cp.async, the next
-// chunk while the tensor cores work on this one (two stages of `stage` words each).
+// yc L rows and the right rows they meet are copied to shared memory by cp.async: with two
+// stages of `stage` words the next chunk while the tensor cores work on this one, with one
+// stage in turn (half the memory: more blocks per SM overlap each other instead).
 // rs: staged row stride in elements (fp16/bf16: = 8 mod 16, fp32/tf32: = 4 mod 32: fragment
 // loads without bank conflicts); lw: staged L row length in words; lwt: packed L row length.
 template <int PREC, int MTW, int NT>
 __global__ void __launch_bounds__(256) tc_maps(const unsigned* __restrict__ Lp, const unsigned* __restrict__ Rp,
                         float* __restrict__ out, const float* __restrict__ sl, const float* __restrict__ sr,
                         int h, int w, int ry, int rx, int na, int nb, int rs_a, int rs_b, int os_a, int os_b,
-                        int rs, int lw, int lwt, int yc, int stage) {
+                        int rs, int lw, int lwt, int yc, int stage, int nstages) {
     extern __shared__ __align__(16) unsigned char tc_smem[];
     constexpr bool HALF = PREC >= P_BF16;
     constexpr int KS = HALF ? 16 : 8;
@@ -231,12 +232,13 @@ __global__ void __launch_bounds__(256) tc_maps(const unsigned* __restrict__ Lp, 
 
     unsigned* smem = reinterpret_cast<unsigned*>(tc_smem);
     const int nchunks = (h + yc - 1) / yc;
-    stage_chunk(0, smem);
+    if (nstages == 2) stage_chunk(0, smem);
     for (int c = 0; c < nchunks; ++c) {
+        if (nstages == 1) stage_chunk(c * yc, smem);
         cp_async_wait_all();
         __syncthreads();
-        if (c + 1 < nchunks) stage_chunk((c + 1) * yc, smem + ((c + 1) & 1) * stage);
-        const unsigned* Ls = smem + (c & 1) * stage;
+        if (nstages == 2 && c + 1 < nchunks) stage_chunk((c + 1) * yc, smem + ((c + 1) & 1) * stage);
+        const unsigned* Ls = smem + (nstages == 2 ? (c & 1) * stage : 0);
         const unsigned* Rs = Ls + yc * lw;
         const int rows = min(yc, h - c * yc);
         for (int r = 0; r < rows; ++r) {
@@ -325,7 +327,8 @@ __global__ void __launch_bounds__(256) tc_maps(const unsigned* __restrict__ Lp, 
 }
 
 // Exact correlation at the 3x3 lags around (ly, lx) into sv[9] (row-major), every thread
-// taking part: warps walk the rows of L, lanes along them (coalesced, no index division);
+// taking part: each warp walks a band of L rows, each lane a column, keeping the three R rows
+// a pixel meets in registers (one new R row of three values per L row: a third of the loads);
 // per-thread sums in ACC, the block's sum in double.
 template <typename ACC>
 __device__ void exact_3x3(const float* __restrict__ Lm, const float* __restrict__ Rm, int h, int w, int ly,
@@ -333,23 +336,32 @@ __device__ void exact_3x3(const float* __restrict__ Lm, const float* __restrict_
     ACC acc[9];
 #pragma unroll
     for (int k = 0; k < 9; ++k) acc[k] = 0;
-    const int nwarps = blockDim.x >> 5, lane = threadIdx.x & 31;
-    // rows of L that meet a row of R at some lag ly - 1 .. ly + 1
+    const int nwarps = blockDim.x >> 5, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    // rows of L that meet a row of R at some lag ly - 1 .. ly + 1, split into bands
     const int y_lo = max(0, -(ly + 1)), y_hi = min(h, h - (ly - 1));
-    for (int y = y_lo + (threadIdx.x >> 5); y < y_hi; y += nwarps) {
-        const float* lrow = Lm + (long long)y * w;
-        for (int x = lane; x < w; x += 32) {
-            const ACC l = lrow[x];
+    const int band = (y_hi - y_lo + nwarps - 1) / nwarps;
+    const int yb = y_lo + warp * band, ye = min(y_hi, yb + band);
+    auto r_at = [&](int yy, int xx) -> ACC {
+        return (yy >= 0 && yy < h && xx >= 0 && xx < w) ? (ACC)Rm[(long long)yy * w + xx] : (ACC)0;
+    };
+    for (int x = lane; x < w && yb < ye; x += 32) {
+        ACC rr[3][3];
 #pragma unroll
-            for (int u = 0; u < 3; ++u) {
-                const int yy = y + ly + u - 1;
-                if (yy < 0 || yy >= h) continue;
-                const float* rrow = Rm + (long long)yy * w;
+        for (int u = 0; u < 2; ++u)
 #pragma unroll
-                for (int v = 0; v < 3; ++v) {
-                    const int xx = x + lx + v - 1;
-                    if (xx >= 0 && xx < w) acc[3 * u + v] += l * (ACC)rrow[xx];
-                }
+            for (int v = 0; v < 3; ++v) rr[u][v] = r_at(yb + ly + u - 1, x + lx + v - 1);
+        for (int y = yb; y < ye; ++y) {
+#pragma unroll
+            for (int v = 0; v < 3; ++v) rr[2][v] = r_at(y + ly + 1, x + lx + v - 1);
+            const ACC l = Lm[(long long)y * w + x];
+#pragma unroll
+            for (int u = 0; u < 3; ++u)
+#pragma unroll
+                for (int v = 0; v < 3; ++v) acc[3 * u + v] += l * rr[u][v];
+#pragma unroll
+            for (int v = 0; v < 3; ++v) {
+                rr[0][v] = rr[1][v];
+                rr[1][v] = rr[2][v];
             }
         }
     }

@@ -51,20 +51,15 @@ def _half(precision):
     return precision in ("bf16", "fp16")
 
 
-def _mtw(precision):
-    """16-row tiles per warp: four for fp16/bf16 (each B fragment feeds four MMAs), two where
-    fp32's split operands take the registers."""
-    return 4 if _half(precision) else 2
-
-
 @functools.lru_cache(maxsize=256)
-def launch_shape(h, w, max_lag, n_rows_maps, precision, smem_limit=_SMEM_OPTIN, *, warps=None, yc=None):
+def launch_shape(h, w, max_lag, n_rows_maps, precision, smem_limit=_SMEM_OPTIN, *, warps=None, yc=None,
+                 mtw=None, stages=1):
     """How :func:`tensor_maps` launches for (h, w) tiles, lags ``max_lag`` and ``n_rows_maps``
     right matrices per left: a dict of warps, mtw (16-row tiles per warp), yc (L rows per
     chunk), nt (8-lag column tiles per block), col_blocks, row_blocks, wp (padded width), rs,
     lw (staged strides), lwt, cmin (packed L layout), stage (words per pipeline stage) and smem
-    (bytes, two stages). ``warps`` and ``yc`` fix those two (benchmarks); ValueError where
-    nothing fits."""
+    (bytes, ``stages`` of them). ``warps``, ``yc`` and ``mtw`` fix those (benchmarks);
+    ValueError where nothing fits."""
     ry, rx = max_lag
     My, Mx = 2 * ry + 1, 2 * rx + 1
     half = _half(precision)
@@ -77,33 +72,36 @@ def launch_shape(h, w, max_lag, n_rows_maps, precision, smem_limit=_SMEM_OPTIN, 
     nt = -(-ntot // -(-ntot // _NT_MAX))
     col_blocks = -(-ntot // nt)
     lw = wp + nt * 8
-    mtw = _mtw(precision)
     m_rows = n_rows_maps * My
-    # Small blocks, several per SM, win, and chunks of fewer than 8 L rows restage the right rows
-    # too often (H200, 86 ROIs of 96x96, +-16: 2 warps and 8 L rows per chunk 78k patterns/s, 4
-    # and 16 73k, 2 and 4 63k, 8 and 2 42k): the first shape of this order within a third of the
-    # SM's shared memory, else the first with 8 rows or more, else the first that fits.
-    order = [(2, 8), (2, 16), (4, 8), (4, 16), (1, 8), (1, 16), (2, 4), (4, 4), (1, 4), (2, 32), (4, 32),
-             (8, 8), (8, 16), (8, 4), (1, 2), (1, 1)]
-    if warps is not None or yc is not None:
-        order = [(warps or 2, yc or 8)]
-    passes = ((smem_limit // 3, 8), (smem_limit, 8), (smem_limit, 1)) if warps is None and yc is None else \
-        ((smem_limit, 1),)
+    # Several small blocks per SM with one stage each beat fewer with two (H200, bf16 maps; 86
+    # ROIs of 96x96 +-16 / 45 of 128x128 +-24, 50 patterns: 4 warps of 2 row tiles, 16 L rows a
+    # chunk, one stage: 94.6k / 68.7k patterns/s; 2 warps of 4 tiles, 8 rows, two stages:
+    # 77.1k / 41.8k; chunks of 4 rows restage the right rows too often: 69.3k / 47.1k): the
+    # first shape of this order within a third of the SM's shared memory, else the first with
+    # 8 rows or more, else the first that fits.
+    order = [(4, 2, 16), (8, 1, 16), (4, 2, 8), (4, 1, 8), (2, 2, 8), (2, 1, 8), (1, 2, 8), (1, 1, 8),
+             (4, 1, 4), (2, 1, 4), (1, 1, 4), (1, 1, 2), (1, 1, 1)]
+    if warps is not None or yc is not None or mtw is not None:
+        order = [(warps or 4, mtw or 2, yc or 16)]
+    cap = 2 if not half else 4  # fp32's split operands take the registers of more row tiles
+    passes = ((smem_limit // 3, 8), (smem_limit, 8), (smem_limit, 1)) if len(order) > 1 else ((smem_limit, 1),)
     for budget, least in passes:
-        for nw, c in order:
+        for nw, mt, c in order:
+            mt = min(mt, cap)
             if c < min(least, h):
                 continue
-            if warps is None and (c > 1 and c >= 2 * h or nw > 1 and m_rows <= nw // 2 * mtw * 16):
+            if len(order) > 1 and (c > 1 and c >= 2 * h or nw > 1 and m_rows <= nw // 2 * mt * 16):
                 continue  # chunks past the tile, or half the warps cover every row already
-            bm = nw * mtw * 16
+            bm = nw * mt * 16
             span = min(n_rows_maps, (bm - 1) // My + 2)
             rows = span * (c - 1) + min(bm, m_rows)
             stage = c * lw + rows * rs // epw
             stage = -(-stage // 4) * 4
-            if 2 * stage * 4 <= budget:
-                return dict(warps=nw, mtw=mtw, yc=c, nt=nt, col_blocks=col_blocks,
+            if stages * stage * 4 <= budget:
+                return dict(warps=nw, mtw=mt, yc=c, nt=nt, col_blocks=col_blocks,
                             row_blocks=-(-m_rows // bm), wp=wp, rs=rs, lw=lw, lwt=wp + col_blocks * nt * 8,
-                            cmin=rx - col_blocks * nt * 8 + 1, stage=stage, smem=2 * stage * 4)
+                            cmin=rx - col_blocks * nt * 8 + 1, stage=stage, stages=stages,
+                            smem=stages * stage * 4)
     raise ValueError(f"{h}x{w} tiles with lags up to {max_lag} do not fit the tensor engine's shared memory")
 
 
@@ -184,7 +182,7 @@ def tensor_maps(lefts, rights, pairing, max_lag, precision=DEFAULT_PRECISION, *,
     null = np.uint64(0)
     args = (lp, rp, out, null if sl is None else sl, null if sr is None else sr, np.int32(h), np.int32(w),
             np.int32(ry), np.int32(rx), *pairing.as_struct(), np.int32(ls["rs"]), np.int32(ls["lw"]),
-            np.int32(ls["lwt"]), np.int32(ls["yc"]), np.int32(ls["stage"]))
+            np.int32(ls["lwt"]), np.int32(ls["yc"]), np.int32(ls["stage"]), np.int32(ls["stages"]))
     fn((pairing.na, ls["row_blocks"], ls["col_blocks"]), (32 * ls["warps"],), args, shared_mem=ls["smem"])
     return out
 
