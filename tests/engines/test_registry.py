@@ -87,7 +87,8 @@ AUTO = [
     ((40, 40), "window", 4, "dft", 86, 256, "fused"),
     ((64, 64), "full", None, "quadratic", 86, 256, "fused"),
     ((64, 64), "full", None, "dft", 86, 256, "fused"),
-    ((64, 64), "window", 4, "quadratic", 86, 256, "fused"),
+    # the tensor engine, registered later, measured faster here (H200, 86 ROIs x 50, +-8: 0.232 ms, fused 0.261)
+    ((64, 64), "window", 4, "quadratic", 86, 256, "tensor"),
     ((64, 64), "window", 4, "dft", 86, 256, "fused"),
     ((96, 96), "full", None, "quadratic", 86, 256, "fused"),
     ((96, 96), "full", None, "dft", 86, 256, "fused"),
