@@ -260,7 +260,7 @@ def _parser():
                          "on the CPU, else the fastest measured), fft (CPU and GPU), direct (definition-based "
                          "kernels, GPU), fused (shared-memory FFT, GPU) or tensor (tensor cores, window mode, GPU)")
     pp.add_argument("--precision", choices=("auto", *PRECISIONS),
-                    help="inputs of the correlation products: auto (default: fp32, fp16 on the tensor engine) "
+                    help="inputs of the correlation products: auto (default: fp32, bf16 on the tensor engine) "
                          "or fp32, tf32, bf16, fp16 (below fp32: the tensor engine, window mode; its peaks are "
                          "re-evaluated exactly, so the precision only decides near-ties between lags)")
     pp.add_argument("--peak-precision", choices=PEAK_PRECISIONS,

@@ -69,7 +69,7 @@ class EngineConfig:
         name of a registered engine (:data:`ebsdxc.engines.ENGINES`). It changes speed,
         not results (beyond rounding).
     precision : str
-        Inputs of the correlation products: ``"auto"`` (each engine's own: fp32, and fp16 on
+        Inputs of the correlation products: ``"auto"`` (each engine's own: fp32, and bf16 on
         the tensor engine) or one of :data:`PRECISIONS`; below fp32 only the ``tensor``
         engine serves. The tensor engine finds the integer peak in this precision and
         re-evaluates its 3x3 neighbourhood exactly, so it only decides near-ties between
