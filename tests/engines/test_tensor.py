@@ -264,3 +264,44 @@ def test_engine_with_reference_sets_matches_direct_engine(sample_dir, grouped, m
     np.testing.assert_array_equal(s1, s0)
     np.testing.assert_allclose(d1, d0, atol=1e-4, equal_nan=True)
     np.testing.assert_allclose(h1, h0, atol=1e-5, equal_nan=True)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("precision", ["bf16", "fp16", "tf32"])
+def test_real_patterns_match_the_cpu_engine(precision):
+    # kikuchipy's 3x3 Ni scan (real patterns, 60x60): nine 24 px ROIs against point 0, window +-6,
+    # against the float64 FFT engine on the CPU.
+    import importlib.util
+
+    import h5py
+
+    from ebsdxc.backend import select_backend
+    from ebsdxc.engines import make_engine
+    from ebsdxc.preprocess import prepare_tiles, window_1d, window_2d
+    from ebsdxc.rois import extract_tiles, grid_layout
+
+    spec = importlib.util.find_spec("kikuchipy")
+    path = os.path.join(os.path.dirname(spec.origin), "data", "kikuchipy_h5ebsd", "patterns.h5") if spec else ""
+    if not os.path.exists(path):
+        pytest.skip("kikuchipy's Ni patterns are not installed")
+    with h5py.File(path, "r") as f:
+        pats = f["Scan 1/EBSD/Data/patterns"][()].astype(np.float32)
+    size = 24
+    tiles = extract_tiles(pats, grid_layout(pats.shape[1:], grid=(3, 3), size=size), dtype=np.float32)
+    tp, en, status = prepare_tiles(tiles, window_2d((size, size)))
+    out = []
+    for device, engine in (("cpu", "fft"), ("cuda", "tensor")):
+        be = select_backend(device)
+        xp = be.xp
+        cfg = EngineConfig(mode="window", max_shift=6, subpixel="quadratic",
+                           precision=precision if engine == "tensor" else "auto")
+        eng = make_engine(engine, be, (size, size), cfg, window_1d=(window_1d(size), window_1d(size)))
+        eng.set_reference(xp.asarray(tp[0]), xp.asarray(en[0]), xp.asarray(status[0]))
+        r = eng.match(xp.asarray(tp), xp.asarray(en), xp.asarray(status))
+        out.append([be.asnumpy(a) for a in (r.displacement, r.peak_height, r.status)])
+    (d0, h0, s0), (d1, h1, s1) = out
+    np.testing.assert_array_equal(s1, s0)
+    assert (s0 == 0).mean() > 0.7
+    assert np.nanmax(np.abs(d0)) > 0.1  # the points do move against point 0
+    np.testing.assert_allclose(d1, d0, atol=1e-4, equal_nan=True)
+    np.testing.assert_allclose(h1, h0, atol=1e-5, equal_nan=True)
