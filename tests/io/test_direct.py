@@ -21,6 +21,7 @@ def data():
 LAYOUTS = {
     "contiguous": {},
     "chunked": {"chunks": (7, 32, 24)},
+    "one pattern per chunk": {"chunks": (1, 32, 24)},
     "gzip": {"chunks": (7, 32, 24), "compression": "gzip"},
     "gzip+shuffle": {"chunks": (16, 32, 24), "compression": "gzip", "compression_opts": 9, "shuffle": True},
     "shuffle only": {"chunks": (5, 32, 24), "shuffle": True},
@@ -46,11 +47,15 @@ def test_direct_reads_equal_h5py(tmp_path, data, layout):
     np.testing.assert_array_equal(out, data[290:])
 
 
-def test_direct_reads_4d_chunks_across_rows(tmp_path, data):
+@pytest.mark.parametrize("compression", ["gzip", None])
+@pytest.mark.parametrize("chunks", [(2, 3), (1, 20), (3, 20), (1, 1)])
+def test_direct_reads_4d_chunks_across_rows(tmp_path, data, compression, chunks):
+    # unfiltered chunks are read straight into the batch, a byte range of the chunk per run:
+    # chunks of part of a row, of whole rows, of several rows, of one pattern
     path = tmp_path / "d4.h5"
     grid = data.reshape(15, 20, 32, 24)
     with h5py.File(path, "w") as f:
-        f.create_dataset("p", data=grid, chunks=(2, 3, 32, 24), compression="gzip")
+        f.create_dataset("p", data=grid, chunks=(*chunks, 32, 24), compression=compression)
     with open_scan(path) as src:
         assert src._direct_reader(np.empty((1, 32, 24), np.uint16)) is not None
         for a, b in RANGES:
@@ -86,12 +91,14 @@ def test_big_endian_falls_back_and_converts(tmp_path, data):
         np.testing.assert_array_equal(out, data[:10])
 
 
-def test_unwritten_chunks_read_as_zeros(tmp_path, data):
+@pytest.mark.parametrize("compression", ["gzip", None])
+def test_unwritten_chunks_read_as_zeros(tmp_path, data, compression):
     path = tmp_path / "holes.h5"
     with h5py.File(path, "w") as f:
-        ds = f.create_dataset("p", shape=data.shape, dtype=data.dtype, chunks=(10, 32, 24), compression="gzip")
+        ds = f.create_dataset("p", shape=data.shape, dtype=data.dtype, chunks=(10, 32, 24), compression=compression)
         ds[:100] = data[:100]
     with open_scan(path) as src:
+        assert src._direct_reader(np.empty((1, 32, 24), np.uint16)) is not None
         got = src.read(95, 120)
     np.testing.assert_array_equal(got[:5], data[95:100])
     assert not got[5:].any()
@@ -104,7 +111,7 @@ def test_read_threads_setting(monkeypatch):
     assert direct.threads() >= 1
 
 
-@pytest.mark.parametrize("layout", ["contiguous", "gzip"])
+@pytest.mark.parametrize("layout", ["contiguous", "gzip", "one pattern per chunk"])
 def test_truncated_file_is_an_error_naming_it(tmp_path, data, layout):
     path = tmp_path / "cut.h5"
     with h5py.File(path, "w") as f:
