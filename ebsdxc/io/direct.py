@@ -215,44 +215,53 @@ class DirectReader:
     def _read_stored_runs(self, keys, nav, runs, out):
         """Unfiltered chunks: each run of records is one contiguous byte range of its chunk
         (runs end where the chunk changes, and records of one chunk row lie in order), read
-        with ``os.preadv`` straight into ``out``; runs are grouped into a few tasks, so chunks
-        of one pattern cost a system call each, not a thread hand-off and two copies."""
+        with ``os.preadv`` straight into ``out``. Ranges are cut into pieces of at most
+        :data:`_SPLIT_BYTES` and the pieces dealt to a few tasks of equal size: chunks of one
+        pattern cost a system call each, not a thread hand-off and two copies, and a batch of
+        two large chunks still keeps every thread busy."""
         pb = self.pattern_bytes
         cnav = self.chunks[:-2]
-        jobs = []
+        pieces = []  # (byte offset in out, file offset or None (zeros), bytes)
         for a, b in runs:
             key = tuple(int(v) for v in keys[a])
             info = self._chunk_index.get(key)
+            n = (int(b) - int(a)) * pb
             if info is None:  # never written: HDF5 reads the fill value, zero for patterns
-                jobs.append((int(a), int(b), None))
+                pieces.append((int(a) * pb, None, n))
                 continue
             offset, size, _ = info
             if size != self._chunk_bytes:
                 raise InputError(f"is damaged: the chunk of the pattern data at byte {offset} holds {size} "
                                  f"bytes, not {self._chunk_bytes}", self.path)
             pos = int(np.ravel_multi_index(tuple(int(nav[d][a]) - key[d] for d in range(len(key))), cnav))
-            jobs.append((int(a), int(b), offset + pos * pb))
+            for k in range(0, n, _SPLIT_BYTES):
+                pieces.append((int(a) * pb + k, offset + pos * pb + k, min(_SPLIT_BYTES, n - k)))
         fd = self._file()
+        raw = out.reshape(-1).view(np.uint8)
+        flat = memoryview(raw)
 
         def work(group):
-            for a, b, off in group:
+            for o, off, n in group:
                 if off is None:
-                    out[a:b] = 0
+                    raw[o:o + n] = 0
                     continue
-                view = memoryview(out[a:b]).cast("B")
-                done, n = 0, (b - a) * pb
+                done = 0
                 while done < n:
-                    got = os.preadv(fd, [view[done:]], off + done)
+                    got = os.preadv(fd, [flat[o + done:o + n]], off + done)
                     if got == 0:
                         raise InputError("is truncated: the file ends inside the pattern data", self.path)
                     done += got
 
-        n_groups = min(threads(), len(jobs), max(1, (len(out) * pb) // (1 << 20)))
+        total = sum(p[2] for p in pieces)
+        n_groups = min(threads(), len(pieces), max(1, total // (1 << 20)))
         if n_groups == 1:
-            work(jobs)
-        else:
-            edges = np.linspace(0, len(jobs), n_groups + 1).astype(int)
-            list(_executor().map(work, [jobs[i:j] for i, j in zip(edges[:-1], edges[1:])]))
+            work(pieces)
+            return
+        # contiguous groups of about equal bytes
+        ends = np.cumsum([p[2] for p in pieces])
+        cuts = np.searchsorted(ends, np.arange(1, n_groups) * total / n_groups)
+        edges = np.unique(np.r_[0, cuts + 1, len(pieces)].clip(0, len(pieces)))
+        list(_executor().map(work, [pieces[i:j] for i, j in zip(edges[:-1], edges[1:]) if j > i]))
 
 
 def plan(path, ds: h5py.Dataset, *, chunk_table=None) -> DirectReader | None:
