@@ -35,6 +35,8 @@ _FILTER_DEFLATE = 1
 _FILTER_SHUFFLE = 2
 # Below this many bytes a read is not split over threads: thread hand-off would cost more.
 _SPLIT_BYTES = 8 << 20
+# Unfiltered chunked reads: a task per this many bytes, at most one per thread.
+_GROUP_BYTES = 1 << 20
 
 _pool = None
 _pool_lock = threading.Lock()
@@ -104,6 +106,7 @@ class DirectReader:
         state = self.__dict__.copy()
         state["_fd"] = None
         state["_last"] = (None, None)
+        state["_dense"] = None
         return state
 
     def __del__(self):
@@ -212,6 +215,21 @@ class DirectReader:
         self._last = done[-1]
 
 
+    def _dense_chunk_index(self):
+        """(offsets, sizes) of the chunks by chunk-grid position (flat), -1 where never written:
+        run starts are looked up with arrays, not per-run Python (chunks of one pattern make a
+        run per pattern)."""
+        if getattr(self, "_dense", None) is None:
+            cnav = self.chunks[:-2]
+            grid = tuple(-(-s // k) for s, k in zip(self.nav_shape, cnav))
+            offsets = np.full(int(np.prod(grid)), -1, np.int64)
+            sizes = np.zeros(offsets.size, np.int64)
+            for key, (offset, size, _) in self._chunk_index.items():
+                i = np.ravel_multi_index(tuple(k // c for k, c in zip(key, cnav)), grid)
+                offsets[i], sizes[i] = offset, size
+            self._dense = (grid, offsets, sizes)
+        return self._dense
+
     def _read_stored_runs(self, keys, nav, runs, out):
         """Unfiltered chunks: each run of records is one contiguous byte range of its chunk
         (runs end where the chunk changes, and records of one chunk row lie in order), read
@@ -221,28 +239,34 @@ class DirectReader:
         two large chunks still keeps every thread busy."""
         pb = self.pattern_bytes
         cnav = self.chunks[:-2]
-        pieces = []  # (byte offset in out, file offset or None (zeros), bytes)
-        for a, b in runs:
-            key = tuple(int(v) for v in keys[a])
-            info = self._chunk_index.get(key)
-            n = (int(b) - int(a)) * pb
-            if info is None:  # never written: HDF5 reads the fill value, zero for patterns
-                pieces.append((int(a) * pb, None, n))
-                continue
-            offset, size, _ = info
-            if size != self._chunk_bytes:
-                raise InputError(f"is damaged: the chunk of the pattern data at byte {offset} holds {size} "
-                                 f"bytes, not {self._chunk_bytes}", self.path)
-            pos = int(np.ravel_multi_index(tuple(int(nav[d][a]) - key[d] for d in range(len(key))), cnav))
-            for k in range(0, n, _SPLIT_BYTES):
-                pieces.append((int(a) * pb + k, offset + pos * pb + k, min(_SPLIT_BYTES, n - k)))
+        grid, offsets, sizes = self._dense_chunk_index()
+        a = np.array([r[0] for r in runs], np.int64)
+        b = np.array([r[1] for r in runs], np.int64)
+        cid = np.ravel_multi_index(tuple(keys[a, d] // cnav[d] for d in range(len(cnav))), grid)
+        off, size = offsets[cid], sizes[cid]
+        bad = (off >= 0) & (size != self._chunk_bytes)
+        if bad.any():
+            i = int(np.flatnonzero(bad)[0])
+            raise InputError(f"is damaged: the chunk of the pattern data at byte {off[i]} holds {size[i]} "
+                             f"bytes, not {self._chunk_bytes}", self.path)
+        pos = np.ravel_multi_index(tuple(nav[d][a] - keys[a, d] for d in range(len(cnav))), cnav)
+        start = np.where(off >= 0, off + pos * pb, -1)  # -1: never written, zeros
+        o, n = a * pb, (b - a) * pb
+        if (n > _SPLIT_BYTES).any():  # cut large ranges into pieces
+            k = -(-n // _SPLIT_BYTES)
+            rep = np.repeat(np.arange(n.size), k)
+            within = (np.arange(rep.size) - np.repeat(np.cumsum(k) - k, k)) * _SPLIT_BYTES
+            o = o[rep] + within
+            start = np.where(start[rep] >= 0, start[rep] + within, -1)
+            n = np.minimum(n[rep] - within, _SPLIT_BYTES)
         fd = self._file()
         raw = out.reshape(-1).view(np.uint8)
         flat = memoryview(raw)
+        pieces = list(zip(o.tolist(), start.tolist(), n.tolist()))
 
         def work(group):
             for o, off, n in group:
-                if off is None:
+                if off < 0:
                     raw[o:o + n] = 0
                     continue
                 done = 0
@@ -252,13 +276,13 @@ class DirectReader:
                         raise InputError("is truncated: the file ends inside the pattern data", self.path)
                     done += got
 
-        total = sum(p[2] for p in pieces)
-        n_groups = min(threads(), len(pieces), max(1, total // (1 << 20)))
+        total = int(n.sum())
+        n_groups = min(threads(), len(pieces), max(1, total // _GROUP_BYTES))
         if n_groups == 1:
             work(pieces)
             return
         # contiguous groups of about equal bytes
-        ends = np.cumsum([p[2] for p in pieces])
+        ends = np.cumsum(n)
         cuts = np.searchsorted(ends, np.arange(1, n_groups) * total / n_groups)
         edges = np.unique(np.r_[0, cuts + 1, len(pieces)].clip(0, len(pieces)))
         list(_executor().map(work, [pieces[i:j] for i, j in zip(edges[:-1], edges[1:]) if j > i]))

@@ -149,3 +149,21 @@ def test_missing_filter_is_refused_at_open_naming_the_file(tmp_path, data):
     assert str(path) in str(e.value)
     with h5py.File(path, "r") as f:
         assert direct.plan(path, f["p"]) is None
+
+
+@pytest.mark.parametrize("chunks", [(1, 32, 24), (7, 32, 24), (300, 32, 24)])
+def test_unfiltered_reads_cut_into_pieces(tmp_path, data, monkeypatch, chunks):
+    # ranges longer than the piece size are cut (here at 1000 bytes, inside patterns of 1536) and
+    # dealt to several threads: the bytes land where they belong
+    monkeypatch.setattr(direct, "_SPLIT_BYTES", 1000)
+    monkeypatch.setattr(direct, "_GROUP_BYTES", 4000)
+    monkeypatch.setenv("EBSDXC_READ_THREADS", "3")
+    path = tmp_path / "p.h5"
+    with h5py.File(path, "w") as f:
+        f.create_dataset("p", data=data, chunks=chunks)
+    with h5py.File(path, "r") as f:
+        reader = direct.plan(path, f["p"])
+    for a, b in RANGES + [(0, 299), (1, 300)]:
+        out = np.full((b - a, 32, 24), 7, np.uint16)
+        reader.read(a, b, out)
+        np.testing.assert_array_equal(out, data[a:b])
