@@ -447,6 +447,9 @@ def _parser():
     pb.add_argument("--repeats", type=_positive_int, default=3, metavar="N",
                     help="--pipeline: repeats of every measurement (default 3)")
     pb.add_argument("--batch", type=_positive_int, metavar="N", help="--pipeline: patterns per batch")
+    pb.add_argument("--memory", action="store_true",
+                    help="--pipeline: no file, patterns made on the fly (a scan larger than the disk), host RSS "
+                         "and device memory sampled every second over the whole run")
     pb.add_argument("--chunk", type=_positive_int, default=64, metavar="N",
                     help="--pipeline: patterns per HDF5 chunk of the scan (default 64)")
     return p
@@ -943,6 +946,12 @@ def _cmd_bench_pipeline(a):
     if a.max_shift:
         cfg = cfg.replace(correlation=dataclasses.replace(cfg.correlation, mode="window", max_shift=a.max_shift))
     run = RunConfig(device=a.device, batch=a.batch)
+    if a.memory:
+        from .run.bench_pipeline import format_memory, memory_over_time
+
+        print(format_memory(memory_over_time(cfg, run, patterns=a.patterns, shape=(a.pattern_size, a.pattern_size),
+                                             workdir=a.out)))
+        return 0
     result = measure(cfg, run, patterns=a.patterns, shape=(a.pattern_size, a.pattern_size), workdir=a.out,
                      repeats=a.repeats, chunk=a.chunk)
     print(format_table(result))

@@ -16,24 +16,60 @@ in the issue's set-up; a short run of the same configuration compiles the kernel
 
 Every figure is the median of the repeats with its range; the end-to-end rate is also given
 as a share of the smallest bound.
+
+:func:`memory_over_time` runs instead a scan too large for the disk (a million points, say):
+its patterns are made on the fly (:class:`SyntheticScan`), and host RSS and device memory are
+sampled while the whole run goes, to show that neither grows with the scan.
 """
 
 from __future__ import annotations
 
 import os
+import threading
 import time
 
 import numpy as np
 
 from .. import timing
 from ..backend import select_backend
+from ..io.source import PatternSource, ScanGrid
 from ..progress import RecordingProgress
 from ..references import ReferenceSet
 from ..rois import layout_for
 from .pipeline import Pipeline
 from .streaming import host_buffers
 
-__all__ = ["write_scan", "read_rate", "transfer_rate", "engine_rate", "measure", "format_table"]
+__all__ = ["write_scan", "read_rate", "transfer_rate", "engine_rate", "measure", "format_table", "SyntheticScan",
+           "memory_over_time", "format_memory"]
+
+
+def _smooth_patterns(distinct: int, shape, seed: int) -> np.ndarray:
+    """``distinct`` smooth random uint16 patterns of ``shape`` (the content does not change the work)."""
+    h, w = shape
+    rng = np.random.default_rng(seed)
+    ky = np.fft.fftfreq(h)[:, None]
+    kx = np.fft.rfftfreq(w)[None, :]
+    lowpass = np.exp(-(kx ** 2 + ky ** 2) / (2 * 0.03 ** 2))
+    base = np.fft.irfft2(np.fft.rfft2(rng.standard_normal((distinct, h, w))) * lowpass, s=(h, w))
+    base -= base.min(axis=(1, 2), keepdims=True)
+    return (base / base.max(axis=(1, 2), keepdims=True) * 50000 + 5000).astype(np.uint16)
+
+
+class SyntheticScan(PatternSource):
+    """``n`` uint16 patterns made on the fly: ``distinct`` smooth random patterns, repeated, on a
+    grid of ``cols`` columns (one row when ``n`` is not a multiple). Reads cost a copy in memory,
+    so a scan larger than the disk runs as a file in the page cache would."""
+
+    format = "synthetic"
+
+    def __init__(self, n: int, shape=(256, 256), *, distinct: int = 16, seed: int = 0, cols: int = 1000):
+        self._base = _smooth_patterns(distinct, shape, seed)
+        grid = ScanGrid(n // cols, cols) if n % cols == 0 and n >= cols else ScanGrid(1, n)
+        super().__init__(f"<synthetic {n} patterns of {shape[1]}x{shape[0]}>", grid=grid, pattern_shape=shape,
+                         dtype=np.uint16)
+
+    def read_into(self, start, stop, out):
+        np.take(self._base, np.arange(start, stop) % len(self._base), axis=0, out=out)
 
 
 def write_scan(path, n: int, shape=(256, 256), *, chunk: int = 64, distinct: int = 16, seed: int = 0) -> str:
@@ -42,13 +78,7 @@ def write_scan(path, n: int, shape=(256, 256), *, chunk: int = 64, distinct: int
     import h5py
 
     h, w = shape
-    rng = np.random.default_rng(seed)
-    ky = np.fft.fftfreq(h)[:, None]
-    kx = np.fft.rfftfreq(w)[None, :]
-    lowpass = np.exp(-(kx ** 2 + ky ** 2) / (2 * 0.03 ** 2))
-    base = np.fft.irfft2(np.fft.rfft2(rng.standard_normal((distinct, h, w))) * lowpass, s=(h, w))
-    base -= base.min(axis=(1, 2), keepdims=True)
-    base = (base / base.max(axis=(1, 2), keepdims=True) * 50000 + 5000).astype(np.uint16)
+    base = _smooth_patterns(distinct, shape, seed)
     with h5py.File(path, "w") as f:
         ds = f.create_dataset("patterns", shape=(n, h, w), dtype=np.uint16, chunks=(min(chunk, n), h, w))
         step = 1024
@@ -174,4 +204,98 @@ def format_table(result: dict) -> str:
     lines += ["", f"end to end (streaming) = {100 * result['share_of_bound']:.0f}% of the smallest bound "
                   f"({result['smallest_bound']:,.0f} patterns/s); the run's profile names "
                   f"'{result['profile_bound']}' as its bound"]
+    return "\n".join(lines)
+
+
+def _rss_bytes() -> int:
+    """This process's resident set size now (Linux ``/proc``; elsewhere the peak so far)."""
+    try:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        import resource
+
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
+def _device_bytes(backend):
+    """(used on the device as the driver counts it, held by CuPy's pool) in bytes, or (None, None)."""
+    if not backend.is_gpu:
+        return None, None
+    import cupy as cp
+
+    with backend.use():
+        free, total = cp.cuda.runtime.memGetInfo()
+    return int(total - free), int(cp.get_default_memory_pool().total_bytes())
+
+
+def memory_over_time(config, run, *, patterns: int, shape=(256, 256), workdir: str, interval: float = 1.0) -> dict:
+    """Run ``config`` over a :class:`SyntheticScan` of ``patterns`` points, sampling host RSS and
+    device memory every ``interval`` seconds (with the points done); the results file goes to
+    ``workdir``."""
+    import tifffile
+
+    from .process import process
+
+    os.makedirs(workdir, exist_ok=True)
+    source = SyntheticScan(patterns, shape)
+    ref = os.path.join(workdir, "bench-memory-ref.tif")
+    tifffile.imwrite(ref, source.read(0, 1)[0])
+    out = os.path.join(workdir, "bench-memory-result.h5")
+    be = select_backend(run.device)
+    prog = RecordingProgress()
+    samples = []
+    t0 = time.perf_counter()
+
+    def take():
+        dev, pool = _device_bytes(be)
+        samples.append({"t": time.perf_counter() - t0, "done": prog.count, "rss": _rss_bytes(), "device": dev,
+                        "pool": pool})
+
+    halt = threading.Event()
+
+    def sampler():
+        while not halt.wait(interval):
+            take()
+
+    take()
+    thread = threading.Thread(target=sampler, name="ebsdxc-memory", daemon=True)
+    thread.start()
+    try:
+        process(source, ref=ref, output=out, config=config, run=run, overwrite=True, progress=prog)
+    finally:
+        halt.set()
+        thread.join()
+    take()
+    wall = time.perf_counter() - t0
+    os.remove(out)
+    return {"device": be.name, "patterns": patterns, "shape": list(shape), "wall": wall, "samples": samples}
+
+
+def format_memory(result: dict, rows: int = 12) -> str:
+    """The samples of :func:`memory_over_time` at about ``rows`` evenly spread times, and the
+    growth of each measure between 10% of the points done and the end."""
+    s = result["samples"]
+    n = result["patterns"]
+    pick = sorted({round(i * (len(s) - 1) / (rows - 1)) for i in range(rows)}) if len(s) > rows else range(len(s))
+    mb = 1 << 20
+
+    def fmt(v):
+        return "-" if v is None else f"{v / mb:,.0f}"
+
+    lines = [f"{result['device']}: {n:,} patterns of {result['shape'][1]}x{result['shape'][0]} made on the fly, "
+             f"{result['wall']:.0f} s; memory sampled every second", "",
+             "| t (s) | points done | host RSS (MB) | device used (MB) | CuPy pool (MB) |", "|---|---|---|---|---|"]
+    for i in pick:
+        x = s[i]
+        lines.append(f"| {x['t']:.0f} | {x['done']:,} | {fmt(x['rss'])} | {fmt(x['device'])} | {fmt(x['pool'])} |")
+    after = [x for x in s if x["done"] >= 0.1 * n]
+    if after:
+        lines.append("")
+        for key, name in (("rss", "host RSS"), ("device", "device used"), ("pool", "CuPy pool")):
+            if after[0][key] is None:
+                continue
+            peak = max(x[key] for x in after)
+            lines.append(f"{name}: {fmt(after[0][key])} MB at 10% of the points, peak {fmt(peak)} MB after it "
+                         f"({peak / after[0][key] - 1:+.1%})")
     return "\n".join(lines)

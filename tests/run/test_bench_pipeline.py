@@ -45,3 +45,30 @@ def test_cli_prints_the_table(tmp_path, capsys):
                      "--repeats", "1", "--batch", "8", "--out", str(tmp_path)]) == 0
     out = capsys.readouterr().out
     assert "| read bound |" in out and "| engine bound |" in out and "of the smallest bound" in out
+
+
+def test_patterns_made_on_the_fly_repeat_and_read_like_a_file():
+    from ebsdxc.run.bench_pipeline import SyntheticScan
+
+    src = SyntheticScan(3000, (32, 48), distinct=4)
+    assert src.n_patterns == 3000 and (src.grid.rows, src.grid.cols) == (3, 1000)
+    a = src.read(2, 10)
+    np.testing.assert_array_equal(a[0], a[4])
+    assert a.dtype == np.uint16 and not np.array_equal(a[0], a[1])
+    assert SyntheticScan(7, (8, 8)).grid.cols == 7  # not a multiple of the columns: one row
+
+
+def test_memory_over_time_samples_the_whole_run(tmp_path):
+    from ebsdxc.run.bench_pipeline import format_memory, memory_over_time
+
+    cfg = ProcessConfig(roi=RoiConfig(layout="grid", grid=(2, 2), size=16),
+                        correlation=EngineConfig(subpixel="quadratic"))
+    r = memory_over_time(cfg, RunConfig(device="cpu", batch=32), patterns=400, shape=(48, 48),
+                         workdir=str(tmp_path), interval=0.02)
+    s = r["samples"]
+    assert len(s) >= 3 and s[0]["done"] == 0 and s[-1]["done"] == 400
+    assert all(x["rss"] > 0 and x["device"] is None for x in s)
+    assert [x["t"] for x in s] == sorted(x["t"] for x in s)
+    text = format_memory(r)
+    assert "points done" in text and "host RSS:" in text
+    assert not (tmp_path / "bench-memory-result.h5").exists()  # the results file is not left behind
