@@ -61,3 +61,21 @@ def cuda_time(fn, reps=20):
     b.record()
     b.synchronize()
     return cp.cuda.get_elapsed_time(a, b) / reps
+
+
+def median_ms(fn, reps=20):
+    """Median milliseconds of ``reps`` calls, each between its own pair of CUDA events (after one warm-up)."""
+    import cupy as cp
+    import numpy as np
+
+    fn()
+    cp.cuda.Device().synchronize()
+    times = []
+    for _ in range(reps):
+        a, b = cp.cuda.Event(), cp.cuda.Event()
+        a.record()
+        fn()
+        b.record()
+        b.synchronize()
+        times.append(cp.cuda.get_elapsed_time(a, b))
+    return float(np.median(times))

@@ -10,25 +10,13 @@ Usage::
 from __future__ import annotations
 
 import argparse
+import os
+import sys
 
 import numpy as np
 
-
-def median_ms(fn, reps=20):
-    """Median milliseconds of ``reps`` calls, each between its own pair of CUDA events."""
-    import cupy as cp
-
-    fn()
-    cp.cuda.Device().synchronize()
-    times = []
-    for _ in range(reps):
-        a, b = cp.cuda.Event(), cp.cuda.Event()
-        a.record()
-        fn()
-        b.record()
-        b.synchronize()
-        times.append(cp.cuda.get_elapsed_time(a, b))
-    return float(np.median(times))
+sys.path.insert(0, os.path.dirname(__file__))
+from common import median_ms  # noqa: E402
 
 
 def main(argv=None):

@@ -35,7 +35,7 @@ import numpy as np
 
 from ..kernel_loader import get_function
 
-__all__ = ["ALGORITHMS", "KernelChoice", "Pairing", "correlate_maps", "overlap_fmas", "precompile",
+__all__ = ["ALGORITHMS", "KernelChoice", "Pairing", "check_operands", "correlate_maps", "overlap_fmas", "precompile",
            "parse_kernel", "segment_width"]
 
 ALGORITHMS = ("overlap_wise", "warp_per_overlap", "warp_shuffle", "multi_matrix_right",
@@ -189,6 +189,31 @@ def precompile(choices):
         get_function("definition.cu", n)
 
 
+def check_operands(lefts, rights, pairing, max_lag, out=None):
+    """The operands of a window-map kernel checked against ``pairing`` and ``max_lag``:
+    (lefts, rights) as contiguous float32 CuPy arrays, (ry, rx) as ints, and ``out`` (a new
+    ``(n_pairs, 2 ry + 1, 2 rx + 1)`` float32 array when None); ValueError naming what does
+    not fit."""
+    import cupy as cp
+
+    lefts = cp.ascontiguousarray(lefts, dtype=cp.float32)
+    rights = cp.ascontiguousarray(rights, dtype=cp.float32)
+    na, h, w = lefts.shape
+    if na != pairing.na:
+        raise ValueError(f"pairing expects {pairing.na} left matrices, got {na}")
+    if rights.shape[1:] != (h, w) or rights.shape[0] < pairing.n_rights:
+        raise ValueError(f"right matrices must be ({pairing.n_rights}, {h}, {w}), got {tuple(rights.shape)}")
+    ry, rx = (int(v) for v in max_lag)
+    if not (0 <= ry < h and 0 <= rx < w):
+        raise ValueError(f"lags up to ({ry}, {rx}) do not fit {h}x{w} matrices")
+    shape = (pairing.n_pairs, 2 * ry + 1, 2 * rx + 1)
+    if out is None:
+        out = cp.empty(shape, dtype=cp.float32)
+    elif out.shape != shape or out.dtype != cp.float32 or not out.flags.c_contiguous:
+        raise ValueError(f"out must be a contiguous float32 array of shape {shape}")
+    return lefts, rights, (ry, rx), out
+
+
 def correlate_maps(lefts, rights, pairing, max_lag, choice=KernelChoice(), *, out=None):
     """Definition-based correlation maps on the GPU.
 
@@ -207,26 +232,11 @@ def correlate_maps(lefts, rights, pairing, max_lag, choice=KernelChoice(), *, ou
     -------
     (na * nb, 2 ry + 1, 2 rx + 1) float32 maps, lag (dy, dx) at (dy mod My, dx mod Mx).
     """
-    import cupy as cp
-
-    lefts = cp.ascontiguousarray(lefts, dtype=cp.float32)
-    rights = cp.ascontiguousarray(rights, dtype=cp.float32)
-    na, h, w = lefts.shape
-    if na != pairing.na:
-        raise ValueError(f"pairing expects {pairing.na} left matrices, got {na}")
-    if rights.shape[1:] != (h, w) or rights.shape[0] < pairing.n_rights:
-        raise ValueError(f"right matrices must be ({pairing.n_rights}, {h}, {w}), got {tuple(rights.shape)}")
     if not choice.fits(pairing):
         raise ValueError(f"{choice.label}: several left matrices per thread need the n-to-m form")
-    ry, rx = (int(v) for v in max_lag)
-    if not (0 <= ry < h and 0 <= rx < w):
-        raise ValueError(f"lags up to ({ry}, {rx}) do not fit {h}x{w} matrices")
+    lefts, rights, (ry, rx), out = check_operands(lefts, rights, pairing, max_lag, out)
+    h, w = lefts.shape[1:]
     My, Mx = 2 * ry + 1, 2 * rx + 1
-    shape = (pairing.n_pairs, My, Mx)
-    if out is None:
-        out = cp.empty(shape, dtype=cp.float32)
-    elif out.shape != shape or out.dtype != cp.float32 or not out.flags.c_contiguous:
-        raise ValueError(f"out must be a contiguous float32 array of shape {shape}")
     if pairing.n_pairs == 0:
         return out
     fn = get_function("definition.cu", choice.name_expression)

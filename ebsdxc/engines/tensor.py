@@ -30,6 +30,7 @@ import numpy as np
 
 from ..kernel_loader import get_function
 from .base import PEAK_PRECISIONS, PRECISIONS, EngineInfo
+from .definition import check_operands
 from .direct import DirectEngine
 from .registry import register
 
@@ -153,26 +154,10 @@ def tensor_maps(lefts, rights, pairing, max_lag, precision=DEFAULT_PRECISION, *,
     (n_pairs, 2 ry + 1, 2 rx + 1) float32 maps, lag (dy, dx) at (dy mod My, dx mod Mx), the
     layout of :func:`ebsdxc.engines.definition.correlate_maps`.
     """
-    import cupy as cp
-
     if precision not in PRECISIONS:
         raise ValueError(f"precision must be one of {', '.join(PRECISIONS)}, got {precision!r}")
-    lefts = cp.ascontiguousarray(lefts, dtype=cp.float32)
-    rights = cp.ascontiguousarray(rights, dtype=cp.float32)
-    na, h, w = lefts.shape
-    if na != pairing.na:
-        raise ValueError(f"pairing expects {pairing.na} left matrices, got {na}")
-    if rights.shape[1:] != (h, w) or rights.shape[0] < pairing.n_rights:
-        raise ValueError(f"right matrices must be ({pairing.n_rights}, {h}, {w}), got {tuple(rights.shape)}")
-    ry, rx = (int(v) for v in max_lag)
-    if not (0 <= ry < h and 0 <= rx < w):
-        raise ValueError(f"lags up to ({ry}, {rx}) do not fit {h}x{w} matrices")
-    My, Mx = 2 * ry + 1, 2 * rx + 1
-    maps_shape = (pairing.n_pairs, My, Mx)
-    if out is None:
-        out = cp.empty(maps_shape, dtype=cp.float32)
-    elif out.shape != maps_shape or out.dtype != cp.float32 or not out.flags.c_contiguous:
-        raise ValueError(f"out must be a contiguous float32 array of shape {maps_shape}")
+    lefts, rights, (ry, rx), out = check_operands(lefts, rights, pairing, max_lag, out)
+    h, w = lefts.shape[1:]
     if pairing.n_pairs == 0:
         return out
     ls = launch_shape(h, w, (ry, rx), pairing.nb, precision, _smem_limit()) if shape is None else shape
