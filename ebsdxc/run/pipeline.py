@@ -318,8 +318,7 @@ class Pipeline:
         return self._flag(res, empty, xp)
 
     def streams(self):
-        """The (compute, copy-back, transfer) CUDA streams of this pipeline, made on first use:
-        patterns travel to the device on the transfer stream while the previous batch computes.
+        """The (compute, copy-back) CUDA streams of this pipeline, made on first use.
 
         Made once, not per streaming call: CuPy's memory pool keeps freed blocks per stream,
         so a fresh stream for each call (a Dask worker makes one call per task) strands the
@@ -328,7 +327,7 @@ class Pipeline:
         """
         if self._streams is None:
             cp = self.backend.xp
-            self._streams = tuple(cp.cuda.Stream(non_blocking=True) for _ in range(3))
+            self._streams = (cp.cuda.Stream(non_blocking=True), cp.cuda.Stream(non_blocking=True))
         return self._streams
 
     def release_memory(self):

@@ -1,10 +1,9 @@
 """Streaming batches through a pipeline: the reader thread, pinned host buffers, CUDA streams.
 
 A reader thread fills the next batch of patterns (into pinned host buffers on the GPU)
-while the device correlates the current one on its own CUDA stream; the next batch's
-patterns travel to one of two device buffers on a transfer stream meanwhile, and results of
-a batch are copied back and handed on while the next batch computes. Host memory is bounded
-by ``N_BUFFERS`` batches of raw patterns, device memory by two, whatever the scan size.
+while the device correlates the current one on its own CUDA stream; results of a batch
+are copied back and handed on while the next batch computes. Host memory is bounded by
+``N_BUFFERS`` batches of raw patterns, whatever the scan size.
 """
 
 from __future__ import annotations
@@ -143,14 +142,10 @@ def stream_chunks(pipeline, source, chunks, *, emit, references=None, buffers=No
     reader.start()
     pending = None
     copy_back = None
-    # Two device buffers of raw patterns, in turn: batch k's copy (transfer stream) waits only
-    # for the computation of batch k - 2 to have read the same buffer, so it overlaps batch
-    # k - 1's (with the copy on the compute stream, copying 512x512 patterns and computing added up).
-    slots, slot_free, k = [None, None], [None, None], 0
     try:
         if be.is_gpu:
             cp = be.xp
-            compute, copy_back, transfer = pipeline.streams()
+            compute, copy_back = pipeline.streams()
         while True:
             item = reader.ready.get()
             if item is None:
@@ -162,24 +157,13 @@ def stream_chunks(pipeline, source, chunks, *, emit, references=None, buffers=No
                 raise item
             try:
                 if be.is_gpu:
-                    slot, k = k % 2, k + 1
-                    shape = (batch, *item.view.shape[1:])
-                    if slots[slot] is None or slots[slot].shape != shape or slots[slot].dtype != item.view.dtype:
-                        with compute:  # a block of the compute stream's pool: free once its work is done
-                            slots[slot] = cp.empty(shape, dtype=item.view.dtype)
-                            slot_free[slot] = compute.record()
-                    dev = slots[slot][:len(item.view)]
-                    with transfer:
-                        transfer.wait_event(slot_free[slot])
-                        with timing.stage("transfer", xp=cp):
-                            dev.set(item.view, stream=transfer)
-                        copied = transfer.record()
-                    reader.release(item.buffer, copied)
                     with compute:
-                        compute.wait_event(copied)
+                        dev = cp.empty(item.view.shape, dtype=item.view.dtype)
+                        with timing.stage("transfer", xp=cp):
+                            dev.set(item.view, stream=compute)
+                        reader.release(item.buffer, compute.record())
                         res = match(item, dev)
                         done_event = compute.record()
-                    slot_free[slot] = done_event
                 else:
                     res = match(item, item.view)
                     reader.release(item.buffer)
