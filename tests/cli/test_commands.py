@@ -452,6 +452,17 @@ def test_direct_engine_on_the_cpu_is_one_clear_error(tmp_path, scan, ref):
     assert not out.exists()
 
 
+@pytest.mark.parametrize("flags,named", [(["--precision", "bf16"], "--precision 'bf16' needs the 'tensor' engine"),
+                                         (["--peak-precision", "fp64"], "--peak-precision 'fp64'"),
+                                         (["--engine", "tensor", "--max-shift", "8", "--subpixel", "quadratic"],
+                                          "tensor engine")])
+def test_tensor_options_on_the_cpu_are_one_clear_error(tmp_path, scan, ref, flags, named):
+    out = tmp_path / "t.h5"
+    res = run_cli("process", scan, "--ref", ref, "-o", out, "--device", "cpu", *flags, *SMALL)
+    assert_one_error(res, named)
+    assert not out.exists()
+
+
 def test_process_kikuchipy_h5ebsd_end_to_end(tmp_path):
     """A real (measured) Ni scan in kikuchipy's h5ebsd format, through the CLI: the grid comes
     from its header and the reference point matches itself exactly."""
