@@ -133,6 +133,16 @@ class DirectReader:
         else:
             self._read_chunked(start, stop, out)
 
+    def _pread_all(self, fd, view, offset):
+        """Fill ``view`` (a writable memoryview) from file offset ``offset``; a file that ends
+        first is an InputError naming it."""
+        done = 0
+        while done < len(view):
+            got = os.preadv(fd, [view[done:]], offset + done)
+            if got == 0:
+                raise InputError("is truncated: the file ends before its pattern data do", self.path)
+            done += got
+
     def _read_contiguous(self, start, stop, out):
         fd = self._file()
         flat = out.reshape(-1).view(np.uint8)
@@ -143,14 +153,7 @@ class DirectReader:
         bounds[1:-1] -= bounds[1:-1] % 4096  # page-aligned pieces
 
         def part(a, b):
-            view = memoryview(flat[a:b])
-            done = 0
-            while done < b - a:
-                got = os.preadv(fd, [view[done:]], base + a + done)
-                if got == 0:
-                    raise InputError("is truncated: the file ends before its pattern data do",
-                                     self.path)
-                done += got
+            self._pread_all(fd, memoryview(flat[a:b]), base + a)
 
         if n_parts == 1:
             part(0, nbytes)
@@ -214,7 +217,6 @@ class DirectReader:
         done = [work(runs[0])] if len(runs) == 1 else list(_executor().map(work, runs))
         self._last = done[-1]
 
-
     def _dense_chunk_index(self):
         """(offsets, sizes) of the chunks by chunk-grid position (flat), -1 where never written:
         run starts are looked up with arrays, not per-run Python (chunks of one pattern make a
@@ -268,13 +270,8 @@ class DirectReader:
             for o, off, n in group:
                 if off < 0:
                     raw[o:o + n] = 0
-                    continue
-                done = 0
-                while done < n:
-                    got = os.preadv(fd, [flat[o + done:o + n]], off + done)
-                    if got == 0:
-                        raise InputError("is truncated: the file ends inside the pattern data", self.path)
-                    done += got
+                else:
+                    self._pread_all(fd, flat[o:o + n], off)
 
         total = int(n.sum())
         n_groups = min(threads(), len(pieces), max(1, total // _GROUP_BYTES))
