@@ -49,6 +49,11 @@ _METHODS = {"none": 0, "parabolic": 1, "gaussian": 2, "quadratic": 3}
 _SMEM_OPTIN = 227 * 1024
 
 
+def _precision(config):
+    """The input precision ``config`` asks of this engine (``"auto"``: :data:`DEFAULT_PRECISION`)."""
+    return DEFAULT_PRECISION if config.precision == "auto" else config.precision
+
+
 def _half(precision):
     return precision in ("bf16", "fp16")
 
@@ -219,7 +224,7 @@ class TensorEngine(DirectEngine):
 
     def __init__(self, backend, tile_shape, config, *, window_1d=None):
         super().__init__(backend, tile_shape, config, window_1d=None)
-        self.precision = DEFAULT_PRECISION if config.precision == "auto" else config.precision
+        self.precision = _precision(config)
         self._lags = None
         if config.compensate and window_1d is not None:
             # One lag past the window each way: the 3x3 around a peak on the window's edge.
@@ -233,8 +238,7 @@ class TensorEngine(DirectEngine):
         if config.mode != "window":
             return None
         try:
-            launch_shape(int(tile_shape[0]), int(tile_shape[1]), config.max_lag(tile_shape), 1,
-                         DEFAULT_PRECISION if config.precision == "auto" else config.precision)
+            launch_shape(int(tile_shape[0]), int(tile_shape[1]), config.max_lag(tile_shape), 1, _precision(config))
         except ValueError as e:
             return str(e)
         return None
@@ -277,8 +281,7 @@ class TensorEngine(DirectEngine):
 
     @classmethod
     def pairing_maps(cls, lefts, rights, pairing, config):
-        prec = DEFAULT_PRECISION if config.precision == "auto" else config.precision
-        return tensor_maps(lefts, rights, pairing, config.max_lag(tuple(lefts.shape[1:])), prec)
+        return tensor_maps(lefts, rights, pairing, config.max_lag(tuple(lefts.shape[1:])), _precision(config))
 
     @classmethod
     def benchmark(cls, case, lefts, rights, variant=None):

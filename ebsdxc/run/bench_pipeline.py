@@ -279,7 +279,8 @@ def memory_over_time(config, run, *, patterns: int, shape=(256, 256), workdir: s
     take()
     wall = time.perf_counter() - t0
     os.remove(out)
-    return {"device": be.name, "patterns": patterns, "shape": list(shape), "wall": wall, "samples": samples}
+    return {"device": be.name, "patterns": patterns, "shape": list(shape), "wall": wall, "interval": interval,
+            "samples": samples}
 
 
 def format_memory(result: dict, rows: int = 12) -> str:
@@ -294,7 +295,7 @@ def format_memory(result: dict, rows: int = 12) -> str:
         return "-" if v is None else f"{v / mb:,.0f}"
 
     lines = [f"{result['device']}: {n:,} patterns of {result['shape'][1]}x{result['shape'][0]} made on the fly, "
-             f"{result['wall']:.0f} s; memory sampled every second", "",
+             f"{result['wall']:.0f} s; memory sampled every {result['interval']:g} s", "",
              "| t (s) | points done | host RSS (MB) | device used (MB) | CuPy pool (MB) |", "|---|---|---|---|---|"]
     for i in pick:
         x = s[i]
