@@ -11,7 +11,9 @@ in the issue's set-up; a short run of the same configuration compiles the kernel
   first batch to the last) and over the whole wall time (set-up included), with the stage
   profile (:mod:`ebsdxc.timing`) that says which stage bounds it;
 - **read bound**: the scan read batch by batch into host memory by the same reader, nothing else;
-- **host-to-device bound** (GPU): a pinned batch copied to the device on one stream;
+- **host-to-device bound** (GPU): a pinned batch copied to the device on one stream; where
+  the run sends only the ROIs (:mod:`ebsdxc.run.transfer`), also the same copy of the ROIs,
+  which is then the bound the run is held to;
 - **engine bound**: the run's per-batch pipeline (preprocessing, correlation, peaks) on
   patterns already on the device.
 
@@ -109,33 +111,43 @@ def read_rate(source, batch: int) -> float:
     return n / (time.perf_counter() - t)
 
 
-def transfer_rate(backend, shape, dtype, batch: int, reps: int = 20) -> float | None:
-    """Patterns/s of pinned host-to-device copies of a batch (None on the CPU)."""
+def transfer_rate(backend, shape, dtype, batch: int, reps: int = 20, plan=None) -> float | None:
+    """Patterns/s of pinned host-to-device copies of a batch (None on the CPU): whole patterns,
+    or the ROIs of ``plan`` (a :class:`~ebsdxc.run.transfer.TransferPlan`), as the run copies them."""
     if not backend.is_gpu:
         return None
     import cupy as cp
 
     host = host_buffers(backend, 1, (batch, *shape), dtype)[0]  # pinned, as the run's reader fills
     host[...] = 1
-    dev = cp.empty(host.shape, dtype=host.dtype)
+    dev = cp.empty((batch, *(shape if plan is None else plan.shape)), dtype=host.dtype)
     stream = cp.cuda.Stream(non_blocking=True)
-    dev.set(host, stream=stream)
+
+    def copy():
+        if plan is None:
+            dev.set(host, stream=stream)
+        else:
+            plan.copy(host, dev, stream)
+    copy()
     stream.synchronize()
     t = time.perf_counter()
     for _ in range(reps):
-        dev.set(host, stream=stream)
+        copy()
     stream.synchronize()
     return reps * batch / (time.perf_counter() - t)
 
 
-def engine_rate(pipeline, patterns, reps: int = 10) -> float:
-    """Patterns/s of the per-batch pipeline on ``patterns`` (B, H, W) already where it runs."""
+def engine_rate(pipeline, patterns, reps: int = 10, plan=None) -> float:
+    """Patterns/s of the per-batch pipeline on ``patterns`` (B, H, W) already where it runs
+    (cropped by ``plan`` when the run sends only the ROIs)."""
     be = pipeline.backend
-    pipeline.match(patterns)  # compiles, plans
+    if plan is not None:
+        patterns = be.xp.asarray(plan.crop(be.asnumpy(patterns)))
+    pipeline.match(patterns, transferred=plan)  # compiles, plans
     be.synchronize()
     t = time.perf_counter()
     for _ in range(reps):
-        pipeline.match(patterns)
+        pipeline.match(patterns, transferred=plan)
     be.synchronize()
     return reps * len(patterns) / (time.perf_counter() - t)
 
@@ -167,7 +179,7 @@ def measure(config, run, *, patterns: int, shape=(256, 256), workdir: str, repea
     be = select_backend(run.device)
     batch = run.batch or 512
     rows = {"end to end, streaming": [], "end to end, wall with set-up": [], "read bound": [],
-            "host-to-device bound": [], "engine bound": []}
+            "host-to-device bound": [], "host-to-device bound, ROIs only": [], "engine bound": []}
     bounds_by = []
     read_rate(source, batch)  # into the page cache
     warm = write_scan(os.path.join(workdir, f"bench-pipeline-warm-{shape[0]}x{shape[1]}.h5"), min(patterns, 2 * batch),
@@ -177,6 +189,7 @@ def measure(config, run, *, patterns: int, shape=(256, 256), workdir: str, repea
         process(warm, ref=ref, output=out, config=config, run=run, overwrite=True)
         layout = layout_for(config.roi, source.pattern_shape, path=scan)
         pipe = Pipeline(be, config, layout, ReferenceSet.single(first))
+        plan = pipe.transfer_plan(source.pattern_shape, source.dtype.itemsize)
         dev = be.xp.asarray(source.read(0, min(batch, patterns)))
         for _ in range(repeats):
             prog, prof = RecordingProgress(), timing.StageProfile()
@@ -188,12 +201,19 @@ def measure(config, run, *, patterns: int, shape=(256, 256), workdir: str, repea
             bounds_by.append(prof.last_report["bound"])
             rows["read bound"].append(read_rate(source, batch))
             rows["host-to-device bound"].append(transfer_rate(be, source.pattern_shape, source.dtype, batch))
-            rows["engine bound"].append(engine_rate(pipe, dev))
+            if plan is not None:
+                rows["host-to-device bound, ROIs only"].append(
+                    transfer_rate(be, source.pattern_shape, source.dtype, batch, plan=plan))
+            rows["engine bound"].append(engine_rate(pipe, dev, plan=plan))
         pipe.close()
     source.close()
     figures = {k: _median(v) for k, v in rows.items()}
-    bounds = [figures[k]["median"] for k in ("read bound", "host-to-device bound", "engine bound")
-              if figures[k] is not None]
+    # what the run transfers: its ROIs when it sends only those
+    sent = "host-to-device bound" if figures["host-to-device bound, ROIs only"] is None else \
+        "host-to-device bound, ROIs only"
+    if figures["host-to-device bound, ROIs only"] is None:
+        del figures["host-to-device bound, ROIs only"]
+    bounds = [figures[k]["median"] for k in ("read bound", sent, "engine bound") if figures[k] is not None]
     e2e = figures["end to end, streaming"]["median"]
     return {"device": be.name, "patterns": patterns, "shape": list(shape), "chunk": chunk, "batch": batch,
             "repeats": repeats,

@@ -100,8 +100,8 @@ class DicPipeline:
     """Frames -> subset displacements against one resident reference image.
 
     The interface :func:`ebsdxc.run.streaming.stream_chunks` and
-    :func:`ebsdxc.run.tasks.run_task` use (``match``, ``streams``, ``release_memory``,
-    ``close``, ``bytes_per_pattern``), as :class:`~ebsdxc.run.pipeline.Pipeline` has it.
+    :func:`ebsdxc.run.tasks.run_task` use (``match``, ``streams``, ``transfer_plan``,
+    ``release_memory``, ``close``, ``bytes_per_pattern``), as :class:`~ebsdxc.run.pipeline.Pipeline` has it.
     """
 
     simulated = None
@@ -233,8 +233,13 @@ class DicPipeline:
     def streams(self):
         if self._streams is None:
             cp = self.backend.xp
-            self._streams = (cp.cuda.Stream(non_blocking=True), cp.cuda.Stream(non_blocking=True))
+            self._streams = tuple(cp.cuda.Stream(non_blocking=True) for _ in range(3))
         return self._streams
+
+    def transfer_plan(self, pattern_shape, itemsize):
+        """None: whole images travel (subsets cover most of an image, and the deformed subsets
+        of IC-GN reach beyond them)."""
+        return None
 
     def release_memory(self):
         if not self.backend.is_gpu:

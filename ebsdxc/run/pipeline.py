@@ -26,6 +26,7 @@ from ..preprocess import PatternPreprocessor, prepare_tiles, rois_inside_mask, w
 from ..references import ReferenceSet
 from ..refine import WholePatternRefiner
 from ..rois import RoiLayout, extract_tiles
+from .transfer import plan_transfer
 
 __all__ = ["Pipeline", "CPU_TILES_PER_TASK"]
 
@@ -64,6 +65,7 @@ class Pipeline:
         self.tile_shape = (h, w)
         self._pool = None
         self._streams = None
+        self._transfer_origins = None
         stage_backend = backend
         if not backend.is_gpu and backend.workers > 1:
             # Threads over sub-batches parallelise every stage (NumPy and pocketfft release
@@ -129,8 +131,11 @@ class Pipeline:
         """The first preprocessed reference (H, W): the one reference of a K = 1 run."""
         return self.reference_images[0]
 
-    def match(self, patterns, *, index=None, crop=None, cols=None, present=None) -> PeakResult:
+    def match(self, patterns, *, index=None, crop=None, cols=None, present=None, transferred=None) -> PeakResult:
         """(B, H, W) raw patterns (host or device) -> :class:`PeakResult` on the device.
+
+        ``transferred``: the :class:`~ebsdxc.run.transfer.TransferPlan` (from
+        :meth:`transfer_plan`) that cut ``patterns`` to their ROIs on the way to the device.
 
         ``index`` (B,) gives each pattern's reference (``None``: reference 0). With neighbour
         averaging, ``patterns`` is a block of whole scan rows of ``cols`` points with halo
@@ -145,7 +150,11 @@ class Pipeline:
         xp = self.backend.xp if self._fused else np
         patterns = xp.asarray(patterns)
         has_data = (patterns.reshape(patterns.shape[0], -1) != 0).any(axis=1)
-        if crop is None:
+        if transferred is not None:
+            if crop is not None or self.simulated is not None or not self.rois_only:
+                raise ValueError("transferred: this pipeline needs whole patterns")
+            res = self._match(patterns, index, layout=transferred.layout)
+        elif crop is None:
             res = self._match(patterns, index) if self.simulated is None else self._match_simulated(patterns, index)
         else:
             off, n = crop
@@ -237,10 +246,12 @@ class Pipeline:
         return PeakResult(xp.where(bad[..., None], nan, disp), xp.where(bad, nan, height),
                           status.astype(xp.uint8, copy=False), extra=res.extra)
 
-    def _match(self, patterns, index, converted=False, references=None, preprocessed=False) -> PeakResult:
+    def _match(self, patterns, index, converted=False, references=None, preprocessed=False,
+               layout=None) -> PeakResult:
         """``references`` other than the pipeline's own (remapped ones) are matched without
         refinement: the refiner's templates are the pipeline's references. ``preprocessed``:
-        ``patterns`` went through the preprocessor already."""
+        ``patterns`` went through the preprocessor already. ``layout``: where the ROIs are in
+        ``patterns`` when they are not whole patterns (:meth:`transfer_plan`)."""
         xp = self.backend.xp
         refs = self.references if references is None else references
         refine = self.refiner is not None and references is None
@@ -254,10 +265,11 @@ class Pipeline:
                 with timing.stage("preprocess"):
                     return correct(a)
             if self._pool is None or B <= self._sub_batch:
-                return self._match_host(prep(patterns), index, refs, refine)
+                return self._match_host(prep(patterns), index, refs, refine, layout)
             parts = list(self._pool.map(
                 lambda i: self._match_host(prep(patterns[i:i + self._sub_batch]),
-                                           None if index is None else index[i:i + self._sub_batch], refs, refine),
+                                           None if index is None else index[i:i + self._sub_batch], refs, refine,
+                                           layout),
                 range(0, B, self._sub_batch)))
             extra = None
             if refine:
@@ -276,7 +288,8 @@ class Pipeline:
                 x = self.preprocessor(x)
             B, n = x.shape[0], self.layout.n
             frames = self._frames.get(B * n)
-            e, s = prepare_tiles_padded(x, self._origins, self.tile_shape, self.window, frames)
+            origins = self._origins if layout is None else self._device_origins(layout)
+            e, s = prepare_tiles_padded(x, origins, self.tile_shape, self.window, frames)
         with timing.stage("correlate", xp=xp):  # the engines mark their own peak stage inside
             res = self.engine.match(frames.reshape(B, n, *frames.shape[1:]), e.reshape(B, n), s.reshape(B, n),
                                     references=refs, index=None if index is None else xp.asarray(index))
@@ -285,9 +298,9 @@ class Pipeline:
                 res = self._refine(self.preprocessor.convert(x) if x.dtype.kind in "ui" else x, res, index)
         return res
 
-    def _match_host(self, x, index, refs, refine=False) -> PeakResult:
+    def _match_host(self, x, index, refs, refine=False, layout=None) -> PeakResult:
         with timing.stage("preprocess"):
-            tiles = extract_tiles(x, self.layout, np, dtype=np.float32)
+            tiles = extract_tiles(x, self.layout if layout is None else layout, np, dtype=np.float32)
             t, e, s = prepare_tiles(tiles, self.window, np, overwrite=True)
         with timing.stage("correlate"):
             res = self.engine.match(t, e, s, references=refs, index=index)
@@ -317,8 +330,28 @@ class Pipeline:
         empty = ~(xp.asarray(patterns).reshape(B, -1) != 0).any(axis=1)
         return self._flag(res, empty, xp)
 
+    @property
+    def rois_only(self) -> bool:
+        """True when nothing before the ROI cut needs the whole pattern, so that only the ROIs'
+        pixels need to reach the device (:meth:`transfer_plan`)."""
+        pp = self.preprocessor
+        return (pp.is_identity and pp.halo_rows == 0 and self.refiner is None and self.simulated is None)
+
+    def transfer_plan(self, pattern_shape, itemsize):
+        """The :class:`~ebsdxc.run.transfer.TransferPlan` that sends only the ROIs of (H, W)
+        patterns of ``itemsize`` bytes per pixel to the device, or None: whole patterns travel
+        (a GPU pipeline that needs them, or no crop that is smaller enough)."""
+        if not self._fused or not self.rois_only:
+            return None
+        return plan_transfer(self.layout, pattern_shape, itemsize=itemsize)
+
+    def _device_origins(self, layout):
+        if self._transfer_origins is None or self._transfer_origins[0] is not layout:
+            self._transfer_origins = (layout, self.backend.xp.asarray(layout.origins, dtype=self.backend.xp.int32))
+        return self._transfer_origins[1]
+
     def streams(self):
-        """The (compute, copy-back) CUDA streams of this pipeline, made on first use.
+        """The (compute, copy-back, transfer) CUDA streams of this pipeline, made on first use.
 
         Made once, not per streaming call: CuPy's memory pool keeps freed blocks per stream,
         so a fresh stream for each call (a Dask worker makes one call per task) strands the
@@ -327,7 +360,7 @@ class Pipeline:
         """
         if self._streams is None:
             cp = self.backend.xp
-            self._streams = (cp.cuda.Stream(non_blocking=True), cp.cuda.Stream(non_blocking=True))
+            self._streams = tuple(cp.cuda.Stream(non_blocking=True) for _ in range(3))
         return self._streams
 
     def release_memory(self):

@@ -1,9 +1,11 @@
 """Streaming batches through a pipeline: the reader thread, pinned host buffers, CUDA streams.
 
 A reader thread fills the next batch of patterns (into pinned host buffers on the GPU)
-while the device correlates the current one on its own CUDA stream; results of a batch
+while the device correlates the current one on its own CUDA stream. The next batch travels
+to the device on a transfer stream meanwhile, into one of two device buffers used in turn
+(whole patterns, or only their ROIs: :mod:`ebsdxc.run.transfer`), and results of a batch
 are copied back and handed on while the next batch computes. Host memory is bounded by
-``N_BUFFERS`` batches of raw patterns, whatever the scan size.
+``N_BUFFERS`` batches of raw patterns, device memory by two, whatever the scan size.
 """
 
 from __future__ import annotations
@@ -128,6 +130,8 @@ def stream_chunks(pipeline, source, chunks, *, emit, references=None, buffers=No
         # simulated references: the pipeline simulates each point's own, by its flat index
         flat = pipeline.simulated is not None or getattr(pipeline, "flat_index", False)
         index = np.arange(item.start, item.stop) if flat else refs.of(item.start, item.stop)
+        if plan is not None:
+            return pipeline.match(patterns, index=index, transferred=plan)
         if not halo:
             return pipeline.match(patterns, index=index)
         a = item.start - item.offset
@@ -138,14 +142,22 @@ def stream_chunks(pipeline, source, chunks, *, emit, references=None, buffers=No
     if (buffers is None or buffers[0].shape[0] < batch or buffers[0].shape[1:] != tuple(source.pattern_shape)
             or buffers[0].dtype != want):
         buffers = host_buffers(be, N_BUFFERS, (batch, *source.pattern_shape), source.dtype)
+    plan = None
+    if be.is_gpu and not halo:
+        plan = pipeline.transfer_plan(source.pattern_shape, want.itemsize)
+    frame = tuple(source.pattern_shape) if plan is None else plan.shape
     reader = Reader(source, chunks, buffers)
     reader.start()
     pending = None
     copy_back = None
+    # Two device buffers of raw patterns, used in turn: batch k's copy (transfer stream) waits
+    # only for batch k - 2's computation to be done with the same buffer, so it overlaps batch
+    # k - 1's. (With the copy on the compute stream, copying and computing 512x512 patterns add up.)
+    slots, slot_free, k = [None, None], [None, None], 0
     try:
         if be.is_gpu:
             cp = be.xp
-            compute, copy_back = pipeline.streams()
+            compute, copy_back, transfer = pipeline.streams()
         while True:
             item = reader.ready.get()
             if item is None:
@@ -157,13 +169,27 @@ def stream_chunks(pipeline, source, chunks, *, emit, references=None, buffers=No
                 raise item
             try:
                 if be.is_gpu:
-                    with compute:
-                        dev = cp.empty(item.view.shape, dtype=item.view.dtype)
+                    slot, k = k % 2, k + 1
+                    if slots[slot] is None:
+                        with compute:  # a block of the compute stream's pool, used in its order
+                            slots[slot] = cp.empty((batch, *frame), dtype=item.view.dtype)
+                            slot_free[slot] = compute.record()
+                    dev = slots[slot][:len(item.view)]
+                    with transfer:
+                        transfer.wait_event(slot_free[slot])
                         with timing.stage("transfer", xp=cp):
-                            dev.set(item.view, stream=compute)
-                        reader.release(item.buffer, compute.record())
+                            if plan is None:
+                                dev.set(item.view, stream=transfer)
+                            else:
+                                plan.copy(item.view, dev, transfer)
+                        copied = transfer.record()
+                    reader.release(item.buffer, copied)
+                    with compute:
+                        compute.wait_event(copied)
                         res = match(item, dev)
                         done_event = compute.record()
+                    slot_free[slot] = done_event
+                    dev = None
                 else:
                     res = match(item, item.view)
                     reader.release(item.buffer)
@@ -182,6 +208,9 @@ def stream_chunks(pipeline, source, chunks, *, emit, references=None, buffers=No
             _flush(be, pending, emit, copy_back)
             pending = None
     finally:
+        # A traceback keeps this frame, and with it the device buffers, alive while the caller
+        # retries with smaller batches after running out of memory: drop them here.
+        slots[:] = [None, None]
         reader.stop()
         reader.join(timeout=10)
     return buffers

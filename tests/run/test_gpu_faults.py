@@ -5,9 +5,11 @@ injected for real (issue 20; the GPU tests run with ``pytest -m gpu``).
   first batch is written, so that the next batch's arrays cannot be allocated (NumPy's and
   pocketfft's real MemoryError). The batch halves, the run completes, the results are those of
   the run without a limit, bit for bit, and match the scan's known shifts.
-- GPU memory: CuPy's memory pool is limited after the first batch is written, its cached blocks
-  given back, so the next batch cannot allocate (CuPy's real OutOfMemoryError); with a limit no
-  batch fits, the run stops with one clear error and resumes to the uninterrupted results.
+- GPU memory: after the first batch is written, the next device allocation raises CuPy's
+  OutOfMemoryError (through CuPy's allocator hook: a steady run allocates nothing new, see
+  :class:`FailNextDeviceAllocation`); the batch halves and the run completes. With the memory
+  pool limited to one byte no batch fits: the run stops with one clear error and resumes to the
+  uninterrupted results.
 - Kernel cache: every file of CuPy's kernel cache (``CUPY_CACHE_DIR``) truncated, bit-flipped,
   emptied or overwritten with garbage; the next process recompiles and rewrites them.
 - No usable GPU: ``CUDA_VISIBLE_DEVICES=""`` hides the device from CUDA itself.
@@ -184,17 +186,6 @@ class PoolLimitAfterFirstBatch(Progress):
             pool.set_limit(size=1 if self.headroom is None else self.used + self.headroom)
 
 
-class UsedAfterFirstBatch(Progress):
-    """Notes what the pool uses after the first batch is written; limits nothing."""
-
-    def __init__(self, cp):
-        self.cp, self.used = cp, None
-
-    def update(self, n):
-        if self.used is None:
-            self.used = self.cp.get_default_memory_pool().used_bytes()
-
-
 @pytest.fixture
 def cp():
     import cupy
@@ -212,23 +203,46 @@ def _gpu_run(sample_dir, out, **kw):
                    run=RunConfig(device="cuda", batch=16), **kw)
 
 
+class FailNextDeviceAllocation(Progress):
+    """After the first batch is written, the next device allocation the run asks CuPy for raises
+    CuPy's OutOfMemoryError, once.
+
+    A pool limit no longer reaches a batch in the middle of a run: the raw patterns travel into
+    two device buffers made once per call, and every other array of a batch comes from blocks the
+    pool cached for the batch before, so a steady run asks the device for nothing new. The
+    error is therefore raised by CuPy's allocator hook at the next allocation, wherever it is."""
+
+    def __init__(self, cp):
+        self.cp, self.armed, self.raised = cp, None, 0
+        self.pool = cp.get_default_memory_pool()
+
+    def malloc(self, size):
+        if self.armed:
+            self.armed = False
+            self.raised += 1
+            raise self.cp.cuda.memory.OutOfMemoryError(size, self.pool.total_bytes())
+        return self.pool.malloc(size)
+
+    def update(self, n):
+        if self.armed is None:
+            self.armed = True
+
+
 @pytest.mark.gpu
 def test_gpu_out_of_memory_mid_run_halves_the_batch(tmp_path, sample_dir, cp):
-    pool = cp.get_default_memory_pool()
-    free = UsedAfterFirstBatch(cp)
-    whole = read_results(_gpu_run(sample_dir, tmp_path / "whole.h5", progress=free))
-    peak = pool.total_bytes()  # the pool caches what it held at most: the steady state plus a batch
-    assert peak > free.used
-    pool.free_all_blocks()
+    whole = read_results(_gpu_run(sample_dir, tmp_path / "whole.h5"))
     ex = RecordingExecutor()
-    hook = PoolLimitAfterFirstBatch(cp, headroom=(peak - free.used) // 4)
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        got = read_results(_gpu_run(sample_dir, tmp_path / "tight.h5", progress=hook, executor=ex))
-    pool.set_limit(size=0)
+    hook = FailNextDeviceAllocation(cp)
+    cp.cuda.set_allocator(hook.malloc)
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            got = read_results(_gpu_run(sample_dir, tmp_path / "tight.h5", progress=hook, executor=ex))
+    finally:
+        cp.cuda.set_allocator(hook.pool.malloc)
     lines = [str(w.message) for w in caught if "out of GPU memory" in str(w.message)]
-    assert ex.sizes[0] == 16 and ex.sizes[-1] < 16, ex.sizes
-    assert len(lines) == len(ex.sizes) - 1 and all("\n" not in x for x in lines), lines
+    assert hook.raised == 1 and list(ex.sizes) == [16, 8], ex.sizes
+    assert len(lines) == 1 and "\n" not in lines[0], lines
     assert got["attrs"]["complete"] and got["done"].all()
     np.testing.assert_array_equal(got["status"], whole["status"])
     np.testing.assert_array_equal(got["done"], whole["done"])
