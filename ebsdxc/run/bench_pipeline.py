@@ -14,6 +14,9 @@ in the issue's set-up; a short run of the same configuration compiles the kernel
 - **host-to-device bound** (GPU): a pinned batch copied to the device on one stream; where
   the run sends only the ROIs (:mod:`ebsdxc.run.transfer`), also the same copy of the ROIs,
   which is then the bound the run is held to;
+- **read bound while copying** (GPU): the read bound again while another thread copies batches
+  to the device without pause (reads and copies share the host's memory bandwidth; not one
+  of the bounds the share below is taken of);
 - **engine bound**: the run's per-batch pipeline (preprocessing, correlation, peaks) on
   patterns already on the device.
 
@@ -42,8 +45,8 @@ from ..rois import layout_for
 from .pipeline import Pipeline
 from .streaming import host_buffers
 
-__all__ = ["write_scan", "read_rate", "transfer_rate", "engine_rate", "measure", "format_table", "SyntheticScan",
-           "memory_over_time", "format_memory"]
+__all__ = ["write_scan", "read_rate", "transfer_rate", "read_rate_while_copying", "engine_rate", "measure",
+           "format_table", "SyntheticScan", "memory_over_time", "format_memory"]
 
 
 def _smooth_patterns(distinct: int, shape, seed: int) -> np.ndarray:
@@ -137,6 +140,28 @@ def transfer_rate(backend, shape, dtype, batch: int, reps: int = 20, plan=None) 
     return reps * batch / (time.perf_counter() - t)
 
 
+def read_rate_while_copying(source, backend, batch: int, plan=None) -> float | None:
+    """Patterns/s of :func:`read_rate` while another thread copies pinned batches to the device
+    without pause (None on the CPU): both draw on the host's memory bandwidth, so together
+    they bound a run more tightly than each alone."""
+    if not backend.is_gpu:
+        return None
+    halt = threading.Event()
+
+    def copy():
+        with backend.use():
+            while not halt.is_set():
+                transfer_rate(backend, source.pattern_shape, source.dtype, batch, reps=5, plan=plan)
+    t = threading.Thread(target=copy, daemon=True)
+    t.start()
+    try:
+        time.sleep(0.2)  # the copies running before the reads start
+        return read_rate(source, batch)
+    finally:
+        halt.set()
+        t.join()
+
+
 def engine_rate(pipeline, patterns, reps: int = 10, plan=None) -> float:
     """Patterns/s of the per-batch pipeline on ``patterns`` (B, H, W) already where it runs
     (cropped by ``plan`` when the run sends only the ROIs)."""
@@ -179,7 +204,8 @@ def measure(config, run, *, patterns: int, shape=(256, 256), workdir: str, repea
     be = select_backend(run.device)
     batch = run.batch or 512
     rows = {"end to end, streaming": [], "end to end, wall with set-up": [], "read bound": [],
-            "host-to-device bound": [], "host-to-device bound, ROIs only": [], "engine bound": []}
+            "host-to-device bound": [], "host-to-device bound, ROIs only": [], "read bound while copying": [],
+            "engine bound": []}
     bounds_by = []
     read_rate(source, batch)  # into the page cache
     warm = write_scan(os.path.join(workdir, f"bench-pipeline-warm-{shape[0]}x{shape[1]}.h5"), min(patterns, 2 * batch),
@@ -204,6 +230,7 @@ def measure(config, run, *, patterns: int, shape=(256, 256), workdir: str, repea
             if plan is not None:
                 rows["host-to-device bound, ROIs only"].append(
                     transfer_rate(be, source.pattern_shape, source.dtype, batch, plan=plan))
+            rows["read bound while copying"].append(read_rate_while_copying(source, be, batch, plan=plan))
             rows["engine bound"].append(engine_rate(pipe, dev, plan=plan))
         pipe.close()
     source.close()

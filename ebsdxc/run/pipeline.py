@@ -149,7 +149,9 @@ class Pipeline:
         """
         xp = self.backend.xp if self._fused else np
         patterns = xp.asarray(patterns)
-        has_data = (patterns.reshape(patterns.shape[0], -1) != 0).any(axis=1)
+        flat = patterns.reshape(patterns.shape[0], -1)
+        # unsigned: one reduction, without a boolean copy of the whole batch
+        has_data = flat.max(axis=1) > 0 if flat.dtype.kind == "u" and flat.shape[1] else (flat != 0).any(axis=1)
         if transferred is not None:
             if crop is not None or self.simulated is not None or not self.rois_only:
                 raise ValueError("transferred: this pipeline needs whole patterns")
