@@ -1,0 +1,53 @@
+"""Where one batch of a recipe's pipeline spends its device time: the whole ``Pipeline.match``,
+the tile preparation and the engine, timed with CUDA events (the rest: empty-pattern check,
+flags, launches).
+
+Usage::
+
+    python benchmarks/batch_stages.py benchmarks/recipes/hrebsd-49roi-w24-quadratic.toml 512 512
+    (recipe, pattern side, batch)
+"""
+import sys
+
+import cupy as cp
+import numpy as np
+
+from ebsdxc.backend import select_backend
+from ebsdxc.config import load_config
+from ebsdxc.engines.gpu_ops import prepare_tiles_padded
+from ebsdxc.references import ReferenceSet
+from ebsdxc.rois import layout_for
+from ebsdxc.run.bench_pipeline import SyntheticScan
+from ebsdxc.run.pipeline import Pipeline
+
+recipe, size, B = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+cfg = load_config(recipe)[0]
+src = SyntheticScan(B, (size, size))
+pats = np.empty((B, size, size), np.uint16)
+src.read_into(0, B, pats)
+be = select_backend("cuda")
+lay = layout_for(cfg.roi, (size, size))
+pipe = Pipeline(be, cfg, lay, ReferenceSet.single(pats[0]), batch=B)
+dev = cp.asarray(pats)
+
+def t(fn, reps=10):
+    fn()
+    cp.cuda.Device().synchronize()
+    a, b = cp.cuda.Event(), cp.cuda.Event()
+    a.record()
+    for _ in range(reps):
+        fn()
+    b.record()
+    b.synchronize()
+    return cp.cuda.get_elapsed_time(a, b) / reps
+
+n = lay.n
+frames = pipe._frames.get(B * n)
+full = t(lambda: pipe.match(dev))
+prep = t(lambda: prepare_tiles_padded(dev, pipe._origins, pipe.tile_shape, pipe.window, frames))
+e, s = prepare_tiles_padded(dev, pipe._origins, pipe.tile_shape, pipe.window, frames)
+eng = t(lambda: pipe.engine.match(frames.reshape(B, n, *frames.shape[1:]), e.reshape(B, n), s.reshape(B, n),
+                                  references=pipe.references))
+print(f"{recipe} {size}px B={B} engine={type(pipe.engine).__name__} frame={frames.shape[1:]}: "
+      f"match {full:.2f} ms ({B/full*1e3:,.0f}/s), tile prep {prep:.2f} ms, engine.match {eng:.2f} ms, "
+      f"rest {full-prep-eng:.2f} ms")
