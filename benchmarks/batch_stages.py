@@ -7,6 +7,7 @@ Usage::
     python benchmarks/batch_stages.py benchmarks/recipes/hrebsd-49roi-w24-quadratic.toml 512 512
     (recipe, pattern side, batch)
 """
+import os
 import sys
 
 import cupy as cp
@@ -14,11 +15,14 @@ import numpy as np
 
 from ebsdxc.backend import select_backend
 from ebsdxc.config import load_config
-from ebsdxc.engines.gpu_ops import prepare_tiles_padded
+from ebsdxc.engines.gpu_ops import PaddedTileBuffer, prepare_tiles_padded
 from ebsdxc.references import ReferenceSet
 from ebsdxc.rois import layout_for
 from ebsdxc.run.bench_pipeline import SyntheticScan
 from ebsdxc.run.pipeline import Pipeline
+
+sys.path.insert(0, os.path.dirname(__file__))
+from common import cuda_time  # noqa: E402
 
 recipe, size, B = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
 cfg = load_config(recipe)[0]
@@ -30,22 +34,15 @@ lay = layout_for(cfg.roi, (size, size))
 pipe = Pipeline(be, cfg, lay, ReferenceSet.single(pats[0]), batch=B)
 dev = cp.asarray(pats)
 
-def t(fn, reps=10):
-    fn()
-    cp.cuda.Device().synchronize()
-    a, b = cp.cuda.Event(), cp.cuda.Event()
-    a.record()
-    for _ in range(reps):
-        fn()
-    b.record()
-    b.synchronize()
-    return cp.cuda.get_elapsed_time(a, b) / reps
+def t(fn):
+    return cuda_time(fn, reps=10)
 
 n = lay.n
-frames = pipe._frames.get(B * n)
+frames = PaddedTileBuffer(pipe.engine.input_shape).get(B * n)
+origins = cp.asarray(lay.origins, dtype=cp.int32)
 full = t(lambda: pipe.match(dev))
-prep = t(lambda: prepare_tiles_padded(dev, pipe._origins, pipe.tile_shape, pipe.window, frames))
-e, s = prepare_tiles_padded(dev, pipe._origins, pipe.tile_shape, pipe.window, frames)
+prep = t(lambda: prepare_tiles_padded(dev, origins, pipe.tile_shape, pipe.window, frames))
+e, s = prepare_tiles_padded(dev, origins, pipe.tile_shape, pipe.window, frames)
 eng = t(lambda: pipe.engine.match(frames.reshape(B, n, *frames.shape[1:]), e.reshape(B, n), s.reshape(B, n),
                                   references=pipe.references))
 print(f"{recipe} {size}px B={B} engine={type(pipe.engine).__name__} frame={frames.shape[1:]}: "
