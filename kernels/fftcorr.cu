@@ -624,6 +624,65 @@ __device__ void grid_values(const float* Mf, const GridScratch& d, double yc, do
         }
     }
     constexpr int KM = (NX + 31) / 32;
+    if (R == 3 && 9 * NWARPS <= 6 * NY) {  // d.rows holds the warps' sums
+        // The dft stencil in one pass over the map: each lane keeps the 3x3 sums over its
+        // columns and its warp's rows, summed across lanes and warps once at the end. (A warp
+        // sum of six doubles per map row, as below, made the shuffles the refinement's bound.)
+        __syncthreads();  // wy written
+        for (int i = threadIdx.x; i < 3 * NX; i += blockDim.x) {
+            const int v = i / NX, k = i - v * NX;
+            const double tt = xc - k + (v - c) * h;
+            d.wx[i] = weight_half(tt - NX * rint(tt / NX));
+        }
+        __syncthreads();
+        float2 q[3][KM];
+#pragma unroll
+        for (int m = 0; m < KM; ++m) {
+            const int k = lane + 32 * m;
+#pragma unroll
+            for (int v = 0; v < 3; ++v) q[v][m] = k < NX ? d.wx[v * NX + k] : make_float2(0.0f, 0.0f);
+        }
+        double acc[3][3] = {{0.0, 0.0, 0.0}, {0.0, 0.0, 0.0}, {0.0, 0.0, 0.0}};
+        for (int j = warp; j < NY; j += NWARPS) {
+            const float* mr = Mf + j * 2 * LD;
+            double a[6] = {0.0, 0.0, 0.0, 0.0, 0.0, 0.0};  // in double, as below
+#pragma unroll
+            for (int m = 0; m < KM; ++m) {
+                const int k = lane + 32 * m;
+                const double cv = k < NX ? mr[k] : 0.0f;
+#pragma unroll
+                for (int v = 0; v < 3; ++v) {
+                    a[2 * v] += cv * q[v][m].x;
+                    a[2 * v + 1] += cv * q[v][m].y;
+                }
+            }
+#pragma unroll
+            for (int u = 0; u < 3; ++u) {
+                const float2 w = d.wy[u * NY + j];
+#pragma unroll
+                for (int v = 0; v < 3; ++v) acc[u][v] += (double)w.x * a[2 * v] - (double)w.y * a[2 * v + 1];
+            }
+        }
+#pragma unroll
+        for (int u = 0; u < 3; ++u) {
+#pragma unroll
+            for (int v = 0; v < 3; ++v) {
+                const double s = warp_sum_all(acc[u][v]);
+                if (lane == 0) d.rows[warp * 9 + u * 3 + v] = s;
+            }
+        }
+        __syncthreads();
+        if (threadIdx.x < 9) {
+            double s = 0.0;
+            for (int w = 0; w < NWARPS; ++w) s += d.rows[w * 9 + threadIdx.x];
+            const int u = threadIdx.x / 3, v = threadIdx.x - 3 * u;
+            double val = s / ((double)NY * NX);
+            if (comp) val /= d.acy[u] * d.acx[v];
+            d.g[threadIdx.x] = val;
+        }
+        __syncthreads();
+        return;
+    }
     for (int v0 = 0; v0 < R; v0 += 3) {  // three columns of the grid at a time
         const int nv = min(3, R - v0);
         __syncthreads();  // wy written; the rows and wx of the last chunk read
