@@ -586,6 +586,47 @@ __device__ __forceinline__ double warp_sum_all(double v) {
     return v;
 }
 
+constexpr int KM = (NX + 31) / 32;  // a lane's columns of a map row
+
+// Dx at the three grid columns xc + (v0 + v - c) h, v < nv, into d.wx, and this lane's of them
+// into q (zero beyond nv and NX); every thread calls it.
+__device__ __forceinline__ void column_weights(const GridScratch& d, double xc, double h, int v0, int nv, int c,
+                                               float2 (&q)[3][KM]) {
+    __syncthreads();  // wy written; the rows and wx of the last chunk read
+    for (int i = threadIdx.x; i < 3 * NX; i += blockDim.x) {
+        const int v = i / NX, k = i - v * NX;
+        const double tt = xc - k + (v0 + v - c) * h;
+        d.wx[i] = v < nv ? weight_half(tt - NX * rint(tt / NX)) : make_float2(0.0f, 0.0f);
+    }
+    __syncthreads();
+    const int lane = threadIdx.x & 31;
+#pragma unroll
+    for (int m = 0; m < KM; ++m) {
+        const int k = lane + 32 * m;
+#pragma unroll
+        for (int v = 0; v < 3; ++v) q[v][m] = k < NX ? d.wx[v * NX + k] : make_float2(0.0f, 0.0f);
+    }
+}
+
+// This lane's share of sum_k c[k] (Re, Im) Dx_v(k) over map row mr, v < 3, in double: a
+// subpixel value is a sum of terms up to (log N)^2 times larger than it, and the finest
+// stencils of a broad peak differ by 1e-4 of it.
+__device__ __forceinline__ void row_partial(const float* mr, const float2 (&q)[3][KM], double (&a)[6]) {
+    const int lane = threadIdx.x & 31;
+#pragma unroll
+    for (int r = 0; r < 6; ++r) a[r] = 0.0;
+#pragma unroll
+    for (int m = 0; m < KM; ++m) {
+        const int k = lane + 32 * m;
+        const double cv = k < NX ? mr[k] : 0.0f;
+#pragma unroll
+        for (int v = 0; v < 3; ++v) {
+            a[2 * v] += cv * q[v][m].x;
+            a[2 * v + 1] += cv * q[v][m].y;
+        }
+    }
+}
+
 // The correlation (divided by the window autocorrelation where comp) at the R x R lags
 // (yc + (u - R/2) h, xc + (v - R/2) h) into d.g[u * R + v], from the map Mf in shared memory;
 // every thread calls it, d.g is complete when it returns.
@@ -623,39 +664,16 @@ __device__ void grid_values(const float* Mf, const GridScratch& d, double yc, do
             }
         }
     }
-    constexpr int KM = (NX + 31) / 32;
     if (R == 3 && 9 * NWARPS <= 6 * NY) {  // d.rows holds the warps' sums
         // The dft stencil in one pass over the map: each lane keeps the 3x3 sums over its
         // columns and its warp's rows, summed across lanes and warps once at the end. (A warp
         // sum of six doubles per map row, as below, made the shuffles the refinement's bound.)
-        __syncthreads();  // wy written
-        for (int i = threadIdx.x; i < 3 * NX; i += blockDim.x) {
-            const int v = i / NX, k = i - v * NX;
-            const double tt = xc - k + (v - c) * h;
-            d.wx[i] = weight_half(tt - NX * rint(tt / NX));
-        }
-        __syncthreads();
         float2 q[3][KM];
-#pragma unroll
-        for (int m = 0; m < KM; ++m) {
-            const int k = lane + 32 * m;
-#pragma unroll
-            for (int v = 0; v < 3; ++v) q[v][m] = k < NX ? d.wx[v * NX + k] : make_float2(0.0f, 0.0f);
-        }
+        column_weights(d, xc, h, 0, 3, c, q);
         double acc[3][3] = {{0.0, 0.0, 0.0}, {0.0, 0.0, 0.0}, {0.0, 0.0, 0.0}};
         for (int j = warp; j < NY; j += NWARPS) {
-            const float* mr = Mf + j * 2 * LD;
-            double a[6] = {0.0, 0.0, 0.0, 0.0, 0.0, 0.0};  // in double, as below
-#pragma unroll
-            for (int m = 0; m < KM; ++m) {
-                const int k = lane + 32 * m;
-                const double cv = k < NX ? mr[k] : 0.0f;
-#pragma unroll
-                for (int v = 0; v < 3; ++v) {
-                    a[2 * v] += cv * q[v][m].x;
-                    a[2 * v + 1] += cv * q[v][m].y;
-                }
-            }
+            double a[6];
+            row_partial(Mf + j * 2 * LD, q, a);
 #pragma unroll
             for (int u = 0; u < 3; ++u) {
                 const float2 w = d.wy[u * NY + j];
@@ -685,36 +703,12 @@ __device__ void grid_values(const float* Mf, const GridScratch& d, double yc, do
     }
     for (int v0 = 0; v0 < R; v0 += 3) {  // three columns of the grid at a time
         const int nv = min(3, R - v0);
-        __syncthreads();  // wy written; the rows and wx of the last chunk read
-        for (int i = threadIdx.x; i < 3 * NX; i += blockDim.x) {
-            const int v = i / NX, k = i - v * NX;
-            const double tt = xc - k + (v0 + v - c) * h;
-            d.wx[i] = v < nv ? weight_half(tt - NX * rint(tt / NX)) : make_float2(0.0f, 0.0f);
-        }
-        __syncthreads();
         // row sums: a warp per map row, lanes along it, each lane's column weights in registers
         float2 q[3][KM];
-#pragma unroll
-        for (int m = 0; m < KM; ++m) {
-            const int k = lane + 32 * m;
-#pragma unroll
-            for (int v = 0; v < 3; ++v) q[v][m] = k < NX ? d.wx[v * NX + k] : make_float2(0.0f, 0.0f);
-        }
+        column_weights(d, xc, h, v0, nv, c, q);
         for (int j = warp; j < NY; j += NWARPS) {
-            const float* mr = Mf + j * 2 * LD;
-            // in double: a subpixel value is a sum of terms up to (log N)^2 times larger than
-            // it, and the finest stencils of a broad peak differ by 1e-4 of it
-            double a[6] = {0.0, 0.0, 0.0, 0.0, 0.0, 0.0};
-#pragma unroll
-            for (int m = 0; m < KM; ++m) {
-                const int k = lane + 32 * m;
-                const double cv = k < NX ? mr[k] : 0.0f;
-#pragma unroll
-                for (int v = 0; v < 3; ++v) {
-                    a[2 * v] += cv * q[v][m].x;
-                    a[2 * v + 1] += cv * q[v][m].y;
-                }
-            }
+            double a[6];
+            row_partial(Mf + j * 2 * LD, q, a);
 #pragma unroll
             for (int r = 0; r < 6; ++r) a[r] = warp_sum_all(a[r]);
             if (lane < 6) d.rows[j * 6 + lane] = a[lane];
