@@ -53,6 +53,19 @@ _OVERHEAD = 1 << 16
 _DERIVED = {"strain": ("strain_complete", "fit_status"), "gnd": ("gnd_complete", "gnd_density")}
 
 
+#: Bytes a chunk of a per-point dataset aims at. Every batch rewrites the chunks it touches
+#: whole, so a chunk of one scan row of a wide scan (10,000 points x 49 ROIs of displacement:
+#: 3.9 MB) made each batch's write cost as much as the batch's correlation.
+CHUNK_BYTES = 1 << 20
+
+
+def _row_chunks(cols: int, tail=(), itemsize: int = 4) -> tuple:
+    """Chunk shape of a (rows, cols, *tail) per-point dataset: one scan row, or as many of its
+    points as fill :data:`CHUNK_BYTES`."""
+    per_point = int(np.prod(tail, dtype=np.int64)) * int(itemsize)
+    return (1, max(1, min(int(cols), CHUNK_BYTES // max(per_point, 1))), *tail)
+
+
 def input_record(path) -> dict:
     """Name, absolute path, size and modification time of an input file."""
     s = os.stat(path)
@@ -521,20 +534,20 @@ class ResultsWriter(ResultsHandle):
             a["step"] = np.asarray(grid.step, dtype=np.float64)
         # Where each point sits on the sample, so maps of hexagonal scans are drawn true to
         # the grid without knowing its rules (NaN: a padding slot, not a scan point).
-        pos = g.create_dataset("positions", data=grid.positions(), chunks=(1, cols, 2))
+        pos = g.create_dataset("positions", data=grid.positions(), chunks=_row_chunks(cols, (2,), 8))
         pos.attrs["components"] = "x, y"
         pos.attrs["units"] = "um" if grid.step is not None else "scan steps"
-        g.create_dataset("displacement", (rows, cols, n, 2), np.float32, chunks=(1, cols, n, 2),
+        g.create_dataset("displacement", (rows, cols, n, 2), np.float32, chunks=_row_chunks(cols, (n, 2), 4),
                          fillvalue=np.nan, dcpl=_early())
         g["displacement"].attrs["units"] = "px"
         g["displacement"].attrs["components"] = "dx, dy: position in the scan pattern minus position in the reference"
-        g.create_dataset("peak_height", (rows, cols, n), np.float32, chunks=(1, cols, n), fillvalue=np.nan,
-                         dcpl=_early())
+        g.create_dataset("peak_height", (rows, cols, n), np.float32, chunks=_row_chunks(cols, (n,), 4),
+                         fillvalue=np.nan, dcpl=_early())
         g["peak_height"].attrs["meaning"] = "normalised cross-correlation at the peak, in [-1, 1]"
-        g.create_dataset("status", (rows, cols, n), np.uint8, chunks=(1, cols, n),
+        g.create_dataset("status", (rows, cols, n), np.uint8, chunks=_row_chunks(cols, (n,), 1),
                          fillvalue=st.NOT_PROCESSED, dcpl=_early())
         g["status"].attrs["codes"] = json.dumps({str(k): v for k, v in st.DESCRIPTIONS.items()})
-        g.create_dataset("done", (rows, cols), bool, chunks=(1, cols), fillvalue=False, dcpl=_early())
+        g.create_dataset("done", (rows, cols), bool, chunks=_row_chunks(cols, (), 1), fillvalue=False, dcpl=_early())
         r = g.create_group("roi")
         r.create_dataset("centers", data=np.asarray(centres, dtype=np.float64))
         r["centers"].attrs["components"] = "x, y (px, origin at the centre of pixel (0, 0))"
@@ -546,7 +559,8 @@ class ResultsWriter(ResultsHandle):
         g = f[GROUP]
         rows, cols = grid.rows, grid.cols
         for name, (shape, dtype, fill, meaning) in point_datasets.items():
-            d = g.create_dataset(name, (rows, cols, *shape), dtype, chunks=(1, cols, *shape), fillvalue=fill,
+            d = g.create_dataset(name, (rows, cols, *shape), dtype,
+                                 chunks=_row_chunks(cols, shape, np.dtype(dtype).itemsize), fillvalue=fill,
                                  dcpl=_early())
             d.attrs["meaning"] = meaning
         for group, attrs in group_attrs.items():
@@ -794,7 +808,7 @@ class ResultsWriter(ResultsHandle):
 
     def _write_references(self, index, labels):
         d = self._g.create_dataset("point_reference", data=np.asarray(index, dtype=np.int32),
-                                   chunks=(1, self.cols))
+                                   chunks=_row_chunks(self.cols, (), 8))
         d.attrs["references"] = json.dumps(list(labels))
         d.attrs["meaning"] = "index of the reference (in the 'references' attribute) each point is correlated with"
         self._f.flush()
@@ -814,7 +828,7 @@ class ResultsWriter(ResultsHandle):
     def _write_grains(self, grain_id, reference_point, reference_euler, phase, kam, attrs):
         g = self._g
         gid = np.asarray(grain_id, dtype=np.int32)
-        d = g.create_dataset("grain_id", data=gid, chunks=(1, self.cols))
+        d = g.create_dataset("grain_id", data=gid, chunks=_row_chunks(self.cols, (), 8))
         d.attrs["meaning"] = "grain of each point, 0..n_grains-1; -1: no grain (not indexed, too small, no pattern)"
         grp = g.create_group("grains")
         d = grp.create_dataset("reference_point", data=np.asarray(reference_point, dtype=np.int64).reshape(-1, 2))
@@ -825,7 +839,7 @@ class ResultsWriter(ResultsHandle):
         if phase is not None:
             grp.create_dataset("phase", data=np.asarray(phase, dtype=np.int16))
         if kam is not None:
-            d = grp.create_dataset("kam", data=np.asarray(kam, dtype=np.float32), chunks=(1, self.cols))
+            d = grp.create_dataset("kam", data=np.asarray(kam, dtype=np.float32), chunks=_row_chunks(self.cols, (), 8))
             d.attrs["units"] = "degrees"
             d.attrs["meaning"] = "kernel average misorientation (first neighbours in the same grain)"
         for k, v in (attrs or {}).items():
@@ -1133,7 +1147,8 @@ class StrainWriter(ResultsHandle):
         for k in present:
             del g[k]
         for name, (tail, dtype, fill, attrs) in STRAIN_DATASETS.items():
-            ds = g.create_dataset(name, (rows, cols, *tail), dtype, chunks=(1, cols, *tail), fillvalue=fill,
+            ds = g.create_dataset(name, (rows, cols, *tail), dtype,
+                                  chunks=_row_chunks(cols, tail, np.dtype(dtype).itemsize), fillvalue=fill,
                                   dcpl=_early())
             for k, v in attrs.items():
                 ds.attrs[k] = v
@@ -1141,7 +1156,7 @@ class StrainWriter(ResultsHandle):
         source = (parameters.get("sources") or {}).get("pattern_centre")
         if source:  # where the PCs came from: the file, a plane, a calibration
             g["pattern_centre"].attrs["source"] = str(source)
-        g.create_dataset("roi_used", (rows, cols, n_roi), bool, chunks=(1, cols, n_roi), fillvalue=False,
+        g.create_dataset("roi_used", (rows, cols, n_roi), bool, chunks=_row_chunks(cols, (n_roi,), 1), fillvalue=False,
                          dcpl=_early())
         g["roi_used"].attrs["meaning"] = "ROI kept by the rejection rule"
         g.attrs["strain_parameters"] = json.dumps(parameters, sort_keys=True)
@@ -1238,12 +1253,14 @@ def _write_gnd(path, nye, density, attrs):
                 del g[k]
         if nye is not None:
             rows, cols = np.shape(density)
-            d = g.create_dataset("nye_tensor", data=np.asarray(nye, dtype=np.float64), chunks=(1, cols, 3, 3))
+            d = g.create_dataset("nye_tensor", data=np.asarray(nye, dtype=np.float64),
+                                 chunks=_row_chunks(cols, (3, 3), 8))
             d.attrs["units"] = "1/m"
             d.attrs["frame"] = "sample (kikuchipy / EDAX TSL); map x = column * step, y = row * step"
             d.attrs["meaning"] = ("alpha = kappa^T - tr(kappa) I, kappa_ij = d theta_i / d x_j; NaN in the "
                                   "components a 2-D map cannot measure (alpha_11, alpha_22, alpha_31, alpha_32)")
-            d = g.create_dataset("gnd_density", data=np.asarray(density, dtype=np.float64), chunks=(1, cols))
+            d = g.create_dataset("gnd_density", data=np.asarray(density, dtype=np.float64),
+                                 chunks=_row_chunks(cols, (), 8))
             d.attrs["units"] = "1/m^2"
             d.attrs["meaning"] = "total GND density, lower bound (L1 minimisation over the slip systems)"
         g.attrs["gnd_parameters"] = json.dumps(attrs, sort_keys=True)

@@ -76,10 +76,9 @@ def test_results_file_schema_v1(tmp_path, sample_dir):
             ds = g[name]
             assert ds.shape == shape, name
             assert ds.dtype == dtype, name
-            # chunked along scan rows: a chunk holds whole rows of the scan
+            # chunked along scan rows: a chunk holds one row of this small scan
             assert ds.chunks is not None, name
-            assert ds.chunks[1:] == shape[1:], (name, ds.chunks)
-            assert ds.chunks[0] >= 1
+            assert ds.chunks == (1, *shape[1:]), (name, ds.chunks)
         c = g["roi/centers"]
         assert c.shape == (n, 2) and c.dtype == np.float64
         s = g["roi/size"]
@@ -552,3 +551,34 @@ def test_a_file_with_parameters_of_the_earlier_layout_resumes(tmp_path, sample_d
     a, b = read_results(whole), read_results(part)
     assert b["attrs"]["complete"]
     np.testing.assert_array_equal(a["displacement"], b["displacement"])
+
+
+def test_a_wide_scan_is_chunked_within_a_row(tmp_path):
+    """Every batch rewrites the result chunks it touches: a row of 3,000 points x 64 ROIs is cut
+    into chunks of at most CHUNK_BYTES, and the run writes every point of it."""
+    import h5py
+
+    from ebsdxc.config import ProcessConfig, RoiConfig, RunConfig
+    from ebsdxc.io import ArraySource
+    from ebsdxc.io.results import CHUNK_BYTES, read_results
+    from ebsdxc.run import process
+
+    rng = np.random.default_rng(3)
+    y, x = np.mgrid[0:24, 0:24]
+    base = 500 + 200 * np.sin(x / 2.0) * np.cos(y / 3.0)
+    src = ArraySource((base + rng.normal(0, 5, (1, 3000, 24, 24))).astype(np.float32), path="wide.h5")
+    out = process(src, ref_index=0, output=str(tmp_path / "wide.h5"),
+                  config=ProcessConfig(roi=RoiConfig(grid=(8, 8), size=4)), run=RunConfig(device="cpu", batch=700))
+    with h5py.File(out, "r") as f:
+        d = f["ebsdxc/displacement"]
+        assert d.shape == (1, 3000, 64, 2)
+        assert d.chunks == (1, CHUNK_BYTES // (64 * 2 * 4), 64, 2) and d.chunks[1] < 3000
+        assert f["ebsdxc/status"].chunks == (1, 3000, 64)  # one byte a ROI: the row fits
+    r = read_results(out)
+    assert r["done"].all() and r["attrs"]["complete"] and (r["status"] != st.NOT_PROCESSED).all()
+    # batches of 700 straddle the chunks of 2,048 points: the same file as one batch writes
+    one = read_results(process(src, ref_index=0, output=str(tmp_path / "one.h5"),
+                               config=ProcessConfig(roi=RoiConfig(grid=(8, 8), size=4)),
+                               run=RunConfig(device="cpu", batch=3000)))
+    for k in ("displacement", "peak_height", "status"):
+        np.testing.assert_array_equal(r[k], one[k])
