@@ -31,7 +31,7 @@ import numpy as np
 from ..kernel_loader import get_function
 from .base import PEAK_PRECISIONS, PRECISIONS, EngineInfo
 from .definition import check_operands
-from .direct import DirectEngine
+from .pairing import PairingEngine
 from .registry import register
 
 __all__ = ["TensorEngine", "tensor_maps", "exact_peaks", "launch_shape", "DEFAULT_PRECISION", "MAX_MOVES"]
@@ -214,7 +214,7 @@ def exact_peaks(maps, lefts, rights, pairing, max_lag, method, window_lags=None,
     return y, x, value, border.astype(bool)
 
 
-class TensorEngine(DirectEngine):
+class TensorEngine(PairingEngine):
     """n-to-mn window-mode correlation on tensor cores with exact peaks, CUDA only."""
 
     info = EngineInfo("tensor", devices=("gpu",), modes=("window",),
@@ -223,9 +223,8 @@ class TensorEngine(DirectEngine):
                       summary="tensor-core implicit GEMM (window mode; fp16/bf16/tf32/fp32 inputs, exact peaks)")
 
     def __init__(self, backend, tile_shape, config, *, window_1d=None):
-        super().__init__(backend, tile_shape, config, window_1d=None)
+        super().__init__(backend, tile_shape, config)
         self.precision = _precision(config)
-        self._lags = None
         if config.compensate and window_1d is not None:
             # One lag past the window each way: the 3x3 around a peak on the window's edge.
             self._lags = tuple(self._linear_lags(f, n + 2, r + 1) for f, n, r in
@@ -244,58 +243,18 @@ class TensorEngine(DirectEngine):
         return None
 
     @classmethod
-    def variant_applies(cls, variant, case):
-        return variant is None
-
-    @classmethod
-    def case_config(cls, case, variant=None):
-        return super(DirectEngine, cls).case_config(case, variant)
-
-    @classmethod
-    def default_variant(cls, case):
-        return None
-
-    @classmethod
     def fallback_rank(cls, case):
         return 3
-
-    @classmethod
-    def parse_variant(cls, text):
-        return super(DirectEngine, cls).parse_variant(text)
-
-    @classmethod
-    def family(cls, variant):
-        return cls.info.name
-
-    @classmethod
-    def families(cls):
-        return (cls.info.name,)
-
-    @classmethod
-    def candidates(cls, case):
-        return [None] if cls.applies(case) else []
-
-    @classmethod
-    def precompile(cls, variants):
-        return None
 
     @classmethod
     def pairing_maps(cls, lefts, rights, pairing, config):
         return tensor_maps(lefts, rights, pairing, config.max_lag(tuple(lefts.shape[1:])), _precision(config))
 
     @classmethod
-    def benchmark(cls, case, lefts, rights, variant=None):
-        if case.peaks:
-            return super(DirectEngine, cls).benchmark(case, lefts, rights, variant)
-        import cupy as cp
-
-        out = cp.empty((case.pairing.n_pairs, 2 * case.max_lag[0] + 1, 2 * case.max_lag[1] + 1), dtype=cp.float32)
-        return lambda: tensor_maps(lefts, rights, case.pairing, case.max_lag, DEFAULT_PRECISION, out=out)
+    def _variant_maps(cls, lefts, rights, pairing, max_lag, variant, out=None):
+        return tensor_maps(lefts, rights, pairing, max_lag, DEFAULT_PRECISION, out=out)
 
     # ------------------------------------------------------------------ correlation
-
-    def kernel_for(self, pairing):
-        return None
 
     def _correlate(self, lefts, rights, pairing):
         return tensor_maps(lefts, rights, pairing, self.max_lag, self.precision)

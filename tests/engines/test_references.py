@@ -312,9 +312,9 @@ def test_gpu_direct_engine_set_by_set_or_by_pairs(monkeypatch, index, mode, max_
     # Many patterns per set: one launch per set present; one set: no gather; few: one pairing.
     import cupy as cp
 
-    from ebsdxc.engines import direct
+    from ebsdxc.engines import pairing
 
-    monkeypatch.setattr(direct, "GROUP_FMAS", 0)  # these small tiles would always go as pairs
+    monkeypatch.setattr(pairing, "GROUP_FMAS", 0)  # these small tiles would always go as pairs
     gpu = select_backend("cuda")
     refs, scans = _data(seed=11, index=index)
     eng = _engine(gpu, "direct", mode, max_shift, False, "quadratic")

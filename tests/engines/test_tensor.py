@@ -254,7 +254,7 @@ def test_engine_matches_direct_engine(sample_dir, method, precision):
 def test_engine_with_reference_sets_matches_direct_engine(sample_dir, grouped, monkeypatch):
     # Patterns grouped by set (several per set) and gathered pairs (each pattern its own set).
     if grouped:  # these small tiles would be gathered: lower the work a grouped launch needs
-        monkeypatch.setattr("ebsdxc.engines.direct.GROUP_FMAS", 0)
+        monkeypatch.setattr("ebsdxc.engines.pairing.GROUP_FMAS", 0)
     n = 100
     index = np.arange(n) % 3 if grouped else np.arange(n) % 50
     sets = 3 if grouped else 50
