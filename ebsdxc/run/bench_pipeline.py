@@ -44,6 +44,7 @@ from ..references import ReferenceSet
 from ..rois import layout_for
 from .pipeline import Pipeline
 from .streaming import host_buffers
+from .transfer import copy_to_device
 
 __all__ = ["write_scan", "read_rate", "transfer_rate", "read_rate_while_copying", "engine_rate", "measure",
            "format_table", "SyntheticScan", "memory_over_time", "format_memory"]
@@ -114,23 +115,24 @@ def read_rate(source, batch: int) -> float:
     return n / (time.perf_counter() - t)
 
 
-def transfer_rate(backend, shape, dtype, batch: int, reps: int = 20, plan=None) -> float | None:
-    """Patterns/s of pinned host-to-device copies of a batch (None on the CPU): whole patterns,
-    or the ROIs of ``plan`` (a :class:`~ebsdxc.run.transfer.TransferPlan`), as the run copies them."""
-    if not backend.is_gpu:
-        return None
+def _batch_copier(backend, shape, dtype, batch: int, plan=None):
+    """(copy, stream): ``copy()`` queues one copy of a pinned batch to the device on ``stream``,
+    whole or the ROIs of ``plan``, as the run copies it; the buffers are made once."""
     import cupy as cp
 
     host = host_buffers(backend, 1, (batch, *shape), dtype)[0]  # pinned, as the run's reader fills
     host[...] = 1
     dev = cp.empty((batch, *(shape if plan is None else plan.shape)), dtype=host.dtype)
     stream = cp.cuda.Stream(non_blocking=True)
+    return (lambda: copy_to_device(host, dev, stream, plan)), stream
 
-    def copy():
-        if plan is None:
-            dev.set(host, stream=stream)
-        else:
-            plan.copy(host, dev, stream)
+
+def transfer_rate(backend, shape, dtype, batch: int, reps: int = 20, plan=None) -> float | None:
+    """Patterns/s of pinned host-to-device copies of a batch (None on the CPU): whole patterns,
+    or the ROIs of ``plan`` (a :class:`~ebsdxc.run.transfer.TransferPlan`), as the run copies them."""
+    if not backend.is_gpu:
+        return None
+    copy, stream = _batch_copier(backend, shape, dtype, batch, plan)
     copy()
     stream.synchronize()
     t = time.perf_counter()
@@ -146,13 +148,15 @@ def read_rate_while_copying(source, backend, batch: int, plan=None) -> float | N
     they bound a run more tightly than each alone."""
     if not backend.is_gpu:
         return None
+    copy, stream = _batch_copier(backend, source.pattern_shape, source.dtype, batch, plan)
     halt = threading.Event()
 
-    def copy():
+    def copies():
         with backend.use():
             while not halt.is_set():
-                transfer_rate(backend, source.pattern_shape, source.dtype, batch, reps=5, plan=plan)
-    t = threading.Thread(target=copy, daemon=True)
+                copy()
+                stream.synchronize()
+    t = threading.Thread(target=copies, daemon=True)
     t.start()
     try:
         time.sleep(0.2)  # the copies running before the reads start
@@ -236,10 +240,10 @@ def measure(config, run, *, patterns: int, shape=(256, 256), workdir: str, repea
     source.close()
     figures = {k: _median(v) for k, v in rows.items()}
     # what the run transfers: its ROIs when it sends only those
-    sent = "host-to-device bound" if figures["host-to-device bound, ROIs only"] is None else \
-        "host-to-device bound, ROIs only"
-    if figures["host-to-device bound, ROIs only"] is None:
-        del figures["host-to-device bound, ROIs only"]
+    sent = "host-to-device bound, ROIs only"
+    if figures[sent] is None:
+        del figures[sent]
+        sent = "host-to-device bound"
     bounds = [figures[k]["median"] for k in ("read bound", sent, "engine bound") if figures[k] is not None]
     e2e = figures["end to end, streaming"]["median"]
     return {"device": be.name, "patterns": patterns, "shape": list(shape), "chunk": chunk, "batch": batch,

@@ -149,9 +149,7 @@ class Pipeline:
         """
         xp = self.backend.xp if self._fused else np
         patterns = xp.asarray(patterns)
-        flat = patterns.reshape(patterns.shape[0], -1)
-        # unsigned: one reduction, without a boolean copy of the whole batch
-        has_data = flat.max(axis=1) > 0 if flat.dtype.kind == "u" and flat.shape[1] else (flat != 0).any(axis=1)
+        has_data = _has_data(patterns)
         if transferred is not None:
             if crop is not None or self.simulated is not None or not self.rois_only:
                 raise ValueError("transferred: this pipeline needs whole patterns")
@@ -328,9 +326,9 @@ class Pipeline:
         refs = extract_tiles(xp.asarray(references, dtype=xp.float32), self.layout, xp)
         pairs = self.engine.prepare_references(*prepare_tiles(refs, self.window, xp))
         index = np.arange(B, dtype=np.int32)
-        res = self._match(xp.asarray(patterns), index, references=pairs)
-        empty = ~(xp.asarray(patterns).reshape(B, -1) != 0).any(axis=1)
-        return self._flag(res, empty, xp)
+        patterns = xp.asarray(patterns)
+        res = self._match(patterns, index, references=pairs)
+        return self._flag(res, ~_has_data(patterns), xp)
 
     @property
     def rois_only(self) -> bool:
@@ -342,7 +340,7 @@ class Pipeline:
     def transfer_plan(self, pattern_shape, itemsize):
         """The :class:`~ebsdxc.run.transfer.TransferPlan` that sends only the ROIs of (H, W)
         patterns of ``itemsize`` bytes per pixel to the device, or None: whole patterns travel
-        (a GPU pipeline that needs them, or no crop that is smaller enough)."""
+        (a pipeline that needs them, the CPU, or no crop that copies fast enough)."""
         if not self._fused or not self.rois_only:
             return None
         return plan_transfer(self.layout, pattern_shape, itemsize=itemsize)
@@ -401,6 +399,15 @@ class Pipeline:
             h, w = self.reference_set.pattern_shape
             extra = 4 * h * w * 8
         return self.layout.n * per_tile + extra
+
+
+def _has_data(patterns):
+    """(B,) bool: which of (B, ...) patterns hold any non-zero value (an all-zero pattern is a
+    vendor's placeholder for a point it did not record)."""
+    flat = patterns.reshape(patterns.shape[0], -1)
+    if flat.dtype.kind == "u" and flat.shape[1]:  # one reduction, without a boolean copy of the batch
+        return flat.max(axis=1) > 0
+    return (flat != 0).any(axis=1)
 
 
 def _rows(res: PeakResult, rows) -> PeakResult:

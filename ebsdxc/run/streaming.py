@@ -20,6 +20,7 @@ from .. import timing
 from ..backend import is_out_of_memory
 from ..engines import PeakResult
 from ..errors import InputError
+from .transfer import copy_to_device
 
 __all__ = ["N_BUFFERS", "Reader", "host_buffers", "stream_chunks"]
 
@@ -178,10 +179,7 @@ def stream_chunks(pipeline, source, chunks, *, emit, references=None, buffers=No
                     with transfer:
                         transfer.wait_event(slot_free[slot])
                         with timing.stage("transfer", xp=cp):
-                            if plan is None:
-                                dev.set(item.view, stream=transfer)
-                            else:
-                                plan.copy(item.view, dev, transfer)
+                            copy_to_device(item.view, dev, transfer, plan)
                         copied = transfer.record()
                     reader.release(item.buffer, copied)
                     with compute:
@@ -189,7 +187,6 @@ def stream_chunks(pipeline, source, chunks, *, emit, references=None, buffers=No
                         res = match(item, dev)
                         done_event = compute.record()
                     slot_free[slot] = done_event
-                    dev = None
                 else:
                     res = match(item, item.view)
                     reader.release(item.buffer)
@@ -208,9 +205,6 @@ def stream_chunks(pipeline, source, chunks, *, emit, references=None, buffers=No
             _flush(be, pending, emit, copy_back)
             pending = None
     finally:
-        # A traceback keeps this frame, and with it the device buffers, alive while the caller
-        # retries with smaller batches after running out of memory: drop them here.
-        slots[:] = [None, None]
         reader.stop()
         reader.join(timeout=10)
     return buffers

@@ -24,7 +24,7 @@ import numpy as np
 
 from ..rois import RoiLayout
 
-__all__ = ["TransferPlan", "plan_transfer", "copy_efficiency", "MAX_FRACTION"]
+__all__ = ["TransferPlan", "plan_transfer", "copy_to_device", "copy_efficiency", "MAX_FRACTION"]
 
 #: A crop is used only when its estimated copy time is at most this share of the whole
 #: pattern's: a crop of nearly everything saves too little to be worth a second code path.
@@ -92,6 +92,15 @@ class TransferPlan:
             p.extent = _Extent(int(w) * isz, int(h), B)
             p.kind = runtime.memcpyHostToDevice
             runtime.memcpy3DAsync(ctypes.addressof(p), stream.ptr)
+
+
+def copy_to_device(host: np.ndarray, device, stream, plan: TransferPlan | None = None) -> None:
+    """Pinned (B, H, W) ``host`` patterns into the CuPy array ``device`` on ``stream``,
+    asynchronously: whole, or the crop of ``plan``."""
+    if plan is None:
+        device.set(host, stream=stream)
+    else:
+        plan.copy(host, device, stream)
 
 
 def copy_efficiency(row_bytes: float) -> float:
