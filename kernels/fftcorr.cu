@@ -30,6 +30,14 @@
 #define FC_ROWS 192
 #define FC_NT 512
 #endif
+#ifndef FC_SPLIT  // blocks per tile pair: 2 splits the map's rows over a thread-block cluster
+#define FC_SPLIT 1
+#endif
+#if FC_SPLIT > 1
+#define FC_CLUSTER __cluster_dims__(FC_SPLIT, 1, 1)
+#else
+#define FC_CLUSTER
+#endif
 
 namespace fc {
 
@@ -37,6 +45,15 @@ constexpr int H = FC_H, W = FC_W, NY = FC_NY, NX = FC_NX, RY = FC_RY, RX = FC_RX
 constexpr int N1Y = FC_N1Y, N2Y = FC_N2Y, N1X = FC_N1X, N2X = FC_N2X;
 constexpr int LD = FC_LD, ROWS = FC_ROWS, NT = FC_NT, NXH = NX / 2 + 1;
 constexpr int NWARPS = NT / 32;
+// Split (FC_SPLIT = 2, full mode, spectra too big for one block): the two blocks of a cluster
+// each hold half the map, rows y = SPLIT j + s in local row j of block s (its cluster rank).
+// Since tile rows >= NY / 2 are zero, each block computes the whole forward transform itself
+// and folds the spectrum to the NY / 2 frequencies of its rows: map[2 j + s] is the inverse
+// FFT of length NY / 2 of Q_s[k] = (P[k] + (-1)^s P[k + NY/2]) exp(2 pi i k s / NY). The peak
+// search and the subpixel sums combine the two halves through distributed shared memory.
+constexpr int SPLIT = FC_SPLIT, NYL = NY / SPLIT;
+static_assert(SPLIT == 1 || (SPLIT == 2 && NY % 2 == 0 && H <= NYL && N1Y % 2 == 0 && N2Y % 2 == 0),
+              "a split needs an even column FFT of even factors and tiles of at most NY / 2 rows");
 static_assert(N1Y * N2Y == NY && N1X * N2X == NX, "FFT length splits");
 static_assert(NT % 32 == 0 && 32 % FC_TY == 0 && 32 % FC_TX == 0, "teams inside warps");
 static_assert(FC_TY >= N1Y && FC_TY >= N2Y && FC_TX >= N1X && FC_TX >= N2X, "team sizes");
@@ -55,6 +72,36 @@ __device__ __forceinline__ float2 cmul_dir(float2 a, float2 b) {
 template <int D>
 __device__ __forceinline__ float2 mul_i(float2 a) {
     return D > 0 ? make_float2(-a.y, a.x) : make_float2(a.y, -a.x);
+}
+
+// ------------------------------------------------------------ clusters (FC_SPLIT > 1)
+__device__ __forceinline__ int cluster_rank() {
+#if FC_SPLIT > 1
+    unsigned r;
+    asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
+    return (int)r;
+#else
+    return 0;
+#endif
+}
+// Every thread of both blocks: shared-memory writes before it are seen by the peer after it.
+__device__ __forceinline__ void cluster_sync() {
+#if FC_SPLIT > 1
+    asm volatile("barrier.cluster.arrive.release.aligned;\n\tbarrier.cluster.wait.acquire.aligned;" ::: "memory");
+#else
+    __syncthreads();
+#endif
+}
+// The same shared-memory object in block `rank` of the cluster (a generic address).
+template <class T>
+__device__ __forceinline__ T* peer(T* p, int rank) {
+#if FC_SPLIT > 1
+    unsigned long long a;
+    asm volatile("mapa.u64 %0, %1, %2;" : "=l"(a) : "l"(p), "r"(rank));
+    return reinterpret_cast<T*>(a);
+#else
+    return p;
+#endif
 }
 
 // ------------------------------------------------------------ compile-time twiddles
@@ -169,12 +216,12 @@ __device__ __forceinline__ int skew(int n2, int k1) {
 }
 
 // Stage A after the loads: N1-point DFT, then the twiddles W_N^(D n2 k1) from the table
-// tw[m] = exp(-2 pi i m / N).
-template <int N1, int D>
+// tw[m] = exp(-2 pi i m / (STEP N)).
+template <int N1, int D, int STEP = 1>
 __device__ __forceinline__ void stage_a(float2* v, int n2, const float2* tw) {
     Dft<N1, D>::run(v);
 #pragma unroll
-    for (int k1 = 1; k1 < N1; ++k1) v[k1] = cmul_dir<D>(v[k1], tw[n2 * k1]);
+    for (int k1 = 1; k1 < N1; ++k1) v[k1] = cmul_dir<D>(v[k1], tw[STEP * n2 * k1]);
 }
 
 // Teams of T threads inside warps; items are handed out so that every lane of a warp runs
@@ -198,11 +245,84 @@ constexpr int PAIR_LO = (NY - RY - 1) / 2;
 constexpr bool PAIRS_ALL = PAIR_LO <= PAIR_FIRST;
 constexpr int PAIR_ITEMS = PAIRS_ALL ? NPAIRS : PAIR_FIRST + (NPAIRS - PAIR_LO);
 
-// The whole transform: leaves the correlation map of tile t in shared memory, map row y at
-// floats [y * 2 LD, y * 2 LD + NX) of S.
+// The column pass of a split (block s of the pair): forward FFT of length NY from the H
+// nonzero rows, stage B in two rounds of N1Y / 2 threads (the exchange space is NY / 2 rows),
+// product with the reference, fold to Q_s (thread k1 holds k and k + NY / 2), inverse FFT of
+// length NY / 2 = N1Y x N2Y / 2 with the roles of N1 and N2 swapped, twiddles every other one
+// of the NY table.
+#if FC_SPLIT > 1
+__device__ __forceinline__ void columns_split(float2* S, const float2* twy, const float2* __restrict__ R, int s) {
+    constexpr int K = N1Y / 2, N2H = N2Y / 2;
+    Teams<FC_TY> tm;
+    for (int base = tm.first; base < NXH; base += tm.step) {
+        const int c = tm.item(base);
+        const bool valid = c < NXH;
+        float2* col = S + c;
+        float2 v[N1Y];
+        const bool act_a = valid && tm.lane < N2Y;
+        if (act_a) {
+#pragma unroll
+            for (int n1 = 0; n1 < N1Y; ++n1) {
+                const int m = tm.lane + N2Y * n1;
+                v[n1] = (N2Y * n1 < H && m < H) ? col[m * LD] : make_float2(0.0f, 0.0f);
+            }
+            stage_a<N1Y, -1>(v, tm.lane, twy);
+        }
+        float2 u[N2Y];
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+            __syncwarp();
+            if (act_a) {
+#pragma unroll
+                for (int k1 = 0; k1 < K; ++k1) col[skew<N2Y>(tm.lane, k1) * LD] = v[r * K + k1];
+            }
+            __syncwarp();
+            if (valid && tm.lane >= r * K && tm.lane < (r + 1) * K) {
+#pragma unroll
+                for (int n2 = 0; n2 < N2Y; ++n2) u[n2] = col[skew<N2Y>(n2, tm.lane - r * K) * LD];
+            }
+        }
+        const bool act_b = valid && tm.lane < N1Y;
+        float2 q[N2H];
+        if (act_b) {
+            Dft<N2Y, -1>::run(u);
+            const float2* rc = R + (long long)c * NY;
+#pragma unroll
+            for (int k2 = 0; k2 < N2Y; ++k2) u[k2] = cmul(u[k2], __ldg(rc + tm.lane + N1Y * k2));
+#pragma unroll
+            for (int k2 = 0; k2 < N2H; ++k2) {
+                q[k2] = s == 0 ? cadd(u[k2], u[k2 + N2H])
+                               : cmul_dir<1>(csub(u[k2], u[k2 + N2H]), twy[tm.lane + N1Y * k2]);
+            }
+            stage_a<N2H, 1, 2>(q, tm.lane, twy);
+        }
+        __syncwarp();
+        if (act_b) {
+#pragma unroll
+            for (int k = 0; k < N2H; ++k) col[skew<N1Y>(tm.lane, k) * LD] = q[k];
+        }
+        __syncwarp();
+        float2 w[N1Y];
+        const bool act_c = valid && tm.lane < N2H;
+        if (act_c) {
+#pragma unroll
+            for (int n = 0; n < N1Y; ++n) w[n] = col[skew<N1Y>(n, tm.lane) * LD];
+            Dft<N1Y, 1>::run(w);
+        }
+        __syncwarp();
+        if (act_c) {
+#pragma unroll
+            for (int k = 0; k < N1Y; ++k) col[(tm.lane + N2H * k) * LD] = w[k];
+        }
+    }
+}
+#endif
+
+// The whole transform: leaves the correlation map of tile t (its rows y = SPLIT j + s) in
+// shared memory, map row y at floats [j * 2 LD, j * 2 LD + NX) of S.
 __device__ __forceinline__ void correlate(float2* S, const float2* twx, const float2* twy,
                                           const float* __restrict__ tile, int row,
-                                          const float2* __restrict__ R, bool all_rows) {
+                                          const float2* __restrict__ R, bool all_rows, int s) {
     // 1. rows: tile rows 2p, 2p+1 as one complex row, zero-padded to NX; the pair's two rows
     //    of S (2 LD >= NX + 1 complex) hold the FFT, then the two half spectra.
     {
@@ -270,6 +390,9 @@ __device__ __forceinline__ void correlate(float2* S, const float2* twx, const fl
     __syncthreads();
     // 2. columns: forward FFT (rows >= H are zero), product with the reference, inverse FFT
     //    with the roles of N1 and N2 swapped, starting from the registers of stage B.
+#if FC_SPLIT > 1
+    columns_split(S, twy, R, s);
+#else
     {
         Teams<FC_TY> tm;
         for (int base = tm.first; base < NXH; base += tm.step) {
@@ -323,6 +446,7 @@ __device__ __forceinline__ void correlate(float2* S, const float2* twx, const fl
             }
         }
     }
+#endif
     __syncthreads();
     // 3. rows: half spectra of map rows 2q, 2q+1 as one complex row Z = A + i B (Hermitian
     //    extension, imaginary parts of the DC and Nyquist terms dropped as irfft does); the
@@ -330,8 +454,8 @@ __device__ __forceinline__ void correlate(float2* S, const float2* twx, const fl
     {
         Teams<FC_TX> tm;
         float* Mf = reinterpret_cast<float*>(S);
-        const bool every = all_rows || PAIRS_ALL;
-        const int items = every ? NPAIRS : PAIR_ITEMS;
+        const bool every = all_rows || PAIRS_ALL || SPLIT > 1;
+        const int items = every ? (NYL + 1) / 2 : PAIR_ITEMS;
         for (int base = tm.first; base < items; base += tm.step) {
             const int it = tm.item(base);
             const bool valid = it < items;
@@ -339,7 +463,7 @@ __device__ __forceinline__ void correlate(float2* S, const float2* twx, const fl
             float2* L = S + 2 * q * LD;
             float2 v[N1X];
             if (valid && tm.lane < N2X) {
-                const bool has_b = 2 * q + 1 < NY;
+                const bool has_b = 2 * q + 1 < NYL;
 #pragma unroll
                 for (int n1 = 0; n1 < N1X; ++n1) {
                     const int m = tm.lane + N2X * n1;
@@ -405,15 +529,40 @@ __device__ __forceinline__ const float2* reference(const float2* __restrict__ re
     return ref + (set + t % n_ref) * NXH * NY;
 }
 
+// Map row y (mod NY), in this block (rank s) or its peer.
+__device__ __forceinline__ const float* map_row(const float* Mf, int y, int s) {
+    const int r = y % SPLIT;
+    const float* m = Mf + (y / SPLIT) * 2 * LD;
+    return r == s ? m : peer(m, r);
+}
+
+// The integer peak over |dy| <= RY, |dx| <= RX of the whole map: thread 0 returns true with it
+// (in both blocks of a split, after a cluster barrier every thread of both blocks reaches).
+__device__ __forceinline__ bool map_argmax(const float* Mf, int s, float* sval, int* sidx, float& best, int& bi) {
+    const bool lead = block_lag_argmax(Mf, NY, NX, 2 * LD, RY, RX, sval, sidx, best, bi, SPLIT, s);
+    if (SPLIT > 1) {
+        if (lead) { sval[0] = best; sidx[0] = bi; }
+        cluster_sync();
+        if (lead) {
+            for (int r = 0; r < SPLIT; ++r)
+                if (r != s) argmax_take(best, bi, *peer(sval, r), *peer(sidx, r));
+        }
+        cluster_sync();  // the peer has read sval, sidx
+    }
+    return lead;
+}
+
 // The 3x3 neighbourhood v[y][x] of the integer peak (ly, lx) of the map in shared memory,
 // divided by the window autocorrelation w (lag tables lag_y, lag_x) where comp.
 __device__ __forceinline__ void neighbourhood(const float* Mf, int ly, int lx, const double* lag_y,
-                                              const double* lag_x, int comp, double v[3][3], double w[3][3]) {
+                                              const double* lag_x, int comp, double v[3][3], double w[3][3],
+                                              int s = 0) {
     for (int a = 0; a < 3; ++a) {
         const int yy = ((ly + a - 1) % NY + NY) % NY;
+        const float* mr = map_row(Mf, yy, s);
         for (int q = 0; q < 3; ++q) {
             const int xx = ((lx + q - 1) % NX + NX) % NX;
-            double val = Mf[yy * 2 * LD + xx];
+            double val = mr[xx];
             w[a][q] = comp ? lag_y[yy] * lag_x[xx] : 1.0;
             if (comp) val /= w[a][q];
             v[a][q] = val;
@@ -425,27 +574,28 @@ __device__ __forceinline__ void neighbourhood(const float* Mf, int ly, int lx, c
 
 // Correlation maps (T, NY, NX) in the circular lag layout of the FFT engine. ref_of, indexed:
 // the reference set of each pattern (fc::reference).
-__global__ void __launch_bounds__(FC_NT, 1)
+__global__ void FC_CLUSTER __launch_bounds__(FC_NT, 1)
 fused_maps(const float* __restrict__ tiles, long long frame, int row, const float2* __restrict__ ref,
            int n_ref, const int* __restrict__ ref_of, int indexed, const float2* __restrict__ tw,
            float* __restrict__ out) {
     using namespace fc;
     float2* S = setup(tw);
-    const long long t = blockIdx.x;
+    const long long t = blockIdx.x / SPLIT;
+    const int s = cluster_rank();
     correlate(S, S + ROWS * LD, S + ROWS * LD + NX, tiles + t * frame, row, reference(ref, n_ref, ref_of, indexed, t),
-              true);
+              true, s);
     const float* Mf = reinterpret_cast<const float*>(S);
     float* o = out + t * (long long)NY * NX;
-    for (int i = threadIdx.x; i < NY * NX; i += blockDim.x) {
-        const int y = i / NX, x = i - y * NX;
-        o[i] = Mf[y * 2 * LD + x];
+    for (int i = threadIdx.x; i < NYL * NX; i += blockDim.x) {
+        const int j = i / NX, x = i - j * NX;
+        o[(j * SPLIT + s) * NX + x] = Mf[j * 2 * LD + x];
     }
 }
 
 // Peaks: integer search over |dy| <= RY, |dx| <= RX and 3x3 fit, as find_peaks (peaks.cu)
 // on the maps fused_maps writes. wy (NY,), wx (NX,): window autocorrelation by lag mod N,
 // used where comp != 0 (the launch gives NX + NY more doubles of shared memory then). method: 0 none, 1 parabolic, 2 gaussian, 3 quadratic (M_* of peaks.cu).
-__global__ void __launch_bounds__(FC_NT, 1)
+__global__ void FC_CLUSTER __launch_bounds__(FC_NT, 1)
 fused_peaks(const float* __restrict__ tiles, long long frame, int row, const float2* __restrict__ ref,
             int n_ref, const int* __restrict__ ref_of, int indexed, const float2* __restrict__ tw,
             const double* __restrict__ wy,
@@ -457,28 +607,32 @@ fused_peaks(const float* __restrict__ tiles, long long frame, int row, const flo
     float2* S = setup(tw, comp ? wy : nullptr, wx);
     const double* lag_y = reinterpret_cast<const double*>(S + ROWS * LD + NX + NY);
     const double* lag_x = lag_y + NY;
-    const long long t = blockIdx.x;
+    const long long t = blockIdx.x / SPLIT;
+    const int s = cluster_rank();
     correlate(S, S + ROWS * LD, S + ROWS * LD + NX, tiles + t * frame, row, reference(ref, n_ref, ref_of, indexed, t),
-              false);
+              false, s);
     const float* Mf = reinterpret_cast<const float*>(S);
     constexpr int rw = 2 * RX + 1;
     float best;
     int bi;
-    if (!block_lag_argmax(Mf, NY, NX, 2 * LD, RY, RX, sval, sidx, best, bi)) return;
-    const int ly = bi / rw - RY, lx = bi % rw - RX;
-    out_value[t] = best;
-    out_border[t] = ((RY > 0 && abs(ly) == RY) || (RX > 0 && abs(lx) == RX)) ? 1 : 0;
-    double dy = 0.0, dx = 0.0;
-    if (method != M_NONE) {
-        double v[3][3], w[3][3];
-        neighbourhood(Mf, ly, lx, lag_y, lag_x, comp, v, w);
-        if (method == M_PARABOLIC) fit_3x3<M_PARABOLIC>(v, dy, dx);
-        else if (method == M_GAUSSIAN) fit_3x3<M_GAUSSIAN>(v, dy, dx);
-        else fit_3x3<M_QUADRATIC>(v, dy, dx);
-        drop_loose(comp && barely_concave(v, w), dy, dx);  // as find_peaks (peaks.cu)
+    // rank 0 reports; in a split it reads the peer's rows, so neither block leaves before the end
+    if (map_argmax(Mf, s, sval, sidx, best, bi) && s == 0) {
+        const int ly = bi / rw - RY, lx = bi % rw - RX;
+        out_value[t] = best;
+        out_border[t] = ((RY > 0 && abs(ly) == RY) || (RX > 0 && abs(lx) == RX)) ? 1 : 0;
+        double dy = 0.0, dx = 0.0;
+        if (method != M_NONE) {
+            double v[3][3], w[3][3];
+            neighbourhood(Mf, ly, lx, lag_y, lag_x, comp, v, w, s);
+            if (method == M_PARABOLIC) fit_3x3<M_PARABOLIC>(v, dy, dx);
+            else if (method == M_GAUSSIAN) fit_3x3<M_GAUSSIAN>(v, dy, dx);
+            else fit_3x3<M_QUADRATIC>(v, dy, dx);
+            drop_loose(comp && barely_concave(v, w), dy, dx);  // as find_peaks (peaks.cu)
+        }
+        out_y[t] = ly + dy;
+        out_x[t] = lx + dx;
     }
-    out_y[t] = ly + dy;
-    out_x[t] = lx + dx;
+    if (SPLIT > 1) cluster_sync();
 }
 
 // ------------------------------------------------------------ dft refinement in the kernel
@@ -562,21 +716,23 @@ __device__ float2 weight_half(double t) {
 struct GridScratch {
     double* pos;  // y, x, ly, lx, flat, again
     double* g;    // [R][R] correlation at the grid's lags
+    double* gsum;  // [R][R] the sum over the blocks of a split (SPLIT > 1 only)
     double* acy;  // [R] window autocorrelation at its rows' lags
     double* acx;  // [R]
-    float2* wy;   // [R][NY] Dy at its rows
+    float2* wy;   // [R][NYL] Dy at its rows, for this block's map rows
     float2* wx;   // [3][NX] Dx at three of its columns
-    double* rows;  // [NY][6] sum_k c[j][k] (Re, Im) Dx_v(k) for those three columns
+    double* rows;  // [NYL][6] sum_k c[j][k] (Re, Im) Dx_v(k) for those three columns
 };
 
 __device__ __forceinline__ GridScratch grid_scratch(float2* S, int R) {
     GridScratch d;
     d.pos = reinterpret_cast<double*>(S + ROWS * LD + NX + NY) + NY + NX;
     d.g = d.pos + 8;
-    d.acy = d.g + R * R;
+    d.gsum = d.g + R * R;
+    d.acy = d.gsum + (SPLIT > 1 ? R * R : 0);
     d.acx = d.acy + R;
     d.wy = reinterpret_cast<float2*>(d.acx + R);
-    d.wx = d.wy + R * NY;
+    d.wx = d.wy + R * NYL;
     d.rows = reinterpret_cast<double*>(d.wx + 3 * NX);
     return d;
 }
@@ -630,13 +786,37 @@ __device__ __forceinline__ void row_partial(const float* mr, const float2 (&q)[3
 // The correlation (divided by the window autocorrelation where comp) at the R x R lags
 // (yc + (u - R/2) h, xc + (v - R/2) h) into d.g[u * R + v], from the map Mf in shared memory;
 // every thread calls it, d.g is complete when it returns.
+// The sums over map rows in d.g, scaled (over both blocks of a split, added in rank order so
+// that both hold the same values and take the same steps); every thread calls it.
+__device__ __forceinline__ void grid_finish(const GridScratch& d, int R, int comp) {
+    __syncthreads();
+    double* g = d.g;
+    if (SPLIT > 1) {
+        cluster_sync();
+        for (int i = threadIdx.x; i < R * R; i += blockDim.x) {
+            double a = 0.0;
+            for (int r = 0; r < SPLIT; ++r) a += *peer(d.g + i, r);
+            d.gsum[i] = a;
+        }
+        cluster_sync();  // the peer has read d.g
+        g = d.gsum;
+    }
+    for (int i = threadIdx.x; i < R * R; i += blockDim.x) {
+        const int u = i / R, v = i - u * R;
+        double val = g[i] / ((double)NY * NX);
+        if (comp) val /= d.acy[u] * d.acx[v];
+        d.g[i] = val;
+    }
+    __syncthreads();
+}
+
 __device__ void grid_values(const float* Mf, const GridScratch& d, double yc, double xc, double h, int R, int comp,
                             const double* __restrict__ Sy, const double* __restrict__ Sx, double sy_sum,
-                            double sx_sum) {
+                            double sx_sum, int s = 0) {
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, c = R / 2;
-    for (int i = threadIdx.x; i < R * NY; i += blockDim.x) {
-        const int u = i / NY, j = i - u * NY;
-        const double tt = yc - j + (u - c) * h;  // Dy has period NY: the least |t| (see red2)
+    for (int i = threadIdx.x; i < R * NYL; i += blockDim.x) {
+        const int u = i / NYL, j = i - u * NYL;
+        const double tt = yc - (j * SPLIT + s) + (u - c) * h;  // Dy has period NY: the least |t| (see red2)
         d.wy[i] = weight_full(tt - NY * rint(tt / NY));
     }
     if (comp) {  // window autocorrelation at the grid's lags, as dft_refine (peaks.cu): a warp per lag
@@ -664,19 +844,19 @@ __device__ void grid_values(const float* Mf, const GridScratch& d, double yc, do
             }
         }
     }
-    if (R == 3 && 9 * NWARPS <= 6 * NY) {  // d.rows holds the warps' sums
+    if (R == 3 && 9 * NWARPS <= 6 * NYL) {  // d.rows holds the warps' sums
         // The dft stencil in one pass over the map: each lane keeps the 3x3 sums over its
         // columns and its warp's rows, summed across lanes and warps once at the end. (A warp
         // sum of six doubles per map row, as below, made the shuffles the refinement's bound.)
         float2 q[3][KM];
         column_weights(d, xc, h, 0, 3, c, q);
         double acc[3][3] = {{0.0, 0.0, 0.0}, {0.0, 0.0, 0.0}, {0.0, 0.0, 0.0}};
-        for (int j = warp; j < NY; j += NWARPS) {
+        for (int j = warp; j < NYL; j += NWARPS) {
             double a[6];
             row_partial(Mf + j * 2 * LD, q, a);
 #pragma unroll
             for (int u = 0; u < 3; ++u) {
-                const float2 w = d.wy[u * NY + j];
+                const float2 w = d.wy[u * NYL + j];
 #pragma unroll
                 for (int v = 0; v < 3; ++v) acc[u][v] += (double)w.x * a[2 * v] - (double)w.y * a[2 * v + 1];
             }
@@ -691,14 +871,11 @@ __device__ void grid_values(const float* Mf, const GridScratch& d, double yc, do
         }
         __syncthreads();
         if (threadIdx.x < 9) {
-            double s = 0.0;
-            for (int w = 0; w < NWARPS; ++w) s += d.rows[w * 9 + threadIdx.x];
-            const int u = threadIdx.x / 3, v = threadIdx.x - 3 * u;
-            double val = s / ((double)NY * NX);
-            if (comp) val /= d.acy[u] * d.acx[v];
-            d.g[threadIdx.x] = val;
+            double a = 0.0;
+            for (int w = 0; w < NWARPS; ++w) a += d.rows[w * 9 + threadIdx.x];
+            d.g[threadIdx.x] = a;
         }
-        __syncthreads();
+        grid_finish(d, R, comp);
         return;
     }
     for (int v0 = 0; v0 < R; v0 += 3) {  // three columns of the grid at a time
@@ -706,7 +883,7 @@ __device__ void grid_values(const float* Mf, const GridScratch& d, double yc, do
         // row sums: a warp per map row, lanes along it, each lane's column weights in registers
         float2 q[3][KM];
         column_weights(d, xc, h, v0, nv, c, q);
-        for (int j = warp; j < NY; j += NWARPS) {
+        for (int j = warp; j < NYL; j += NWARPS) {
             double a[6];
             row_partial(Mf + j * 2 * LD, q, a);
 #pragma unroll
@@ -718,19 +895,15 @@ __device__ void grid_values(const float* Mf, const GridScratch& d, double yc, do
         for (int p = warp; p < R * nv; p += NWARPS) {
             const int u = p / nv, v = p - u * nv;
             double a = 0.0;
-            for (int j = lane; j < NY; j += 32) {
-                const float2 w = d.wy[u * NY + j];
+            for (int j = lane; j < NYL; j += 32) {
+                const float2 w = d.wy[u * NYL + j];
                 a += (double)w.x * d.rows[j * 6 + 2 * v] - (double)w.y * d.rows[j * 6 + 2 * v + 1];
             }
             a = warp_sum_all(a);
-            if (lane == 0) {
-                double val = a / ((double)NY * NX);
-                if (comp) val /= d.acy[u] * d.acx[v0 + v];
-                d.g[u * R + v0 + v] = val;
-            }
+            if (lane == 0) d.g[u * R + v0 + v] = a;
         }
     }
-    __syncthreads();
+    grid_finish(d, R, comp);
 }
 
 // The integer peak of the map and its 3x3 neighbourhood, as fused_peaks: writes out_value,
@@ -738,16 +911,18 @@ __device__ void grid_values(const float* Mf, const GridScratch& d, double yc, do
 // (ly, lx), then ly, lx, flat; all threads return after a barrier.
 __device__ void integer_start(const float* Mf, const GridScratch& d, const double* lag_y, const double* lag_x,
                               int comp, bool fit, float* sval, int* sidx, long long t, float* out_value,
-                              unsigned char* out_border) {
+                              unsigned char* out_border, int s) {
     constexpr int rw = 2 * RX + 1;
     float best;
     int bi;
-    if (block_lag_argmax(Mf, NY, NX, 2 * LD, RY, RX, sval, sidx, best, bi)) {
+    if (map_argmax(Mf, s, sval, sidx, best, bi)) {
         const int ly = bi / rw - RY, lx = bi % rw - RX;
-        out_value[t] = best;
-        out_border[t] = ((RY > 0 && abs(ly) == RY) || (RX > 0 && abs(lx) == RX)) ? 1 : 0;
+        if (s == 0) {
+            out_value[t] = best;
+            out_border[t] = ((RY > 0 && abs(ly) == RY) || (RX > 0 && abs(lx) == RX)) ? 1 : 0;
+        }
         double v[3][3], w[3][3], dy = 0.0, dx = 0.0;
-        neighbourhood(Mf, ly, lx, lag_y, lag_x, comp, v, w);
+        neighbourhood(Mf, ly, lx, lag_y, lag_x, comp, v, w, s);
         const bool flat = comp && barely_concave(v, w);
         if (fit) {
             fit_3x3<M_QUADRATIC>(v, dy, dx);
@@ -785,7 +960,7 @@ __device__ __forceinline__ void finish(const GridScratch& d, double y, double x,
 // stencil's edge), steps[1], ... as dft_refine (peaks.cu); NaN where the last step still
 // reaches its edge, and as fc::finish says. Sy (NY,), Sx (NX,): the window power spectra,
 // sy_sum, sx_sum their sums (comp only).
-__global__ void __launch_bounds__(FC_NT, 1)
+__global__ void FC_CLUSTER __launch_bounds__(FC_NT, 1)
 fused_dft(const float* __restrict__ tiles, long long frame, int row, const float2* __restrict__ ref,
           int n_ref, const int* __restrict__ ref_of, int indexed, const float2* __restrict__ tw,
           const double* __restrict__ wy, const double* __restrict__ wx, int comp,
@@ -798,15 +973,16 @@ fused_dft(const float* __restrict__ tiles, long long frame, int row, const float
     float2* S = setup(tw, comp ? wy : nullptr, wx);
     const double* lag_y = reinterpret_cast<const double*>(S + ROWS * LD + NX + NY);
     const GridScratch d = grid_scratch(S, 3);
-    const long long t = blockIdx.x;
+    const long long t = blockIdx.x / SPLIT;
+    const int s = cluster_rank();
     correlate(S, S + ROWS * LD, S + ROWS * LD + NX, tiles + t * frame, row, reference(ref, n_ref, ref_of, indexed, t),
-              true);
+              true, s);
     const float* Mf = reinterpret_cast<const float*>(S);
-    integer_start(Mf, d, lag_y, lag_y + NY, comp, true, sval, sidx, t, out_value, out_border);
+    integer_start(Mf, d, lag_y, lag_y + NY, comp, true, sval, sidx, t, out_value, out_border, s);
     for (int st = 0, moves = 0; st < n_steps;) {
         const double h = steps[st], yc = d.pos[0], xc = d.pos[1];
         if (!(isfinite(yc) && isfinite(xc))) break;  // a failed start stays NaN (the same in every thread)
-        grid_values(Mf, d, yc, xc, h, 3, comp, Sy, Sx, sy_sum, sx_sum);
+        grid_values(Mf, d, yc, xc, h, 3, comp, Sy, Sx, sy_sum, sx_sum, s);
         if (threadIdx.x == 0) {
             double g[3][3];
             for (int u = 0; u < 3; ++u)
@@ -822,17 +998,18 @@ fused_dft(const float* __restrict__ tiles, long long frame, int row, const float
         if (!(st == 0 && d.pos[5] != 0.0 && moves < max_moves)) { ++st; moves = 0; }
         __syncthreads();  // pos is rewritten next round
     }
-    if (threadIdx.x == 0) {
+    if (threadIdx.x == 0 && s == 0) {
         const bool stuck = d.pos[5] != 0.0;  // the finest step still reached its edge
         finish(d, stuck ? PEAK_NAN : d.pos[0], stuck ? PEAK_NAN : d.pos[1], reach, t, out_y, out_x);
     }
+    if (SPLIT > 1) cluster_sync();  // the peer may still read this block's map
 }
 
 // Peaks refined by the `upsampled` method (ebsdxc.peaks.upsampled_dft_peak): the correlation
 // on an R x R grid of spacing 1 / up about the integer peak (R = ceil(1.5 up)), a quadratic
 // fit to its maximum's 3x3 neighbourhood on the grid; where the maximum is on the grid's edge
 // the grid is re-centred on the nearest whole pixel, at most max_recentre times (then NaN).
-__global__ void __launch_bounds__(FC_NT, 1)
+__global__ void FC_CLUSTER __launch_bounds__(FC_NT, 1)
 fused_upsampled(const float* __restrict__ tiles, long long frame, int row, const float2* __restrict__ ref,
                 int n_ref, const int* __restrict__ ref_of, int indexed, const float2* __restrict__ tw,
                 const double* __restrict__ wy, const double* __restrict__ wx, int comp,
@@ -846,16 +1023,17 @@ fused_upsampled(const float* __restrict__ tiles, long long frame, int row, const
     float2* S = setup(tw, comp ? wy : nullptr, wx);
     const double* lag_y = reinterpret_cast<const double*>(S + ROWS * LD + NX + NY);
     const GridScratch d = grid_scratch(S, R);
-    const long long t = blockIdx.x;
+    const long long t = blockIdx.x / SPLIT;
+    const int s = cluster_rank();
     correlate(S, S + ROWS * LD, S + ROWS * LD + NX, tiles + t * frame, row, reference(ref, n_ref, ref_of, indexed, t),
-              true);
+              true, s);
     const float* Mf = reinterpret_cast<const float*>(S);
-    integer_start(Mf, d, lag_y, lag_y + NY, comp, false, sval, sidx, t, out_value, out_border);
+    integer_start(Mf, d, lag_y, lag_y + NY, comp, false, sval, sidx, t, out_value, out_border, s);
     if (threadIdx.x == 0) { d.pos[6] = d.pos[0]; d.pos[7] = d.pos[1]; }  // the grid's centre
     __syncthreads();
     for (int it = 0; it <= max_recentre; ++it) {
         const double cy = d.pos[6], cx = d.pos[7];
-        grid_values(Mf, d, cy, cx, 1.0 / up, R, comp, Sy, Sx, sy_sum, sx_sum);
+        grid_values(Mf, d, cy, cx, 1.0 / up, R, comp, Sy, Sx, sy_sum, sx_sum, s);
         if (threadIdx.x == 0) {
             int bi = 0;
             for (int i = 1; i < R * R; ++i)
@@ -880,8 +1058,9 @@ fused_upsampled(const float* __restrict__ tiles, long long frame, int row, const
         __syncthreads();
         if (!again) break;
     }
-    if (threadIdx.x == 0) {
+    if (threadIdx.x == 0 && s == 0) {
         const bool stuck = d.pos[5] != 0.0;  // never inside a grid: no maximum to report
         finish(d, stuck ? PEAK_NAN : d.pos[0], stuck ? PEAK_NAN : d.pos[1], reach, t, out_y, out_x);
     }
+    if (SPLIT > 1) cluster_sync();
 }

@@ -90,15 +90,17 @@ __device__ __forceinline__ void drop_loose(bool flat, double& dy, double& dx) {
 // (Ny, Nx) map whose rows are `stride` floats apart, as numpy.argmax: (value, index
 // iy * (2 rx + 1) + ix) in thread 0, which alone returns true. Warps walk rows, lanes walk
 // along a row: coalesced reads, no index division.
+// split > 1: c holds the rows yy = split j + phase only, row j at c + j * stride.
 __device__ bool block_lag_argmax(const float* c, int Ny, int Nx, int stride, int ry, int rx, float* sval,
-                                 int* sidx, float& best, int& bi) {
+                                 int* sidx, float& best, int& bi, int split = 1, int phase = 0) {
     best = EBSDXC_NEG_INF;
     bi = 0x7fffffff;
     const int rw = 2 * rx + 1, rh = 2 * ry + 1, nwarps = blockDim.x >> 5;
     for (int iy = threadIdx.x >> 5; iy < rh; iy += nwarps) {
         int yy = iy - ry;
         yy += yy < 0 ? Ny : 0;
-        const float* row = c + (long long)yy * stride;
+        if (yy % split != phase) continue;
+        const float* row = c + (long long)(yy / split) * stride;
         for (int ix = threadIdx.x & 31; ix < rw; ix += 32) {
             int xx = ix - rx;
             xx += xx < 0 ? Nx : 0;

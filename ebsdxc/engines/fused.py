@@ -130,6 +130,7 @@ class FusedPlan:
     smem: int            # dynamic shared memory, bytes
     threads: int
     grid_smem: int = 0   # dynamic shared memory of the dft / upsampled kernels (their grid's scratch)
+    split: int = 1       # blocks per tile pair (a thread-block cluster), each holding NY / split map rows
 
     @property
     def nxh(self):
@@ -140,7 +141,7 @@ class FusedPlan:
         return (("FC_H", h), ("FC_W", w), ("FC_NY", ny), ("FC_NX", nx), ("FC_RY", ry), ("FC_RX", rx),
                 ("FC_N1Y", self.fy[0]), ("FC_N2Y", self.fy[1]), ("FC_N1X", self.fx[0]), ("FC_N2X", self.fx[1]),
                 ("FC_TY", _team(*self.fy)), ("FC_TX", _team(*self.fx)), ("FC_LD", self.ld),
-                ("FC_ROWS", self.rows), ("FC_NT", self.threads))
+                ("FC_ROWS", self.rows), ("FC_NT", self.threads), ("FC_SPLIT", self.split))
 
 
 def _need(tile_shape, mode, max_shift):
@@ -165,15 +166,31 @@ def grid_side(subpixel, upsample=16) -> int:
     return 0
 
 
-def _grid_scratch(ny, nx, side):
-    # fc::GridScratch: position, grid values, window autocorrelations, row and column weights
-    # (float2) and row sums
-    return 8 * 8 + side * side * 8 + 2 * side * 8 + side * ny * 8 + 3 * nx * 8 + ny * 6 * 8
+def _grid_scratch(nyl, nx, side, split=1):
+    # fc::GridScratch: position, grid values (and their sum over a split), window
+    # autocorrelations, row weights of the block's nyl map rows and column weights (float2),
+    # row sums
+    return (8 * 8 + side * side * 8 * (2 if split > 1 else 1) + 2 * side * 8 + side * nyl * 8 + 3 * nx * 8
+            + nyl * 6 * 8)
 
 
-def fused_plan(tile_shape, mode, max_shift=None, *, smem_limit=SMEM_OPTIN, grid=0):
+def can_split(h, ny, fy) -> bool:
+    """Whether a column FFT of length ``ny`` split as ``fy`` can be shared by two blocks of a
+    cluster (fc::columns_split): tile rows in its first half, both factors even."""
+    return ny % 2 == 0 and h <= ny // 2 and fy[0] % 2 == 0 and fy[1] % 2 == 0
+
+
+def fused_plan(tile_shape, mode, max_shift=None, *, smem_limit=SMEM_OPTIN, grid=0, clusters=True, split=None):
     """Kernel plan for tiles of (h, w); ValueError where the fused kernel cannot run them
-    (``grid``: :func:`grid_side` of the subpixel method; its kernel needs more shared memory)."""
+    (``grid``: :func:`grid_side` of the subpixel method; its kernel needs more shared memory).
+
+    Where the map does not fit in one block, full mode and ``clusters`` (sm_90 and later), the
+    plan splits its rows over the two blocks of a thread-block cluster (``split = 2``, see
+    :func:`can_split`; its column FFT may then be longer). ``split`` = 1 or 2 forces one or the
+    other (tests and benchmarks).
+    """
+    if split not in (None, 1, 2):
+        raise ValueError(f"split must be None, 1 or 2, got {split!r}")
     h, w = (int(v) for v in tile_shape)
     if h < 1 or w < 1:
         raise ValueError(f"tile shape must be positive, got {tile_shape}")
@@ -183,30 +200,56 @@ def fused_plan(tile_shape, mode, max_shift=None, *, smem_limit=SMEM_OPTIN, grid=
         raise ValueError(f"the fused FFT engine handles FFT lengths up to {LENGTH_MAX}; {w}x{h} tiles "
                          f"in {mode} mode need {need[1]}x{need[0]}: use the fft engine")
     ny, nx = fft
+    fx = axis_factors(nx)
+    why = "it is not split"
+    if split != 2:
+        plan, why = _plan((h, w), fft, max_lag, axis_factors(ny), fx, 1, smem_limit, grid)
+        if plan is not None:
+            return plan
+    nys = _split_length(need[0], h) if clusters and mode == "full" and split != 1 else None
+    if split == 2 and nys is None:
+        raise ValueError(f"{w}x{h} tiles in {mode} mode cannot be split over two blocks (full mode and "
+                         "thread-block clusters only)")
+    if nys is not None:
+        plan, why_split = _plan((h, w), (nys, nx), max_lag, axis_factors(nys), fx, 2, smem_limit, grid)
+        if plan is not None:
+            return plan
+        why += f"; split over two blocks, {why_split}"
+    raise ValueError(f"{w}x{h} tiles in {mode} mode need a {nx}x{ny} FFT: {why}, more than the "
+                     f"{smem_limit // 1024} KB of shared memory: use the fft engine")
+
+
+def _split_length(need, h):
+    # The smallest column FFT length >= need that two blocks can share, or None.
+    n = fft_length(need)
+    while n is not None and not can_split(h, n, axis_factors(n)):
+        n = fft_length(n + 1)
+    return n
+
+
+def _plan(tile, fft, max_lag, fy, fx, split, smem_limit, grid):
+    (h, _), (ny, nx) = tile, fft
     nxh = nx // 2 + 1
+    nyl = ny // split
     ld = nxh | 1                       # odd stride: a column's rows fall in distinct banks
-    rows = ny + (ny & 1)
+    rows = max(nyl, h) if split > 1 else ny
+    rows += rows & 1
     smem = rows * ld * 8 + (nx + ny) * 16    # spectrum, twiddles, window lag tables
     if smem + _STATIC_SMEM > smem_limit:
-        raise ValueError(f"{w}x{h} tiles in {mode} mode need a {nx}x{ny} FFT whose spectrum "
-                         f"({smem // 1024} KB) does not fit in {smem_limit // 1024} KB of shared "
-                         "memory: use the fft engine")
-    fy, fx = axis_factors(ny), axis_factors(nx)
+        return None, f"the spectrum needs {smem // 1024} KB"
     ty, tx = _team(*fy), _team(*fx)
-    work = max(tx * ((h + 1) // 2), ty * nxh, tx * ((ny + 1) // 2), 32)
+    work = max(tx * ((h + 1) // 2), ty * nxh, tx * ((nyl + 1) // 2), 32)
     threads = min(THREADS_MAX, -(-work // 32) * 32)
-    grid_smem = smem + _grid_scratch(ny, nx, grid) if grid else smem
+    grid_smem = smem + _grid_scratch(nyl, nx, grid, split) if grid else smem
     if grid_smem + _STATIC_SMEM > smem_limit:
-        raise ValueError(f"{w}x{h} tiles in {mode} mode need a {nx}x{ny} FFT whose spectrum and subpixel "
-                         f"grid ({grid_smem // 1024} KB) do not fit in {smem_limit // 1024} KB of shared "
-                         "memory: use the fft engine")
-    return FusedPlan((h, w), fft, max_lag, fy, fx, ld, rows, smem, threads, grid_smem)
+        return None, f"the spectrum and subpixel grid need {grid_smem // 1024} KB"
+    return FusedPlan(tile, fft, max_lag, fy, fx, ld, rows, smem, threads, grid_smem, split), None
 
 
-def supports(tile_shape, mode, max_shift=None, *, smem_limit=SMEM_OPTIN, grid=0) -> bool:
+def supports(tile_shape, mode, max_shift=None, *, smem_limit=SMEM_OPTIN, grid=0, clusters=True) -> bool:
     """Whether :class:`FusedFFTEngine` can correlate tiles of ``tile_shape`` in ``mode``."""
     try:
-        fused_plan(tile_shape, mode, max_shift, smem_limit=smem_limit, grid=grid)
+        fused_plan(tile_shape, mode, max_shift, smem_limit=smem_limit, grid=grid, clusters=clusters)
     except ValueError:
         return False
     return True
@@ -220,11 +263,13 @@ class FusedFFTEngine(CorrelationEngine):
                       summary="FFT correlation and peak search in shared memory, one CUDA block per tile "
                               "pair (tiles whose spectrum fits in shared memory)")
 
-    def __init__(self, backend, tile_shape, config, *, window_1d=None):
+    def __init__(self, backend, tile_shape, config, *, window_1d=None, split=None):
         super().__init__(backend, tile_shape, config)
-        limit = int(self.xp.cuda.Device().attributes.get("MaxSharedMemoryPerBlockOptin", SMEM_OPTIN))
+        device = self.xp.cuda.Device()
+        limit = int(device.attributes.get("MaxSharedMemoryPerBlockOptin", SMEM_OPTIN))
         self._grid = grid_side(config.subpixel, config.upsample)
-        self.plan = fused_plan(self.tile_shape, config.mode, config.max_shift, smem_limit=limit, grid=self._grid)
+        self.plan = fused_plan(self.tile_shape, config.mode, config.max_shift, smem_limit=limit, grid=self._grid,
+                               clusters=int(device.compute_capability) >= 90, split=split)
         self.fft_shape = self.plan.fft
         ny, nx = self.fft_shape
         cp = self.xp
@@ -300,7 +345,7 @@ class FusedFFTEngine(CorrelationEngine):
         out = cp.empty((B, n, ny, nx), dtype=cp.float32)
         if B * n:
             ref_of, indexed = self._sets(index)
-            self._kernel("fused_maps")((B * n,), (self.plan.threads,),
+            self._kernel("fused_maps")((B * n * self.plan.split,), (self.plan.threads,),
                                        (tiles, np.int64(frame), np.int32(row), refs.payload, np.int32(n),
                                         ref_of, np.int32(indexed), self._twiddles, out), shared_mem=self.plan.smem)
         return out
@@ -329,10 +374,10 @@ class FusedFFTEngine(CorrelationEngine):
                 else:
                     name, args = "fused_upsampled", head + (np.int32(self.config.upsample),
                                                             np.int32(UPSAMPLED_MAX_RECENTRE)) + tail
-                self._kernel(name)((T,), (self.plan.threads,), args, shared_mem=self.plan.grid_smem)
+                self._kernel(name)((T * self.plan.split,), (self.plan.threads,), args, shared_mem=self.plan.grid_smem)
                 return y, x, value, border.view(cp.bool_)
             fn = self._kernel("fused_peaks")
-            fn((T,), (self.plan.threads,),
+            fn((T * self.plan.split,), (self.plan.threads,),
                (tiles, np.int64(frame), np.int32(row), refs.payload, np.int32(n), ref_of, np.int32(indexed),
                 self._twiddles, wy, wx, np.int32(self._lags is not None), np.int32(_METHODS[self.config.subpixel]),
                 y, x, value, border), shared_mem=self.plan.smem)

@@ -236,6 +236,7 @@ def measure(config, run, *, patterns: int, shape=(256, 256), workdir: str, repea
                     transfer_rate(be, source.pattern_shape, source.dtype, batch, plan=plan))
             rows["read bound while copying"].append(read_rate_while_copying(source, be, batch, plan=plan))
             rows["engine bound"].append(engine_rate(pipe, dev, plan=plan))
+        engine = _engine_name(pipe.engine)
         pipe.close()
     source.close()
     figures = {k: _median(v) for k, v in rows.items()}
@@ -246,16 +247,27 @@ def measure(config, run, *, patterns: int, shape=(256, 256), workdir: str, repea
         sent = "host-to-device bound"
     bounds = [figures[k]["median"] for k in ("read bound", sent, "engine bound") if figures[k] is not None]
     e2e = figures["end to end, streaming"]["median"]
-    return {"device": be.name, "patterns": patterns, "shape": list(shape), "chunk": chunk, "batch": batch,
+    return {"device": be.name, "engine": engine, "patterns": patterns, "shape": list(shape), "chunk": chunk,
+            "batch": batch,
             "repeats": repeats,
             "figures": figures, "smallest_bound": min(bounds), "share_of_bound": e2e / min(bounds),
             "profile_bound": max(set(bounds_by), key=bounds_by.count)}
 
 
+def _engine_name(engine) -> str:
+    # the engine "auto" picked, and a fused plan's FFT and block split: which kernel set the figures
+    name = engine.info.name
+    plan = getattr(engine, "plan", None)
+    if hasattr(plan, "split"):
+        ny, nx = plan.fft
+        name += f" (FFT {nx}x{ny}" + (f", map split over {plan.split} blocks)" if plan.split > 1 else ")")
+    return name
+
+
 def format_table(result: dict) -> str:
     lines = [f"{result['device']}: {result['patterns']} patterns of {result['shape'][1]}x{result['shape'][0]} "
              f"uint16 from HDF5 (chunks of {result['chunk']}, page cache), batches of {result['batch']}, "
-             f"median of {result['repeats']}",
+             f"median of {result['repeats']}; engine {result.get('engine', '?')}",
              "", "| measure | patterns/s | range |", "|---|---|---|"]
     for k, f in result["figures"].items():
         if f is None:

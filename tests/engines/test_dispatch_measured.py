@@ -8,11 +8,13 @@ import pytest
 from ebsdxc.engines.dispatch import Case, Choice
 
 # (n ROIs, patterns, ROI side, mode, window): the paper layout, and 512x512 / 1024x1024
-# patterns with ROIs of a quarter of the width, +-24 px (issue 17's realistic sizes)
+# patterns with ROIs of a quarter of the width, +-24 px (issue 17's realistic sizes), and 128x128
+# ROIs in full mode (the fused engine's two-block split)
 CASES = [
     Case("n_to_mn", 86, 50, 96, 96, "full", None, True),
     Case("n_to_mn", 86, 50, 96, 96, "window", 16, True),
     Case("n_to_mn", 45, 50, 128, 128, "window", 24, True),
+    Case("n_to_mn", 45, 50, 128, 128, "full", None, True),
     Case("n_to_mn", 49, 16, 256, 256, "window", 24, True),
 ]
 

@@ -59,8 +59,60 @@ def team_fft(load, buf, n1, n2, d, sigma=None):
 
 def model_correlate(scan, ref_spec, plan, all_rows=True):
     """The kernel's map (Ny, Nx) float64 for a tile (h, w) and the engine's reference
-    spectrum layout (Nx//2+1, Ny), pre-scaled by 1 / (Ny Nx) and conjugated."""
+    spectrum layout (Nx//2+1, Ny), pre-scaled by 1 / (Ny Nx) and conjugated; a split plan's
+    map is that of its blocks' rows put together."""
+    if plan.split == 1:
+        return model_block(scan, ref_spec, plan, all_rows, 0)
+    out = np.empty(plan.fft)
+    for s in range(plan.split):
+        out[s::plan.split] = model_block(scan, ref_spec, plan, all_rows, s)
+    return out
+
+
+def model_split_columns(S, ref_spec, plan, s):
+    """fc::columns_split of block s: forward FFT, stage B in two rounds, fold, half inverse."""
+    (h, _), (ny, nx), ld = plan.tile, plan.fft, plan.ld
+    (n1y, n2y), K, n2h = plan.fy, plan.fy[0] // 2, plan.fy[1] // 2
+    for c in range(nx // 2 + 1):
+        col = S[c::ld][:plan.rows]
+
+        def load(idx, col=col):
+            z = np.zeros(len(idx), complex)
+            ok = idx < h
+            z[ok] = col[idx[ok]]
+            return z
+
+        V = [reg_dft(load(q2 + n2y * np.arange(n1y)), -1) * np.exp(-2j * np.pi * q2 * np.arange(n1y) / ny)
+             for q2 in range(n2y)]
+        U = np.empty((n1y, n2y), complex)
+        for r in range(2):                                 # the exchange holds half the k1 at a time
+            for q2 in range(n2y):
+                for k1 in range(K):
+                    col[skew(q2, k1, n1y, n2y)] = V[q2][r * K + k1]
+            for k1 in range(r * K, (r + 1) * K):
+                U[k1] = reg_dft(np.array([col[skew(q2, k1 - r * K, n1y, n2y)] for q2 in range(n2y)]), -1)
+        Q = np.empty((n1y, n2h), complex)
+        for k1 in range(n1y):
+            P = U[k1] * ref_spec[c, k1 + n1y * np.arange(n2y)]
+            k = k1 + n1y * np.arange(n2h)
+            Q[k1] = P[:n2h] + P[n2h:] if s == 0 else (P[:n2h] - P[n2h:]) * np.exp(2j * np.pi * k / ny)
+
+        def sig2(a, b, n1y=n1y, n2h=n2h):
+            return skew(a, b, n2h, n1y)
+
+        for k1 in range(n1y):                              # inverse of length ny / 2 = n1y x n2h
+            v = reg_dft(Q[k1], +1) * np.exp(2j * np.pi * k1 * np.arange(n2h) / (ny // 2))
+            for kk in range(n2h):
+                col[sig2(k1, kk)] = v[kk]
+        W = [reg_dft(np.array([col[sig2(q, kk)] for q in range(n1y)]), +1) for kk in range(n2h)]
+        for kk in range(n2h):
+            col[kk + n2h * np.arange(n1y)] = W[kk]
+
+
+def model_block(scan, ref_spec, plan, all_rows, s):
+    """One block's map rows y = split j + s (j < Ny / split)."""
     (h, w), (ny, nx), (ry, _) = plan.tile, plan.fft, plan.max_lag
+    nyl = ny // plan.split
     (n1y, n2y), (n1x, n2x), ld = plan.fy, plan.fx, plan.ld
     nxh = nx // 2 + 1
     S = np.full(plan.rows * ld, np.nan, complex)           # shared spectrum, rows x ld
@@ -85,7 +137,9 @@ def model_correlate(scan, ref_spec, plan, all_rows=True):
         L[m] = A
         L[ld + m] = (D.imag - 1j * D.real) / 2
     # 2. column pass: forward FFT (rows >= h are zero), product, inverse FFT
-    for c in range(nxh):
+    if plan.split > 1:
+        model_split_columns(S, ref_spec, plan, s)
+    for c in range(nxh if plan.split == 1 else 0):
         col = S[c::ld][:ny]                                # view of column c
 
         def load(idx, col=col):
@@ -110,14 +164,14 @@ def model_correlate(scan, ref_spec, plan, all_rows=True):
             col[kk + n2y * np.arange(n1y)] = W[kk]
     # 3. inverse row pass: rows y, y+1 packed; the real map rows overwrite the pair's line
     M = S.view(np.float64).reshape(plan.rows, 2 * ld)      # map row y = floats [y, :nx]
-    pairs = range((ny + 1) // 2) if all_rows else row_pairs(ny, ry)
+    pairs = range((nyl + 1) // 2) if all_rows or plan.split > 1 else row_pairs(ny, ry)
     for q in pairs:
         L = S[2 * q * ld:(2 * q + 2) * ld]
 
         def load(idx, q=q):
             m = np.where(idx <= nx // 2, idx, nx - idx)
             a = S[2 * q * ld + m].copy()
-            b = S[(2 * q + 1) * ld + m].copy() if 2 * q + 1 < ny else np.zeros(len(idx), complex)
+            b = S[(2 * q + 1) * ld + m].copy() if 2 * q + 1 < nyl else np.zeros(len(idx), complex)
             edge = (m == 0) | (2 * m == nx)
             a[edge], b[edge] = a[edge].real, b[edge].real
             far = idx > nx // 2
@@ -130,7 +184,7 @@ def model_correlate(scan, ref_spec, plan, all_rows=True):
             z[k1 + n1x * np.arange(n2x)] = U[k1]
         M[2 * q, :nx] = z.real
         M[2 * q + 1, :nx] = z.imag
-    return M[:ny, :nx].copy()
+    return M[:nyl, :nx].copy()
 
 
 def row_pairs(ny, ry):
@@ -202,9 +256,13 @@ def test_skew_is_a_bijection_without_bank_conflicts(n):
 @pytest.mark.parametrize("tile,mode,shift", [((1, 1), "full", None), ((5, 7), "full", None),
                                              ((13, 6), "full", None), ((6, 13), "window", 3),
                                              ((9, 4), "window", 2), ((16, 12), "full", None),
-                                             ((11, 8), "window", 20)])
-def test_kernel_model_equals_definition(rng, tile, mode, shift):
-    plan = fused_plan(tile, mode, shift)
+                                             ((11, 8), "window", 20), ((24, 10), "full", None)])
+@pytest.mark.parametrize("split", [None, 2])
+def test_kernel_model_equals_definition(rng, tile, mode, shift, split):
+    if split and mode != "full":
+        pytest.skip("only full mode splits")
+    plan = fused_plan(tile, mode, shift, split=split)
+    assert plan.split == (split or 1)
     h, w = tile
     scan, ref = rng.standard_normal((2, h, w))
     got = model_correlate(scan, ref_spectrum(ref, plan.fft), plan)
@@ -242,9 +300,23 @@ def test_plans_and_refusals():
     assert w.fft == (128, 96) and w.max_lag == (16, 16)
     assert fused_plan((1, 1), "full").fft == (1, 1)
     assert supports((96, 96), "full") and supports((128, 128), "window", 8)
-    assert not supports((128, 128), "full")
+    # 128x128 in full mode: the map's rows split over a two-block cluster (sm_90)
+    for grid in (0, 3, 24):
+        p = fused_plan((128, 128), "full", grid=grid)
+        assert p.split == 2 and p.fft == (256, 256) and p.rows == 128 and p.grid_smem + 512 <= 232448
+        assert dict(p.defines())["FC_SPLIT"] == 2
+    assert fused_plan((96, 96), "full").split == 1
+    # 112 rows: 243 (3^5) has odd factors; the split takes the next length two blocks can share
+    assert fused_plan((112, 112), "full", grid=3).fft == (256, 243)
+    assert not supports((128, 128), "full", clusters=False)
     with pytest.raises(ValueError, match="shared memory: use the fft engine"):
-        fused_plan((128, 128), "full")
+        fused_plan((128, 128), "full", clusters=False)
+    with pytest.raises(ValueError, match="split over two blocks, the spectrum and subpixel grid need 235 KB"):
+        fused_plan((160, 160), "full", grid=3)
+    with pytest.raises(ValueError, match="cannot be split"):
+        fused_plan((16, 16), "window", 4, split=2)
+    with pytest.raises(ValueError, match="split must be"):
+        fused_plan((16, 16), "full", split=3)
     with pytest.raises(ValueError, match="up to 1024"):
         fused_plan((600, 4), "full")
     with pytest.raises(ValueError, match="not 'circular'"):
@@ -264,6 +336,7 @@ def test_engine_refuses_cpu_and_spectrum_methods():
 # ------------------------------------------------------------------ GPU tests
 
 SIZES = [(1, 1), (5, 7), (13, 6), (33, 20), (64, 64), (96, 96), (96, 80)]
+SPLIT_SIZES = [(1, 1), (5, 7), (13, 6), (45, 60), (96, 96)]  # a two-block split forced
 
 
 def _fft_oracle(scan, ref, fft):
@@ -280,14 +353,19 @@ def _fft_oracle(scan, ref, fft):
     return out
 
 
-def _engine(tile, mode, shift=None, method="none", compensate=True, window=True):
+def _engine(tile, mode, shift=None, method="none", compensate=True, window=True, split=None):
     from ebsdxc.backend import select_backend
     from ebsdxc.engines import EngineConfig, make_engine
+    from ebsdxc.engines.fused import FusedFFTEngine
     from ebsdxc.preprocess import window_1d
 
     h, w = tile
     win = (window_1d(h), window_1d(w)) if window else None
     cfg = EngineConfig(mode=mode, max_shift=shift, subpixel=method, compensate=compensate)
+    if split:  # a split plan forced on tiles that fit one block
+        eng = FusedFFTEngine(select_backend("cuda"), tile, cfg, window_1d=win, split=split)
+        assert eng.plan.split == split
+        return eng, win
     return make_engine("fused", select_backend("cuda"), tile, cfg, window_1d=win), win
 
 
@@ -314,12 +392,15 @@ def test_oracle_is_the_definition(rng):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("tile", SIZES)
-@pytest.mark.parametrize("mode,shift", [("full", None), ("window", 3), ("window", 16)])
-def test_maps_match_float64_definition(rng, tile, mode, shift):
+@pytest.mark.parametrize("tile,mode,shift,split", [(t, m, s, None) for t in SIZES
+                                                   for m, s in [("full", None), ("window", 3), ("window", 16)]]
+                         + [(t, "full", None, 2) for t in SPLIT_SIZES] + [((128, 128), "full", None, None)])
+def test_maps_match_float64_definition(rng, tile, mode, shift, split):
     import cupy as cp
 
-    eng, _ = _engine(tile, mode, shift)
+    eng, _ = _engine(tile, mode, shift, split=split)
+    if tile == (128, 128):
+        assert eng.plan.split == 2
     h, w = tile
     B, n = 2, 3
     ref = rng.standard_normal((n, h, w)).astype(np.float32)
@@ -346,15 +427,17 @@ def test_maps_match_float64_definition(rng, tile, mode, shift):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("method", ["none", "parabolic", "gaussian", "quadratic"])
-@pytest.mark.parametrize("tile,mode,shift", [((96, 96), "full", None), ((33, 20), "full", None),
-                                             ((64, 64), "window", 8), ((13, 6), "window", 3), ((1, 1), "full", None)])
+@pytest.mark.parametrize("tile,mode,shift,split", [((96, 96), "full", None, None), ((33, 20), "full", None, None),
+                                                   ((64, 64), "window", 8, None), ((13, 6), "window", 3, None),
+                                                   ((1, 1), "full", None, None), ((128, 128), "full", None, None),
+                                                   ((33, 20), "full", None, 2), ((5, 7), "full", None, 2)])
 @pytest.mark.parametrize("compensate", [False, True])
-def test_peaks_equal_find_peaks_on_the_maps(rng, method, tile, mode, shift, compensate):
+def test_peaks_equal_find_peaks_on_the_maps(rng, method, tile, mode, shift, split, compensate):
     import cupy as cp
 
     from ebsdxc.engines.gpu_ops import find_peaks
 
-    eng, _ = _engine(tile, mode, shift, method, compensate)
+    eng, _ = _engine(tile, mode, shift, method, compensate, split=split)
     B, n = 3, 4
     scan, ref = _shifted_tiles(rng, B, n, tile)
     scan[0, 0] = 0.0  # a flagged (all-zero) tile: ties everywhere, first lag wins
@@ -372,7 +455,7 @@ def test_peaks_equal_find_peaks_on_the_maps(rng, method, tile, mode, shift, comp
 @pytest.mark.gpu
 @pytest.mark.parametrize("method", ["none", "parabolic", "gaussian", "quadratic", "dft", "upsampled"])
 @pytest.mark.parametrize("tile,mode,shift", [((96, 96), "full", None), ((96, 80), "window", 16),
-                                             ((33, 20), "full", None)])
+                                             ((33, 20), "full", None), ((128, 128), "full", None)])
 def test_peaks_match_fft_engine(rng, method, tile, mode, shift):
     import cupy as cp
 
@@ -416,7 +499,7 @@ def test_engine_match_and_refusals():
         make_engine("fused", select_backend("cuda"), (16, 16),
                     EngineConfig(mode="window", max_shift=4, subpixel="dft", circular=True))
     with pytest.raises(InputError, match="shared memory"):
-        _engine((128, 128), "full", method="quadratic")
+        _engine((160, 160), "full", method="dft")
     eng, _ = _engine((32, 32), "window", 4, "quadratic")
     rng = np.random.default_rng(1)
     scan, ref = _shifted_tiles(rng, 2, 3, (32, 32), shift=1.5)
@@ -430,11 +513,13 @@ def test_engine_match_and_refusals():
 @pytest.mark.gpu
 @pytest.mark.parametrize("method", ["dft", "upsampled"])
 @pytest.mark.parametrize("compensate", [True, False])
-@pytest.mark.parametrize("tile,mode,shift,sigma", [((96, 96), "full", None, 2.0), ((64, 64), "window", 16, 2.0),
-                                                   ((45, 60), "full", None, 2.0), ((31, 40), "window", 6, 2.0),
-                                                   ((7, 9), "full", None, 2.0), ((96, 96), "full", None, 6.0),
-                                                   ((64, 64), "window", 16, 6.0)])
-def test_grid_methods_in_the_kernel_match_the_float64_oracle(rng, tile, mode, shift, sigma, compensate, method):
+@pytest.mark.parametrize("tile,mode,shift,sigma,split", [
+    ((96, 96), "full", None, 2.0, None), ((64, 64), "window", 16, 2.0, None), ((45, 60), "full", None, 2.0, None),
+    ((31, 40), "window", 6, 2.0, None), ((7, 9), "full", None, 2.0, None), ((96, 96), "full", None, 6.0, None),
+    ((64, 64), "window", 16, 6.0, None), ((128, 128), "full", None, 2.0, None), ((128, 128), "full", None, 6.0, None),
+    ((45, 60), "full", None, 2.0, 2), ((7, 9), "full", None, 2.0, 2), ((96, 96), "full", None, 6.0, 2)])
+def test_grid_methods_in_the_kernel_match_the_float64_oracle(rng, tile, mode, shift, sigma, split, compensate,
+                                                             method):
     """The dft and upsampled methods evaluated from the map in shared memory (its
     trigonometric interpolant) against ebsdxc.peaks.locate_peaks in float64 on the cross-power
     spectrum of the same FFT size (in window mode the interpolant of a circular correlation
@@ -443,7 +528,7 @@ def test_grid_methods_in_the_kernel_match_the_float64_oracle(rng, tile, mode, sh
 
     from ebsdxc.peaks import locate_peaks, window_power_spectrum
 
-    eng, win = _engine(tile, mode, shift, method, compensate=compensate)
+    eng, win = _engine(tile, mode, shift, method, compensate=compensate, split=split)
     B, n = 6, 7
     scan, ref = _shifted_tiles(rng, B, n, tile, shift=min(2.3, (min(tile) - 1) / 3), sigma=sigma)
     eng.set_reference(cp.asarray(ref), np.ones(n), np.zeros(n, np.uint8))

@@ -46,11 +46,11 @@ CHOOSE = [
     (Case("n_to_mn", 25, 50, 200, 200, "full", None, False), ('fft', 'fused', 'direct'), "fft"),
     (Case("n_to_mn", 25, 50, 384, 384, "full", None, True), ('fft', 'fused', 'direct'), "fft"),
     (Case("n_to_mn", 4, 3, 384, 384, "window", 16, True), ('fft', 'fused', 'direct'), "fft"),
-    (Case("one_to_many", 1, 50, 128, 128, "full", None, False), ('fft', 'fused', 'direct'), "fft"),
+    (Case("one_to_many", 1, 50, 128, 128, "full", None, False), ('fft', 'fused', 'direct'), "fused"),
     (Case("one_to_many", 1, 8, 384, 384, "full", None, True), ('fft', 'fused', 'direct'), "fft"),
     (Case("one_to_many", 1, 50, 200, 200, "window", 8, False), ('fft', 'fused', 'direct'), "fft"),
     (Case("one_to_one", 1, 1, 384, 384, "full", None, False), ('fft', 'fused', 'direct'), "fft"),
-    (Case("one_to_one", 1, 1, 128, 128, "full", None, True), ('fft', 'fused', 'direct'), "fft"),
+    (Case("one_to_one", 1, 1, 128, 128, "full", None, True), ('fft', 'fused', 'direct'), "fused"),
     (Case("one_to_one", 1, 1, 200, 200, "window", 16, False), ('fft', 'fused', 'direct'), "fft"),
     (Case("n_to_mn", 25, 50, 24, 24, "full", None, False), ('fft', 'fused', 'direct'), "fused"),
     (Case("n_to_mn", 86, 256, 40, 40, "full", None, True), ('fft', 'fused', 'direct'), "fused"),
@@ -63,7 +63,7 @@ CHOOSE = [
     (Case("one_to_one", 1, 1, 24, 24, "window", 3, False), ('fft', 'fused', 'direct'), "fused"),
     (Case("n_to_m", 8, 8, 200, 200, "full", None, False), ('fft', 'fused'), "fft"),
     (Case("n_to_mn", 4, 3, 16, 16, "full", None, False), ('fft', 'direct'), "direct/grouped_overlap:kr=2,g=4"),
-    (Case("one_to_many", 1, 8, 128, 128, "full", None, True), ('fft', 'fused'), "fft"),
+    (Case("one_to_many", 1, 8, 128, 128, "full", None, True), ('fft', 'fused'), "fused"),
     (Case("n_to_mn", 4, 3, 16, 16, "window", 3, False), ('direct',), "direct/multi_matrix_right:width=8,kr=2"),
     (Case("one_to_many", 1, 8, 128, 128, "full", None, True), ('direct',), "direct/grouped_overlap:kr=8,g=4"),
     (Case("one_to_one", 1, 1, 8, 8, "full", None, False), ('direct',), "direct/warp_per_overlap"),
@@ -94,8 +94,8 @@ AUTO = [
     ((96, 96), "full", None, "dft", 86, 256, "fused"),
     ((96, 96), "window", 4, "quadratic", 86, 256, "fused"),
     ((96, 96), "window", 4, "dft", 86, 256, "fused"),
-    ((128, 128), "full", None, "quadratic", 86, 256, "fft"),
-    ((128, 128), "full", None, "dft", 86, 256, "fft"),
+    ((128, 128), "full", None, "quadratic", 86, 256, "fused"),  # the two-block split (before it, fft)
+    ((128, 128), "full", None, "dft", 86, 256, "fused"),
     ((128, 128), "window", 4, "quadratic", 86, 256, "fused"),
     ((128, 128), "window", 4, "dft", 86, 256, "fused"),
     ((200, 160), "full", None, "quadratic", 86, 256, "fft"),
@@ -122,8 +122,8 @@ FALLBACK = [
     (Case("one_to_one", 1, 1, 24, 24, "window", 3, False), ('direct',), "direct/warp_shuffle:width=8"),
     (Case("one_to_one", 1, 1, 24, 24, "window", 3, False), ('fft', 'direct'), "direct/warp_shuffle:width=8"),
     (Case("one_to_one", 1, 1, 24, 24, "window", 3, False), ('fft', 'fused'), "fused"),
-    (Case("one_to_one", 1, 1, 128, 128, "full", None, False), ('fft', 'fused', 'direct'), "fft"),
-    (Case("one_to_one", 1, 1, 128, 128, "full", None, False), ('fft', 'fused'), "fft"),
+    (Case("one_to_one", 1, 1, 128, 128, "full", None, False), ('fft', 'fused', 'direct'), "fused"),
+    (Case("one_to_one", 1, 1, 128, 128, "full", None, False), ('fft', 'fused'), "fused"),
     (Case("one_to_one", 1, 1, 384, 384, "window", 3, False), ('fft', 'fused'), "fft"),
     (Case("n_to_m", 8, 8, 8, 8, "full", None, False), ('fft', 'fused'), "fft"),
     (Case("n_to_m", 8, 8, 8, 8, "window", 3, False), ('fft', 'fused'), "fft"),
@@ -205,8 +205,8 @@ def test_every_engine_describes_itself():
     assert [n for n, c in ENGINES.items() if c.info.baseline] == ["fft"]
     fused, direct = ENGINES["fused"], ENGINES["direct"]
     quad = EngineConfig(subpixel="quadratic")
-    assert fused.supports((96, 96), quad) and not fused.supports((128, 128), quad)
-    assert "shared memory" in fused.refusal((128, 128), quad)
+    assert fused.supports((128, 128), quad) and not fused.supports((200, 200), quad)
+    assert "shared memory" in fused.refusal((200, 200), quad)
     assert not direct.supports((16, 16), EngineConfig(subpixel="dft"))
     # the dft method refines in the fused kernel, where its scratch fits beside the spectrum
     assert fused.supports((96, 96), EngineConfig(subpixel="dft"))
