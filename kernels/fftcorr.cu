@@ -509,7 +509,7 @@ __device__ __forceinline__ void correlate(float2* S, const float2* twx, const fl
 // for the peak kernel the window lag tables (NY, then NX doubles).
 __device__ __forceinline__ float2* setup(const float2* __restrict__ tw, const double* __restrict__ wy = nullptr,
                                          const double* __restrict__ wx = nullptr) {
-    extern __shared__ float2 fc_smem[];
+    extern __shared__ __align__(16) float2 fc_smem[];
     float2* twx = fc_smem + ROWS * LD;  // NX entries, then NY
     for (int i = threadIdx.x; i < NX + NY; i += blockDim.x) twx[i] = tw[i];
     if (wy != nullptr) {
@@ -648,18 +648,39 @@ fused_peaks(const float* __restrict__ tiles, long long frame, int row, const flo
 
 namespace fc {
 
-// sum_{k=a}^{a+n-1} exp(2 pi i k t / N) by direct summation (t near a multiple of N).
-__device__ double2 geometric_direct(double t, int a, int n, int N, const double* wk_first_last) {
-    double re = 0.0, im = 0.0;
-    for (int k = a; k < a + n; ++k) {
-        double s, c;
-        sincospi(2.0 * k * t / N, &s, &c);
-        double w = 1.0;
-        if (wk_first_last != nullptr) w = (k == a) ? wk_first_last[0] : (k == a + n - 1) ? wk_first_last[1] : 2.0;
-        re += w * c;
-        im += w * s;
+// sum_{k=0}^{x-1} k^p, p <= 4, as polynomials in x (so that S(b) - S(a) sums a..b-1 for any a <= b).
+__device__ __forceinline__ double power_sum(double x, int p) {
+    const double s1 = 0.5 * x * (x - 1.0);
+    switch (p) {
+        case 0: return x;
+        case 1: return s1;
+        case 2: return (x - 1.0) * x * (2.0 * x - 1.0) / 6.0;
+        case 3: return s1 * s1;
+        default: return (x - 1.0) * x * (2.0 * x - 1.0) * (3.0 * x * x - 3.0 * x - 1.0) / 30.0;
     }
-    return make_double2(re, im);
+}
+
+// sum_{k=a}^{a+n-1} w_k exp(2 pi i k t / N) for t near 0, where the closed forms below lose
+// their denominator (|sin(pi t / N)| < 1e-6, so |theta k| < 1e-3 for theta = 2 pi t / N): the
+// Taylor series to theta^4 from the power sums of k, within 1e-13 of the sum (a loop of n
+// double sincos in one thread, as before, held the whole block at the next barrier). w_k = 1,
+// or with ends = (w_a, w_{a+n-1}) 2 between the ends.
+__device__ double2 geometric_small(double t, int a, int n, int N, const double* ends) {
+    const double th = 6.283185307179586476925 * t / N;
+    double m[5];
+    for (int p = 0; p < 5; ++p) m[p] = power_sum((double)a + n, p) - power_sum((double)a, p);
+    if (ends != nullptr) {
+        if (n == 1) return make_double2(ends[0], 0.0);
+        double pa = 1.0, pb = 1.0;
+        const double b = (double)a + n - 1;
+        for (int p = 0; p < 5; ++p) {
+            m[p] = 2.0 * m[p] - (2.0 - ends[0]) * pa - (2.0 - ends[1]) * pb;
+            pa *= a;
+            pb *= b;
+        }
+    }
+    const double t2 = th * th;
+    return make_double2(m[0] - 0.5 * t2 * m[2] + t2 * t2 / 24.0 * m[4], th * m[1] - th * t2 / 6.0 * m[3]);
 }
 
 // x - 2 rint(x / 2), in [-1, 1]: sin(pi x) and cos(pi x) keep their values. The reduction is
@@ -674,7 +695,7 @@ __device__ __forceinline__ float red2(double x) { return (float)(x - 2.0 * rint(
 __device__ float2 weight_full(double t) {
     const float s = sinpif(red2(t / NY));
     if (fabsf(s) < 1e-6f) {
-        const double2 d = geometric_direct(t, -(NY / 2), NY, NY, nullptr);
+        const double2 d = geometric_small(t, -(NY / 2), NY, NY, nullptr);
         return make_float2((float)d.x, (float)d.y);
     }
     const float r = sinpif(red2(t)) / s;
@@ -690,7 +711,7 @@ __device__ float2 weight_half(double t) {
     const float s = sinpif(red2(t / NX));
     if (fabsf(s) < 1e-6f) {
         const double ends[2] = {1.0, NX % 2 ? 2.0 : 1.0};
-        const double2 d = geometric_direct(t, 0, M + 1, NX, ends);
+        const double2 d = geometric_small(t, 0, M + 1, NX, ends);
         return make_float2((float)d.x, (float)d.y);
     }
     float re, im, sn, cs;
@@ -720,7 +741,8 @@ struct GridScratch {
     double* acy;  // [R] window autocorrelation at its rows' lags
     double* acx;  // [R]
     float2* wy;   // [R][NYL] Dy at its rows, for this block's map rows
-    float2* wx;   // [3][NX] Dx at three of its columns
+    float2* wxf;  // [3][NX] Dx at three of its columns, as floats (the 3x3 stencil)
+    double2* wx;  // [3][NX] the same as doubles (the general grid; 16-byte aligned, same space)
     double* rows;  // [NYL][6] sum_k c[j][k] (Re, Im) Dx_v(k) for those three columns
 };
 
@@ -732,7 +754,12 @@ __device__ __forceinline__ GridScratch grid_scratch(float2* S, int R) {
     d.acy = d.gsum + (SPLIT > 1 ? R * R : 0);
     d.acx = d.acy + R;
     d.wy = reinterpret_cast<float2*>(d.acx + R);
-    d.wx = d.wy + R * NYL;
+    d.wxf = d.wy + R * NYL;
+    // pointer arithmetic, not integer rounding, so that the compiler keeps these shared-memory
+    // loads (LDS, not generic LD)
+    float2* after = d.wxf;
+    if (reinterpret_cast<unsigned long long>(after) & 15ULL) after += 1;
+    d.wx = reinterpret_cast<double2*>(after);
     d.rows = reinterpret_cast<double*>(d.wx + 3 * NX);
     return d;
 }
@@ -742,31 +769,77 @@ __device__ __forceinline__ double warp_sum_all(double v) {
     return v;
 }
 
-constexpr int KM = (NX + 31) / 32;  // a lane's columns of a map row
+// The row sums of the general grid in pieces p = j G + g: map row j, every G-th column from g.
+// G is a power of two <= 32 that keeps the rounds over the block few and their idle threads
+// few; a row's G pieces are summed by log2(G) shuffles of six doubles (weighed here as 5
+// columns each against 2 per column: a map read, three weight reads, six multiply-adds).
+__host__ __device__ constexpr int piece_cost(int g, int shuffles) {
+    return ((NYL * g + NT - 1) / NT) * (2 * ((NX + g - 1) / g) + shuffles * (g > 1) + shuffles * (g > 2)
+                                        + shuffles * (g > 4) + shuffles * (g > 8) + shuffles * (g > 16));
+}
+__host__ __device__ constexpr int best_pieces(int shuffles) {
+    int best = 1;
+    for (int g = 2; g <= 32; g *= 2)
+        if (piece_cost(g, shuffles) < piece_cost(best, shuffles)) best = g;
+    return best;
+}
+constexpr int GR = best_pieces(5);
 
-// Dx at the three grid columns xc + (v0 + v - c) h, v < nv, into d.wx, and this lane's of them
-// into q (zero beyond nv and NX); every thread calls it.
-__device__ __forceinline__ void column_weights(const GridScratch& d, double xc, double h, int v0, int nv, int c,
-                                               float2 (&q)[3][KM]) {
+// sum_k c[j][k] (Re, Im) Dx_v(k) over the columns of piece p, v < 3, in double: a subpixel
+// value is a sum of terms up to (log N)^2 times larger than it, and the finest stencils of a
+// broad peak differ by 1e-4 of it. The weights are doubles in shared memory: converting float
+// weights at every multiply-add (F2F runs at a quarter of the FP64 rate) was the bound.
+template <int G>
+__device__ __forceinline__ void piece_sums(const float* Mf, const double2* wx, int p, double (&a)[6]) {
+    const int j = p / G, g = p - j * G;
+    const float* mr = Mf + j * 2 * LD;
+#pragma unroll
+    for (int r = 0; r < 6; ++r) a[r] = 0.0;
+#pragma unroll 4
+    for (int k = g; k < NX; k += G) {
+        const double cv = mr[k];
+#pragma unroll
+        for (int v = 0; v < 3; ++v) {
+            const double2 q = wx[v * NX + k];
+            a[2 * v] = fma(cv, q.x, a[2 * v]);
+            a[2 * v + 1] = fma(cv, q.y, a[2 * v + 1]);
+        }
+    }
+}
+
+// Dx at the three grid columns xc + (v0 + v - c) h, v < nv, into d.wxf (FLOATS) or d.wx (zero
+// beyond nv); every thread calls it.
+template <bool FLOATS>
+__device__ __forceinline__ void column_table(const GridScratch& d, double xc, double h, int v0, int nv, int c) {
     __syncthreads();  // wy written; the rows and wx of the last chunk read
     for (int i = threadIdx.x; i < 3 * NX; i += blockDim.x) {
         const int v = i / NX, k = i - v * NX;
         const double tt = xc - k + (v0 + v - c) * h;
-        d.wx[i] = v < nv ? weight_half(tt - NX * rint(tt / NX)) : make_float2(0.0f, 0.0f);
+        const float2 w = v < nv ? weight_half(tt - NX * rint(tt / NX)) : make_float2(0.0f, 0.0f);
+        if (FLOATS) d.wxf[i] = w;
+        else d.wx[i] = make_double2(w.x, w.y);
     }
     __syncthreads();
+}
+
+constexpr int KM = (NX + 31) / 32;  // a lane's columns of a map row in the 3x3 stencil
+
+// column_table, and this lane's columns of it into q as floats (zero beyond NX): for the 3x3
+// stencil, whose lanes keep their columns' weights in registers for every row (measured faster
+// there than pieces with double weights read from shared memory, H100).
+__device__ __forceinline__ void column_weights(const GridScratch& d, double xc, double h, int c, float2 (&q)[3][KM]) {
+    column_table<true>(d, xc, h, 0, 3, c);
     const int lane = threadIdx.x & 31;
 #pragma unroll
     for (int m = 0; m < KM; ++m) {
         const int k = lane + 32 * m;
 #pragma unroll
-        for (int v = 0; v < 3; ++v) q[v][m] = k < NX ? d.wx[v * NX + k] : make_float2(0.0f, 0.0f);
+        for (int v = 0; v < 3; ++v) q[v][m] = k < NX ? d.wxf[v * NX + k] : make_float2(0.0f, 0.0f);
     }
 }
 
-// This lane's share of sum_k c[k] (Re, Im) Dx_v(k) over map row mr, v < 3, in double: a
-// subpixel value is a sum of terms up to (log N)^2 times larger than it, and the finest
-// stencils of a broad peak differ by 1e-4 of it.
+// This lane's share of sum_k c[k] (Re, Im) Dx_v(k) over map row mr, v < 3, in double (see
+// piece_sums).
 __device__ __forceinline__ void row_partial(const float* mr, const float2 (&q)[3][KM], double (&a)[6]) {
     const int lane = threadIdx.x & 31;
 #pragma unroll
@@ -810,6 +883,9 @@ __device__ __forceinline__ void grid_finish(const GridScratch& d, int R, int com
     __syncthreads();
 }
 
+// STENCIL: the 3x3 grid of `dft` (its own code, so that the general grid's registers do not
+// weigh on it); else any R.
+template <bool STENCIL>
 __device__ void grid_values(const float* Mf, const GridScratch& d, double yc, double xc, double h, int R, int comp,
                             const double* __restrict__ Sy, const double* __restrict__ Sx, double sy_sum,
                             double sx_sum, int s = 0) {
@@ -844,12 +920,12 @@ __device__ void grid_values(const float* Mf, const GridScratch& d, double yc, do
             }
         }
     }
-    if (R == 3 && 9 * NWARPS <= 6 * NYL) {  // d.rows holds the warps' sums
+    if (STENCIL && 9 * NWARPS <= 6 * NYL) {  // d.rows holds the warps' sums
         // The dft stencil in one pass over the map: each lane keeps the 3x3 sums over its
         // columns and its warp's rows, summed across lanes and warps once at the end. (A warp
-        // sum of six doubles per map row, as below, made the shuffles the refinement's bound.)
+        // sum of six doubles per map row made the shuffles the refinement's bound.)
         float2 q[3][KM];
-        column_weights(d, xc, h, 0, 3, c, q);
+        column_weights(d, xc, h, c, q);
         double acc[3][3] = {{0.0, 0.0, 0.0}, {0.0, 0.0, 0.0}, {0.0, 0.0, 0.0}};
         for (int j = warp; j < NYL; j += NWARPS) {
             double a[6];
@@ -880,15 +956,21 @@ __device__ void grid_values(const float* Mf, const GridScratch& d, double yc, do
     }
     for (int v0 = 0; v0 < R; v0 += 3) {  // three columns of the grid at a time
         const int nv = min(3, R - v0);
-        // row sums: a warp per map row, lanes along it, each lane's column weights in registers
-        float2 q[3][KM];
-        column_weights(d, xc, h, v0, nv, c, q);
-        for (int j = warp; j < NYL; j += NWARPS) {
-            double a[6];
-            row_partial(Mf + j * 2 * LD, q, a);
+        // row sums: the GR pieces of a row in neighbouring lanes, summed by shuffles
+        column_table<false>(d, xc, h, v0, nv, c);
+        for (int p0 = 0; p0 < NYL * GR; p0 += NT) {  // the same rounds in every lane of a warp
+            const int p = p0 + threadIdx.x;
+            double a[6] = {0.0, 0.0, 0.0, 0.0, 0.0, 0.0};
+            if (p < NYL * GR) piece_sums<GR>(Mf, d.wx, p, a);
 #pragma unroll
-            for (int r = 0; r < 6; ++r) a[r] = warp_sum_all(a[r]);
-            if (lane < 6) d.rows[j * 6 + lane] = a[lane];
+            for (int o = GR / 2; o > 0; o >>= 1) {
+#pragma unroll
+                for (int r = 0; r < 6; ++r) a[r] += __shfl_xor_sync(0xffffffffu, a[r], o);
+            }
+            if (p < NYL * GR && p % GR == 0) {
+#pragma unroll
+                for (int r = 0; r < 6; ++r) d.rows[(p / GR) * 6 + r] = a[r];
+            }
         }
         __syncthreads();
         // the grid's values in these columns: a warp per (u, v), lanes along the rows
@@ -938,6 +1020,38 @@ __device__ void integer_start(const float* Mf, const GridScratch& d, const doubl
     __syncthreads();
 }
 
+// The index of the first maximum of d.g (R x R), as numpy.argmax and the loop
+// `if (g[i] > g[best]) best = i` from g[0] (NaN never wins; a NaN g[0] stays): every thread
+// returns it. The block shares the scan (one thread over a 24 x 24 grid held the block up).
+__device__ int grid_argmax(const GridScratch& d, int R, int* sidx) {
+    double best = d.g[0];
+    int bi = 0;
+    for (int i = threadIdx.x; i < R * R; i += blockDim.x) {
+        const double v = d.g[i];
+        if (v > best || (v == best && i < bi)) { best = v; bi = i; }
+    }
+    for (int o = 16; o > 0; o >>= 1) {
+        const double v = __shfl_down_sync(0xffffffffu, best, o);
+        const int i = __shfl_down_sync(0xffffffffu, bi, o);
+        if (v > best || (v == best && i < bi)) { best = v; bi = i; }
+    }
+    __syncthreads();  // sidx free (the integer search's slots)
+    if ((threadIdx.x & 31) == 0) sidx[threadIdx.x >> 5] = bi;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        int b = sidx[0];
+        for (int w = 1; w < NWARPS; ++w) {
+            const int i = sidx[w];
+            if (d.g[i] > d.g[b] || (d.g[i] == d.g[b] && i < b)) b = i;
+        }
+        sidx[0] = b;
+    }
+    __syncthreads();
+    const int b = sidx[0];
+    __syncthreads();  // read before the next round writes
+    return b;
+}
+
 // The end of both refinements (thread 0): NaN where a barely concave compensated peak moved
 // more than LOOSE_REACH px or any peak more than `reach` px from its integer peak
 // (drop_loose_peaks, drop_far_peaks).
@@ -982,7 +1096,7 @@ fused_dft(const float* __restrict__ tiles, long long frame, int row, const float
     for (int st = 0, moves = 0; st < n_steps;) {
         const double h = steps[st], yc = d.pos[0], xc = d.pos[1];
         if (!(isfinite(yc) && isfinite(xc))) break;  // a failed start stays NaN (the same in every thread)
-        grid_values(Mf, d, yc, xc, h, 3, comp, Sy, Sx, sy_sum, sx_sum, s);
+        grid_values<true>(Mf, d, yc, xc, h, 3, comp, Sy, Sx, sy_sum, sx_sum, s);
         if (threadIdx.x == 0) {
             double g[3][3];
             for (int u = 0; u < 3; ++u)
@@ -1033,11 +1147,9 @@ fused_upsampled(const float* __restrict__ tiles, long long frame, int row, const
     __syncthreads();
     for (int it = 0; it <= max_recentre; ++it) {
         const double cy = d.pos[6], cx = d.pos[7];
-        grid_values(Mf, d, cy, cx, 1.0 / up, R, comp, Sy, Sx, sy_sum, sx_sum, s);
+        grid_values<false>(Mf, d, cy, cx, 1.0 / up, R, comp, Sy, Sx, sy_sum, sx_sum, s);
+        const int bi = grid_argmax(d, R, sidx);
         if (threadIdx.x == 0) {
-            int bi = 0;
-            for (int i = 1; i < R * R; ++i)
-                if (d.g[i] > d.g[bi]) bi = i;  // the first maximum, as numpy.argmax
             const int iu = bi / R, iv = bi % R;
             const int iu_c = min(max(iu, 1), R - 2), iv_c = min(max(iv, 1), R - 2);
             double v[3][3], du, dv;

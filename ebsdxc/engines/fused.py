@@ -181,9 +181,9 @@ def grid_side(subpixel, upsample=16) -> int:
 
 def _grid_scratch(nyl, nx, side, split=1):
     # fc::GridScratch: position, grid values (and their sum over a split), window
-    # autocorrelations, row weights of the block's nyl map rows and column weights (float2),
-    # row sums
-    return (8 * 8 + side * side * 8 * (2 if split > 1 else 1) + 2 * side * 8 + side * nyl * 8 + 3 * nx * 8
+    # autocorrelations, column weights (double2, aligned to 16 bytes), row weights of the
+    # block's nyl map rows (float2), row sums
+    return (8 * 8 + side * side * 8 * (2 if split > 1 else 1) + 2 * side * 8 + 8 + 3 * nx * 16 + side * nyl * 8
             + nyl * 6 * 8)
 
 
