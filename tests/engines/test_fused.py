@@ -311,7 +311,7 @@ def test_plans_and_refusals():
     assert not supports((128, 128), "full", clusters=False)
     with pytest.raises(ValueError, match="shared memory: use the fft engine"):
         fused_plan((128, 128), "full", clusters=False)
-    with pytest.raises(ValueError, match="split over two blocks, the spectrum and subpixel grid need 235 KB"):
+    with pytest.raises(ValueError, match="split over two blocks, the spectrum and subpixel grid need 243 KB"):
         fused_plan((160, 160), "full", grid=3)
     with pytest.raises(ValueError, match="cannot be split"):
         fused_plan((16, 16), "window", 4, split=2)
