@@ -72,7 +72,8 @@ from ..peaks import (
 from .base import CorrelationEngine, EngineInfo
 from .registry import register
 
-__all__ = ["FusedFFTEngine", "axis_factors", "fft_length", "fused_plan", "grid_side", "skew", "supports"]
+__all__ = ["FusedFFTEngine", "axis_factors", "can_split", "device_limits", "fft_length", "fused_plan", "grid_side",
+           "skew", "supports"]
 
 RADIX_MAX = 32          # largest DFT held in one thread's registers
 LENGTH_MAX = RADIX_MAX * RADIX_MAX
@@ -259,6 +260,25 @@ def _plan(tile, fft, max_lag, fy, fx, split, smem_limit, grid):
     return FusedPlan(tile, fft, max_lag, fy, fx, ld, rows, smem, threads, grid_smem, split), None
 
 
+@functools.cache
+def _device_limits(device_id):
+    import cupy as cp
+
+    dev = cp.cuda.Device(device_id)
+    return int(dev.attributes.get("MaxSharedMemoryPerBlockOptin", SMEM_OPTIN)), int(dev.compute_capability) >= 90
+
+
+def device_limits():
+    """(opt-in shared memory per block, thread-block clusters) of the current CUDA device, or
+    sm_90's where there is none (plans and tables made on another machine)."""
+    try:
+        import cupy as cp
+
+        return _device_limits(cp.cuda.Device().id)
+    except Exception:  # noqa: BLE001 - no CuPy, no driver, no device: the sm_90 plan
+        return SMEM_OPTIN, True
+
+
 def supports(tile_shape, mode, max_shift=None, *, smem_limit=SMEM_OPTIN, grid=0, clusters=True) -> bool:
     """Whether :class:`FusedFFTEngine` can correlate tiles of ``tile_shape`` in ``mode``."""
     try:
@@ -278,11 +298,10 @@ class FusedFFTEngine(CorrelationEngine):
 
     def __init__(self, backend, tile_shape, config, *, window_1d=None, split=None):
         super().__init__(backend, tile_shape, config)
-        device = self.xp.cuda.Device()
-        limit = int(device.attributes.get("MaxSharedMemoryPerBlockOptin", SMEM_OPTIN))
+        limit, clusters = _device_limits(self.xp.cuda.Device().id)
         self._grid = grid_side(config.subpixel, config.upsample)
         self.plan = fused_plan(self.tile_shape, config.mode, config.max_shift, smem_limit=limit, grid=self._grid,
-                               clusters=int(device.compute_capability) >= 90, split=split)
+                               clusters=clusters, split=split)
         self.fft_shape = self.plan.fft
         ny, nx = self.fft_shape
         cp = self.xp
@@ -301,9 +320,12 @@ class FusedFFTEngine(CorrelationEngine):
 
     @classmethod
     def size_refusal(cls, tile_shape, config):
-        # The plan for the opt-in shared memory of sm_90; the engine itself plans for its device.
+        # The plan for the current device (an A100 has 163 KB and no clusters), so that "auto"
+        # never picks an engine that then refuses; sm_90's where there is no device.
+        limit, clusters = device_limits()
         try:
-            fused_plan(tile_shape, config.mode, config.max_shift, grid=grid_side(config.subpixel, config.upsample))
+            fused_plan(tile_shape, config.mode, config.max_shift, grid=grid_side(config.subpixel, config.upsample),
+                       smem_limit=limit, clusters=clusters)
         except ValueError as e:
             return str(e)
         return None

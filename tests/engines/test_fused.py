@@ -601,3 +601,19 @@ def test_real_patterns_split_or_not_match_the_cpu_engine(method):
                                    equal_nan=True, err_msg=f"split {split}: {got[split][0]} against {want[0]}")
         np.testing.assert_allclose(got[split][1], want[1], atol=1e-5, equal_nan=True)
     np.testing.assert_allclose(got[2][0], got[1][0], atol=1e-4 if method == "quadratic" else 1e-3, equal_nan=True)
+
+
+def test_the_engine_offers_what_the_current_device_can_run(monkeypatch):
+    # "auto" asks FusedFFTEngine.supports; on an A100 (163 KB of shared memory per block, no
+    # thread-block clusters) it must not offer plans that only an sm_90 runs, or the engine it
+    # picks would refuse. Here (no GPU) the limits are those of sm_90; the A100's are set.
+    from ebsdxc.engines import EngineConfig, fused
+
+    full_q, full_dft = EngineConfig(subpixel="quadratic"), EngineConfig(subpixel="dft")
+    if fused.device_limits() == (fused.SMEM_OPTIN, True):
+        assert fused.FusedFFTEngine.supports((128, 128), full_q) and fused.FusedFFTEngine.supports((96, 96), full_dft)
+    monkeypatch.setattr(fused, "device_limits", lambda: (166912, False))
+    assert not fused.FusedFFTEngine.supports((128, 128), full_q)
+    assert "shared memory" in fused.FusedFFTEngine.refusal((128, 128), full_q)
+    assert fused.FusedFFTEngine.supports((96, 96), full_q)        # 151 KB
+    assert not fused.FusedFFTEngine.supports((96, 96), full_dft)  # 178 KB with the stencil's scratch
