@@ -245,6 +245,33 @@ constexpr int PAIR_LO = (NY - RY - 1) / 2;
 constexpr bool PAIRS_ALL = PAIR_LO <= PAIR_FIRST;
 constexpr int PAIR_ITEMS = PAIRS_ALL ? NPAIRS : PAIR_FIRST + (NPAIRS - PAIR_LO);
 
+// Stage A of a column's forward FFT: lane n2 < N2Y takes rows n2 + N2Y n1 (zero from H on).
+__device__ __forceinline__ void column_stage_a(const float2* col, int lane, const float2* twy, float2 (&v)[N1Y]) {
+#pragma unroll
+    for (int n1 = 0; n1 < N1Y; ++n1) {
+        const int m = lane + N2Y * n1;
+        v[n1] = (N2Y * n1 < H && m < H) ? col[m * LD] : make_float2(0.0f, 0.0f);
+    }
+    stage_a<N1Y, -1>(v, lane, twy);
+}
+
+// Stage B of a column's inverse FFT of length N1Y x NB (after its stage A wrote the skewed
+// slots and a team barrier): lane k1 < NB (act) ends with rows k1 + NB k of the column.
+template <int NB>
+__device__ __forceinline__ void column_inverse_b(float2* col, int lane, bool act) {
+    float2 w[N1Y];
+    if (act) {
+#pragma unroll
+        for (int n = 0; n < N1Y; ++n) w[n] = col[skew<N1Y>(n, lane) * LD];
+        Dft<N1Y, 1>::run(w);
+    }
+    __syncwarp();
+    if (act) {
+#pragma unroll
+        for (int k = 0; k < N1Y; ++k) col[(lane + NB * k) * LD] = w[k];
+    }
+}
+
 // The column pass of a split (block s of the pair): forward FFT of length NY from the H
 // nonzero rows, stage B in two rounds of N1Y / 2 threads (the exchange space is NY / 2 rows),
 // product with the reference, fold to Q_s (thread k1 holds k and k + NY / 2), inverse FFT of
@@ -260,14 +287,7 @@ __device__ __forceinline__ void columns_split(float2* S, const float2* twy, cons
         float2* col = S + c;
         float2 v[N1Y];
         const bool act_a = valid && tm.lane < N2Y;
-        if (act_a) {
-#pragma unroll
-            for (int n1 = 0; n1 < N1Y; ++n1) {
-                const int m = tm.lane + N2Y * n1;
-                v[n1] = (N2Y * n1 < H && m < H) ? col[m * LD] : make_float2(0.0f, 0.0f);
-            }
-            stage_a<N1Y, -1>(v, tm.lane, twy);
-        }
+        if (act_a) column_stage_a(col, tm.lane, twy, v);
         float2 u[N2Y];
 #pragma unroll
         for (int r = 0; r < 2; ++r) {
@@ -302,18 +322,7 @@ __device__ __forceinline__ void columns_split(float2* S, const float2* twy, cons
             for (int k = 0; k < N2H; ++k) col[skew<N1Y>(tm.lane, k) * LD] = q[k];
         }
         __syncwarp();
-        float2 w[N1Y];
-        const bool act_c = valid && tm.lane < N2H;
-        if (act_c) {
-#pragma unroll
-            for (int n = 0; n < N1Y; ++n) w[n] = col[skew<N1Y>(n, tm.lane) * LD];
-            Dft<N1Y, 1>::run(w);
-        }
-        __syncwarp();
-        if (act_c) {
-#pragma unroll
-            for (int k = 0; k < N1Y; ++k) col[(tm.lane + N2H * k) * LD] = w[k];
-        }
+        column_inverse_b<N2H>(col, tm.lane, valid && tm.lane < N2H);
     }
 }
 #endif
@@ -401,14 +410,7 @@ __device__ __forceinline__ void correlate(float2* S, const float2* twx, const fl
             float2* col = S + c;
             float2 v[N1Y];
             const bool act_a = valid && tm.lane < N2Y;
-            if (act_a) {
-#pragma unroll
-                for (int n1 = 0; n1 < N1Y; ++n1) {
-                    const int m = tm.lane + N2Y * n1;
-                    v[n1] = (N2Y * n1 < H && m < H) ? col[m * LD] : make_float2(0.0f, 0.0f);
-                }
-                stage_a<N1Y, -1>(v, tm.lane, twy);
-            }
+            if (act_a) column_stage_a(col, tm.lane, twy, v);
             __syncwarp();
             if (act_a) {
 #pragma unroll
@@ -433,17 +435,7 @@ __device__ __forceinline__ void correlate(float2* S, const float2* twx, const fl
                 for (int k = 0; k < N2Y; ++k) col[skew<N1Y>(tm.lane, k) * LD] = u[k];
             }
             __syncwarp();
-            float2 w[N1Y];
-            if (act_a) {
-#pragma unroll
-                for (int n = 0; n < N1Y; ++n) w[n] = col[skew<N1Y>(n, tm.lane) * LD];
-                Dft<N1Y, 1>::run(w);
-            }
-            __syncwarp();
-            if (act_a) {
-#pragma unroll
-                for (int k = 0; k < N1Y; ++k) col[(tm.lane + N2Y * k) * LD] = w[k];
-            }
+            column_inverse_b<N2Y>(col, tm.lane, act_a);
         }
     }
 #endif

@@ -271,24 +271,14 @@ def test_engine_with_reference_sets_matches_direct_engine(sample_dir, grouped, m
 def test_real_patterns_match_the_cpu_engine(precision):
     # kikuchipy's 3x3 Ni scan (real patterns, 60x60): nine 24 px ROIs against point 0, window +-6,
     # against the float64 FFT engine on the CPU.
-    import importlib.util
-
-    import h5py
+    from real_patterns import ni_tiles
 
     from ebsdxc.backend import select_backend
     from ebsdxc.engines import make_engine
-    from ebsdxc.preprocess import prepare_tiles, window_1d, window_2d
-    from ebsdxc.rois import extract_tiles, grid_layout
+    from ebsdxc.preprocess import window_1d
 
-    spec = importlib.util.find_spec("kikuchipy")
-    path = os.path.join(os.path.dirname(spec.origin), "data", "kikuchipy_h5ebsd", "patterns.h5") if spec else ""
-    if not os.path.exists(path):
-        pytest.skip("kikuchipy's Ni patterns are not installed")
-    with h5py.File(path, "r") as f:
-        pats = f["Scan 1/EBSD/Data/patterns"][()].astype(np.float32)
     size = 24
-    tiles = extract_tiles(pats, grid_layout(pats.shape[1:], grid=(3, 3), size=size), dtype=np.float32)
-    tp, en, status = prepare_tiles(tiles, window_2d((size, size)))
+    tp, en, status = ni_tiles(size)
     out = []
     for device, engine in (("cpu", "fft"), ("cuda", "tensor")):
         be = select_backend(device)
