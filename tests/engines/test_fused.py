@@ -606,3 +606,46 @@ def test_the_engine_offers_what_the_current_device_can_run(monkeypatch):
     assert "shared memory" in fused.FusedFFTEngine.refusal((128, 128), full_q)
     assert fused.FusedFFTEngine.supports((96, 96), full_q)        # 151 KB
     assert not fused.FusedFFTEngine.supports((96, 96), full_dft)  # 178 KB with the stencil's scratch
+
+
+def _model_geometric_small(t, a, n, N, ends=None):
+    """fc::geometric_small (kernels/fftcorr.cu), line for line."""
+    def power_sum(x, p):
+        s1 = 0.5 * x * (x - 1.0)
+        return [x, s1, (x - 1.0) * x * (2.0 * x - 1.0) / 6.0, s1 * s1,
+                (x - 1.0) * x * (2.0 * x - 1.0) * (3.0 * x * x - 3.0 * x - 1.0) / 30.0][p]
+
+    th = 6.283185307179586476925 * t / N
+    m = [power_sum(float(a + n), p) - power_sum(float(a), p) for p in range(5)]
+    if ends is not None:
+        if n == 1:
+            return complex(ends[0], 0.0)
+        pa = pb = 1.0
+        b = float(a + n - 1)
+        for p in range(5):
+            m[p] = 2.0 * m[p] - (2.0 - ends[0]) * pa - (2.0 - ends[1]) * pb
+            pa *= a
+            pb *= b
+    t2 = th * th
+    return complex(m[0] - 0.5 * t2 * m[2] + t2 * t2 / 24.0 * m[4], th * m[1] - th * t2 / 6.0 * m[3])
+
+
+@pytest.mark.parametrize("N", [1, 7, 96, 192, 243, 256, 1024])
+@pytest.mark.parametrize("half", [False, True])
+def test_small_lag_dirichlet_sums_equal_direct_summation(N, half):
+    # The kernel's Dirichlet weights fall back to this series where |sin(pi t / N)| < 1e-6: the
+    # full spectrum (k = -N/2 .. N/2 - 1, weights 1) or the half spectrum (k = 0 .. N/2, weights
+    # 1 at the ends where N is even, else 1 and 2, and 2 between), held to the direct sum.
+    if half:
+        a, n, ends = 0, N // 2 + 1, (1.0, 2.0 if N % 2 else 1.0)
+        k = np.arange(a, a + n)
+        w = np.full(n, 2.0)
+        w[0], w[-1] = ends if n > 1 else (ends[0], ends[0])
+    else:
+        a, n, ends = -(N // 2), N, None
+        k = np.arange(a, a + n)
+        w = np.ones(n)
+    for t in (0.0, 1e-9, -3e-8, 1e-6 * N / np.pi * 0.99):
+        want = (w * np.exp(2j * np.pi * k * t / N)).sum()
+        got = _model_geometric_small(t, a, n, N, ends)
+        assert abs(got - want) <= 1e-12 * max(1.0, abs(want)), (t, got, want)
