@@ -215,7 +215,6 @@ def fused_plan(tile_shape, mode, max_shift=None, *, smem_limit=SMEM_OPTIN, grid=
                          f"in {mode} mode need {need[1]}x{need[0]}: use the fft engine")
     ny, nx = fft
     fx = axis_factors(nx)
-    why = "it is not split"
     if split != 2:
         plan, why = _plan((h, w), fft, max_lag, axis_factors(ny), fx, 1, smem_limit, grid)
         if plan is not None:
@@ -228,7 +227,7 @@ def fused_plan(tile_shape, mode, max_shift=None, *, smem_limit=SMEM_OPTIN, grid=
         plan, why_split = _plan((h, w), (nys, nx), max_lag, axis_factors(nys), fx, 2, smem_limit, grid)
         if plan is not None:
             return plan
-        why += f"; split over two blocks, {why_split}"
+        why = f"split over two blocks, {why_split}" if split == 2 else f"{why}; split over two blocks, {why_split}"
     raise ValueError(f"{w}x{h} tiles in {mode} mode need a {nx}x{ny} FFT: {why}, more than the "
                      f"{smem_limit // 1024} KB of shared memory: use the fft engine")
 
