@@ -36,6 +36,7 @@ def test_measure_gives_every_figure_and_the_share_of_the_bound(tmp_path):
     assert r["smallest_bound"] == smallest and 0 < r["share_of_bound"] < 2
     assert f["end to end, wall with set-up"]["median"] <= f["end to end, streaming"]["median"] * 1.05
     assert r["profile_bound"] in ("read", "transfer", "preprocess", "correlate", "peaks", "write")
+    assert r["engine"] == "fft"  # what "auto" ran on the CPU
 
 
 def test_cli_prints_the_table(tmp_path, capsys):
@@ -45,6 +46,7 @@ def test_cli_prints_the_table(tmp_path, capsys):
                      "--repeats", "1", "--batch", "8", "--out", str(tmp_path)]) == 0
     out = capsys.readouterr().out
     assert "| read bound |" in out and "| engine bound |" in out and "of the smallest bound" in out
+    assert out.splitlines()[0].endswith("; engine fft")
 
 
 def test_patterns_made_on_the_fly_repeat_and_read_like_a_file():
