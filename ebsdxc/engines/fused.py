@@ -214,9 +214,8 @@ def fused_plan(tile_shape, mode, max_shift=None, *, smem_limit=SMEM_OPTIN, grid=
         raise ValueError(f"the fused FFT engine handles FFT lengths up to {LENGTH_MAX}; {w}x{h} tiles "
                          f"in {mode} mode need {need[1]}x{need[0]}: use the fft engine")
     ny, nx = fft
-    fx = axis_factors(nx)
     if split != 2:
-        plan, why = _plan((h, w), fft, max_lag, axis_factors(ny), fx, 1, smem_limit, grid)
+        plan, why = _plan((h, w), fft, max_lag, 1, smem_limit, grid)
         if plan is not None:
             return plan
     nys = _split_length(need[0], h) if clusters and mode == "full" and split != 1 else None
@@ -224,7 +223,7 @@ def fused_plan(tile_shape, mode, max_shift=None, *, smem_limit=SMEM_OPTIN, grid=
         raise ValueError(f"{w}x{h} tiles in {mode} mode cannot be split over two blocks (full mode and "
                          "thread-block clusters only)")
     if nys is not None:
-        plan, why_split = _plan((h, w), (nys, nx), max_lag, axis_factors(nys), fx, 2, smem_limit, grid)
+        plan, why_split = _plan((h, w), (nys, nx), max_lag, 2, smem_limit, grid)
         if plan is not None:
             return plan
         why = f"split over two blocks, {why_split}" if split == 2 else f"{why}; split over two blocks, {why_split}"
@@ -240,8 +239,9 @@ def _split_length(need, h):
     return n
 
 
-def _plan(tile, fft, max_lag, fy, fx, split, smem_limit, grid):
+def _plan(tile, fft, max_lag, split, smem_limit, grid):
     (h, _), (ny, nx) = tile, fft
+    fy, fx = axis_factors(ny), axis_factors(nx)
     nxh = nx // 2 + 1
     nyl = ny // split
     ld = nxh | 1                       # odd stride: a column's rows fall in distinct banks
