@@ -729,7 +729,7 @@ __device__ float2 weight_half(double t) {
 struct GridScratch {
     double* pos;  // y, x, ly, lx, flat, again
     double* g;    // [R][R] correlation at the grid's lags
-    double* gsum;  // [R][R] the sum over the blocks of a split (SPLIT > 1 only)
+    double* gsum;  // [R][R] the sum over the blocks of a split (SPLIT > 1 only; in `rows` where it fits)
     double* acy;  // [R] window autocorrelation at its rows' lags
     double* acx;  // [R]
     float2* wy;   // [R][NYL] Dy at its rows, for this block's map rows
@@ -742,8 +742,11 @@ __device__ __forceinline__ GridScratch grid_scratch(float2* S, int R) {
     GridScratch d;
     d.pos = reinterpret_cast<double*>(S + ROWS * LD + NX + NY) + NY + NX;
     d.g = d.pos + 8;
+    // The split's sum is made after the last row sums are read, and the peer block reads only
+    // d.g: it can share the row sums' space when that is large enough (fused._grid_scratch).
+    const bool gsum_in_rows = R * R <= 6 * NYL;
     d.gsum = d.g + R * R;
-    d.acy = d.gsum + (SPLIT > 1 ? R * R : 0);
+    d.acy = d.gsum + (SPLIT > 1 && !gsum_in_rows ? R * R : 0);
     d.acx = d.acy + R;
     d.wy = reinterpret_cast<float2*>(d.acx + R);
     d.wxf = d.wy + R * NYL;
@@ -753,6 +756,7 @@ __device__ __forceinline__ GridScratch grid_scratch(float2* S, int R) {
     if (reinterpret_cast<unsigned long long>(after) & 15ULL) after += 1;
     d.wx = reinterpret_cast<double2*>(after);
     d.rows = reinterpret_cast<double*>(d.wx + 3 * NX);
+    if (gsum_in_rows) d.gsum = d.rows;
     return d;
 }
 

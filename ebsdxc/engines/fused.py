@@ -181,10 +181,11 @@ def grid_side(subpixel, upsample=16) -> int:
 
 
 def _grid_scratch(nyl, nx, side, split=1):
-    # fc::GridScratch: position, grid values (and their sum over a split), window
-    # autocorrelations, column weights (double2, aligned to 16 bytes), row weights of the
-    # block's nyl map rows (float2), row sums
-    return (8 * 8 + side * side * 8 * (2 if split > 1 else 1) + 2 * side * 8 + 8 + 3 * nx * 16 + side * nyl * 8
+    # fc::GridScratch: position, grid values (and their sum over a split, in the row sums'
+    # space where it fits), window autocorrelations, column weights (double2, aligned to 16
+    # bytes), row weights of the block's nyl map rows (float2), row sums
+    own_sum = split > 1 and side * side > 6 * nyl
+    return (8 * 8 + side * side * 8 * (2 if own_sum else 1) + 2 * side * 8 + 8 + 3 * nx * 16 + side * nyl * 8
             + nyl * 6 * 8)
 
 
