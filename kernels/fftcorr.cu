@@ -834,22 +834,25 @@ __device__ __forceinline__ void column_weights(const GridScratch& d, double xc, 
     }
 }
 
-// This lane's share of sum_k c[k] (Re, Im) Dx_v(k) over map row mr, v < 3, in double (see
-// piece_sums).
+// This lane's share of sum_k c[k] (Re, Im) Dx_v(k) over map row mr, v < 3: its KM products
+// summed in float, then widened (the row and warp sums are double, see piece_sums). The
+// products' float rounding is that of the float map values themselves; widening every product
+// (F2F runs at a quarter of the FP64 rate) cost more than the stencil's arithmetic.
 __device__ __forceinline__ void row_partial(const float* mr, const float2 (&q)[3][KM], double (&a)[6]) {
     const int lane = threadIdx.x & 31;
-#pragma unroll
-    for (int r = 0; r < 6; ++r) a[r] = 0.0;
+    float f[6] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
 #pragma unroll
     for (int m = 0; m < KM; ++m) {
         const int k = lane + 32 * m;
-        const double cv = k < NX ? mr[k] : 0.0f;
+        const float cv = k < NX ? mr[k] : 0.0f;
 #pragma unroll
         for (int v = 0; v < 3; ++v) {
-            a[2 * v] += cv * q[v][m].x;
-            a[2 * v + 1] += cv * q[v][m].y;
+            f[2 * v] = fmaf(cv, q[v][m].x, f[2 * v]);
+            f[2 * v + 1] = fmaf(cv, q[v][m].y, f[2 * v + 1]);
         }
     }
+#pragma unroll
+    for (int r = 0; r < 6; ++r) a[r] = f[r];
 }
 
 // The correlation (divided by the window autocorrelation where comp) at the R x R lags
