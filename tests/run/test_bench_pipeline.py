@@ -49,6 +49,21 @@ def test_cli_prints_the_table(tmp_path, capsys):
     assert out.splitlines()[0].endswith("; engine fft")
 
 
+def test_table_gives_the_share_of_the_host_to_device_bound():
+    # issue 18's measure for the realistic sizes: end to end against whole-pattern copies
+    from ebsdxc.run.bench_pipeline import format_table
+
+    def fig(v):
+        return {"median": v, "min": v, "max": v}
+    result = {"device": "cuda:0 (GPU)", "patterns": 100, "shape": [512, 512], "chunk": 64, "batch": 32, "repeats": 3,
+              "engine": "fused", "smallest_bound": 50.0, "share_of_bound": 0.9, "profile_bound": "read",
+              "figures": {"end to end, streaming": fig(45.0), "read bound": fig(50.0),
+                          "host-to-device bound": fig(100.0), "engine bound": fig(60.0)}}
+    assert format_table(result).splitlines()[-1] == "end to end = 45% of the host-to-device bound of whole patterns"
+    result["figures"]["host-to-device bound"] = None  # on the CPU: no such line
+    assert "host-to-device bound of whole" not in format_table(result)
+
+
 def test_patterns_made_on_the_fly_repeat_and_read_like_a_file():
     from ebsdxc.run.bench_pipeline import SyntheticScan
 
