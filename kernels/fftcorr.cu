@@ -33,6 +33,9 @@
 #ifndef FC_SPLIT  // blocks per tile pair: 2 splits the map's rows over a thread-block cluster
 #define FC_SPLIT 1
 #endif
+#ifndef FC_COLS  // 2: the split's blocks share the forward transform by spectrum columns
+#define FC_COLS 1
+#endif
 #if FC_SPLIT > 1
 #define FC_CLUSTER __cluster_dims__(FC_SPLIT, 1, 1)
 #else
@@ -52,8 +55,20 @@ constexpr int NWARPS = NT / 32;
 // FFT of length NY / 2 of Q_s[k] = (P[k] + (-1)^s P[k + NY/2]) exp(2 pi i k s / NY). The peak
 // search and the subpixel sums combine the two halves through distributed shared memory.
 constexpr int SPLIT = FC_SPLIT, NYL = NY / SPLIT;
-static_assert(SPLIT == 1 || (SPLIT == 2 && NY % 2 == 0 && H <= NYL && N1Y % 2 == 0 && N2Y % 2 == 0),
-              "a split needs an even column FFT of even factors and tiles of at most NY / 2 rows");
+// Column split (FC_COLS = 2, window mode: tile rows fill more than half the column FFT, so the
+// fold above does not apply): block s transforms half the tile's row pairs and sends every
+// spectrum column to the block that owns it (columns [s C0, s C0 + C0) of the half spectrum,
+// ROWS = NY rows of LD); each block does the full column FFTs, product and inverse of its own
+// columns; then the blocks swap the other block's columns of their own map rows y = 2 j + s, so
+// that map row j's half spectrum lies in rows 2 j, 2 j + 1: a row of MLD = 2 LD complex, the
+// layout of the row split from there on (map row j at floats [2 MLD j, 2 MLD j + NX)).
+// Block 0 owns C0 = LD columns (odd: no bank conflicts down a column), block 1 the rest.
+constexpr int COLS = FC_COLS, C0 = COLS > 1 ? LD : NXH;
+constexpr int MLD = COLS > 1 ? 2 * LD : LD;
+static_assert(SPLIT == 1 || (SPLIT == 2 && NY % 2 == 0 &&
+                             (COLS == 2 ? (2 * LD >= NXH && ROWS == NY) : (H <= NYL && N1Y % 2 == 0 && N2Y % 2 == 0))),
+              "a split needs an even column FFT, and the row split even factors and tiles of at most NY / 2 rows");
+static_assert(COLS == 1 || SPLIT == 2, "the column split is a two-block split");
 static_assert(N1Y * N2Y == NY && N1X * N2X == NX, "FFT length splits");
 static_assert(NT % 32 == 0 && 32 % FC_TY == 0 && 32 % FC_TX == 0, "teams inside warps");
 static_assert(FC_TY >= N1Y && FC_TY >= N2Y && FC_TX >= N1X && FC_TX >= N2X, "team sizes");
@@ -327,20 +342,53 @@ __device__ __forceinline__ void columns_split(float2* S, const float2* twy, cons
 }
 #endif
 
+#if FC_COLS > 1
+// After the column pass of a column split: the peer's columns of this block's map rows
+// y = 2 j + s (row y of the peer's S) into row 2 j + 1 - s of S, whose own columns the peer reads
+// at the same time, in rounds of KS values a thread: a round's reads, a cluster barrier, its
+// writes (the next round reads other rows). Block b's columns of map row j then lie in row
+// 2 j + b: the half spectrum of map row j is the row of MLD = 2 LD complex from 2 j LD.
+__device__ __forceinline__ void swap_columns(float2* S, int s) {
+    constexpr int KS = 8, ALL = NYL * LD;
+    const int n = s ? C0 : NXH - C0;  // the peer's columns
+    const float2* P = peer(S, 1 - s);
+    cluster_sync();  // the peer's column pass is done
+    for (int r0 = 0; r0 < ALL; r0 += KS * NT) {
+        float2 v[KS];
+#pragma unroll
+        for (int k = 0; k < KS; ++k) {
+            const int i = r0 + k * NT + threadIdx.x, j = i / LD, c = i - j * LD;
+            if (i < ALL && c < n) v[k] = P[(2 * j + s) * LD + c];
+        }
+        cluster_sync();
+#pragma unroll
+        for (int k = 0; k < KS; ++k) {
+            const int i = r0 + k * NT + threadIdx.x, j = i / LD, c = i - j * LD;
+            if (i < ALL && c < n) S[(2 * j + 1 - s) * LD + c] = v[k];
+        }
+    }
+}
+#endif
+
 // The whole transform: leaves the correlation map of tile t (its rows y = SPLIT j + s) in
 // shared memory, map row y at floats [j * 2 LD, j * 2 LD + NX) of S.
 __device__ __forceinline__ void correlate(float2* S, const float2* twx, const float2* twy,
                                           const float* __restrict__ tile, int row,
                                           const float2* __restrict__ R, bool all_rows, int s) {
     // 1. rows: tile rows 2p, 2p+1 as one complex row, zero-padded to NX; the pair's two rows
-    //    of S (2 LD >= NX + 1 complex) hold the FFT, then the two half spectra.
+    //    of S (2 LD >= NX + 1 complex) hold the FFT, then the two half spectra. A column split:
+    //    block s takes half the pairs, each in a line of NX of its team's own after the lag
+    //    tables, and writes each column of the pair's half spectra to the block that owns it.
+    if (COLS > 1) cluster_sync();  // the peer runs: its shared memory may be written
     {
         Teams<FC_TX> tm;
         constexpr int ITEMS = (H + 1) / 2;
-        for (int base = tm.first; base < ITEMS; base += tm.step) {
-            const int p = tm.item(base);
-            const bool valid = p < ITEMS;
-            float2* L = S + 2 * p * LD;
+        constexpr int MINE = COLS > 1 ? (ITEMS + 1) / 2 : ITEMS;
+        const int p0 = COLS > 1 ? s * MINE : 0;
+        for (int base = tm.first; base < MINE; base += tm.step) {
+            const int p = p0 + tm.item(base);
+            const bool valid = p < ITEMS && p < p0 + MINE;
+            float2* L = COLS > 1 ? S + ROWS * LD + 2 * (NX + NY) + tm.item(tm.first) * NX : S + 2 * p * LD;
             float2 v[N1X];
             if (valid && tm.lane < N2X) {
                 const float* ra = tile + (long long)(2 * p) * row;
@@ -389,24 +437,36 @@ __device__ __forceinline__ void correlate(float2* S, const float2* twx, const fl
                 for (int k2 = 0; k2 < N2X; ++k2) {
                     const int m = tm.lane + N1X * k2;
                     if (N1X * k2 <= NX / 2 && m <= NX / 2) {
-                        L[m] = u[k2];
-                        L[LD + m] = bq[k2];
+                        if (COLS > 1) {
+                            const int b = m < C0 ? 0 : 1;
+                            float2* dst = S + 2 * p * LD + (m - b * C0);
+                            if (b != s) dst = peer(dst, b);
+                            dst[0] = u[k2];
+                            dst[LD] = bq[k2];
+                        } else {
+                            L[m] = u[k2];
+                            L[LD + m] = bq[k2];
+                        }
                     }
                 }
             }
         }
     }
-    __syncthreads();
+    if (COLS > 1) cluster_sync();  // the peer's columns written
+    else __syncthreads();
     // 2. columns: forward FFT (rows >= H are zero), product with the reference, inverse FFT
     //    with the roles of N1 and N2 swapped, starting from the registers of stage B.
-#if FC_SPLIT > 1
+#if FC_SPLIT > 1 && FC_COLS == 1
     columns_split(S, twy, R, s);
 #else
     {
+        // this block's columns of the half spectrum: all, or those of a column split
+        const int ncol = COLS > 1 ? (s ? NXH - C0 : C0) : NXH;
+        const float2* Rc = COLS > 1 && s ? R + (long long)C0 * NY : R;
         Teams<FC_TY> tm;
-        for (int base = tm.first; base < NXH; base += tm.step) {
+        for (int base = tm.first; base < ncol; base += tm.step) {
             const int c = tm.item(base);
-            const bool valid = c < NXH;
+            const bool valid = c < ncol;
             float2* col = S + c;
             float2 v[N1Y];
             const bool act_a = valid && tm.lane < N2Y;
@@ -423,7 +483,7 @@ __device__ __forceinline__ void correlate(float2* S, const float2* twx, const fl
 #pragma unroll
                 for (int n2 = 0; n2 < N2Y; ++n2) u[n2] = col[skew<N2Y>(n2, tm.lane) * LD];
                 Dft<N2Y, -1>::run(u);
-                const float2* rc = R + (long long)c * NY;
+                const float2* rc = Rc + (long long)c * NY;
 #pragma unroll
                 for (int k2 = 0; k2 < N2Y; ++k2) u[k2] = cmul(u[k2], __ldg(rc + tm.lane + N1Y * k2));
                 // inverse, N = N2 x N1: this thread is n2' = k1 and holds n1' = k2
@@ -439,6 +499,9 @@ __device__ __forceinline__ void correlate(float2* S, const float2* twx, const fl
         }
     }
 #endif
+#if FC_COLS > 1
+    swap_columns(S, s);
+#endif
     __syncthreads();
     // 3. rows: half spectra of map rows 2q, 2q+1 as one complex row Z = A + i B (Hermitian
     //    extension, imaginary parts of the DC and Nyquist terms dropped as irfft does); the
@@ -452,7 +515,7 @@ __device__ __forceinline__ void correlate(float2* S, const float2* twx, const fl
             const int it = tm.item(base);
             const bool valid = it < items;
             const int q = (every || it < PAIR_FIRST) ? it : PAIR_LO + it - PAIR_FIRST;
-            float2* L = S + 2 * q * LD;
+            float2* L = S + 2 * q * MLD;
             float2 v[N1X];
             if (valid && tm.lane < N2X) {
                 const bool has_b = 2 * q + 1 < NYL;
@@ -462,7 +525,7 @@ __device__ __forceinline__ void correlate(float2* S, const float2* twx, const fl
                     const bool far = m > NX / 2;
                     const int mm = far ? NX - m : m;
                     float2 a = L[mm];
-                    float2 b = has_b ? L[LD + mm] : make_float2(0.0f, 0.0f);
+                    float2 b = has_b ? L[MLD + mm] : make_float2(0.0f, 0.0f);
                     if (mm == 0 || 2 * mm == NX) { a.y = 0.0f; b.y = 0.0f; }
                     if (far) { a.y = -a.y; b.y = -b.y; }
                     v[n1] = make_float2(a.x - b.y, a.y + b.x);
@@ -484,12 +547,12 @@ __device__ __forceinline__ void correlate(float2* S, const float2* twx, const fl
             }
             __syncwarp();
             if (act) {
-                float* ya = Mf + (long long)(2 * q) * 2 * LD;
+                float* ya = Mf + (long long)(2 * q) * 2 * MLD;
 #pragma unroll
                 for (int k2 = 0; k2 < N2X; ++k2) {
                     const int m = tm.lane + N1X * k2;
                     ya[m] = u[k2].x;
-                    ya[2 * LD + m] = u[k2].y;
+                    ya[2 * MLD + m] = u[k2].y;
                 }
             }
         }
@@ -524,14 +587,14 @@ __device__ __forceinline__ const float2* reference(const float2* __restrict__ re
 // Map row y (mod NY), in this block (rank s) or its peer.
 __device__ __forceinline__ const float* map_row(const float* Mf, int y, int s) {
     const int r = y % SPLIT;
-    const float* m = Mf + (y / SPLIT) * 2 * LD;
+    const float* m = Mf + (y / SPLIT) * 2 * MLD;
     return r == s ? m : peer(m, r);
 }
 
 // The integer peak over |dy| <= RY, |dx| <= RX of the whole map: thread 0 returns true with it
 // (in both blocks of a split, after a cluster barrier every thread of both blocks reaches).
 __device__ __forceinline__ bool map_argmax(const float* Mf, int s, float* sval, int* sidx, float& best, int& bi) {
-    const bool lead = block_lag_argmax(Mf, NY, NX, 2 * LD, RY, RX, sval, sidx, best, bi, SPLIT, s);
+    const bool lead = block_lag_argmax(Mf, NY, NX, 2 * MLD, RY, RX, sval, sidx, best, bi, SPLIT, s);
     if (SPLIT > 1) {
         if (lead) { sval[0] = best; sidx[0] = bi; }
         cluster_sync();
@@ -580,7 +643,7 @@ fused_maps(const float* __restrict__ tiles, long long frame, int row, const floa
     float* o = out + t * (long long)NY * NX;
     for (int i = threadIdx.x; i < NYL * NX; i += blockDim.x) {
         const int j = i / NX, x = i - j * NX;
-        o[(j * SPLIT + s) * NX + x] = Mf[j * 2 * LD + x];
+        o[(j * SPLIT + s) * NX + x] = Mf[j * 2 * MLD + x];
     }
 }
 
@@ -788,7 +851,7 @@ constexpr int GR = best_pieces(5);
 template <int G>
 __device__ __forceinline__ void piece_sums(const float* Mf, const double2* wx, int p, double (&a)[6]) {
     const int j = p / G, g = p - j * G;
-    const float* mr = Mf + j * 2 * LD;
+    const float* mr = Mf + j * 2 * MLD;
 #pragma unroll
     for (int r = 0; r < 6; ++r) a[r] = 0.0;
 #pragma unroll 4
@@ -928,7 +991,7 @@ __device__ void grid_values(const float* Mf, const GridScratch& d, double yc, do
         double acc[3][3] = {{0.0, 0.0, 0.0}, {0.0, 0.0, 0.0}, {0.0, 0.0, 0.0}};
         for (int j = warp; j < NYL; j += NWARPS) {
             double a[6];
-            row_partial(Mf + j * 2 * LD, q, a);
+            row_partial(Mf + j * 2 * MLD, q, a);
 #pragma unroll
             for (int u = 0; u < 3; ++u) {
                 const float2 w = d.wy[u * NYL + j];

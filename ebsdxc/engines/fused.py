@@ -48,6 +48,19 @@ order so that both blocks take the same steps. Measured (H200, ``benchmarks/fuse
 128 --rois 45``, full mode, tiles on the device to peaks): quadratic 1.56 ms (cuFFT engine
 3.71 ms), dft 2.52 ms (4.74), upsampled 7.14 ms (9.48).
 
+In window mode the tile fills more than half the column FFT (256x256 tiles at +-24 px: 256 of 288
+rows), so the fold does not apply; there the two blocks split the half spectrum by columns
+(``FusedPlan.cols = 2``): block s transforms half the tile's row pairs and writes each spectrum
+column to the block that owns it (block 0 the first ``ld`` columns, ``ld`` odd; block 1 the rest)
+through distributed shared memory, does the full column FFTs, product and inverse FFTs of its own
+columns, and the two blocks then swap the other block's columns of their own map rows y = 2 j + s
+(a cluster barrier between each round's reads and writes). Map row j's half spectrum is then the
+two rows 2 j, 2 j + 1 of the column pass, one row of 2 ``ld`` complex, and the inverse row pass, the
+peak search and the subpixel sums are those of the row split. Measured (H100, ``benchmarks/fused_fft.py
+--tile 256 --rois 45 --patterns 20 --mode window --max-shift 24``, tiles on the device to peaks):
+quadratic 0.995 ms (cuFFT engine 2.65 ms, tensor engine in bf16 1.68 ms), dft 1.43 ms (3.32),
+upsampled 2.95 ms (7.32).
+
 Sizes whose spectrum (and subpixel grid) do not fit in shared memory even split, or with a length
 over 1024, are refused with a ValueError (:func:`supports` says so beforehand); the FFT engine
 handles them.
@@ -145,6 +158,7 @@ class FusedPlan:
     threads: int
     grid_smem: int = 0   # dynamic shared memory of the dft / upsampled kernels (their grid's scratch)
     split: int = 1       # blocks per tile pair (a thread-block cluster), each holding NY / split map rows
+    cols: int = 1        # 2: a split whose blocks share the forward transform by spectrum columns
 
     @property
     def nxh(self):
@@ -155,7 +169,7 @@ class FusedPlan:
         return (("FC_H", h), ("FC_W", w), ("FC_NY", ny), ("FC_NX", nx), ("FC_RY", ry), ("FC_RX", rx),
                 ("FC_N1Y", self.fy[0]), ("FC_N2Y", self.fy[1]), ("FC_N1X", self.fx[0]), ("FC_N2X", self.fx[1]),
                 ("FC_TY", _team(*self.fy)), ("FC_TX", _team(*self.fx)), ("FC_LD", self.ld),
-                ("FC_ROWS", self.rows), ("FC_NT", self.threads), ("FC_SPLIT", self.split))
+                ("FC_ROWS", self.rows), ("FC_NT", self.threads), ("FC_SPLIT", self.split), ("FC_COLS", self.cols))
 
 
 def _need(tile_shape, mode, max_shift):
@@ -199,10 +213,11 @@ def fused_plan(tile_shape, mode, max_shift=None, *, smem_limit=SMEM_OPTIN, grid=
     """Kernel plan for tiles of (h, w); ValueError where the fused kernel cannot run them
     (``grid``: :func:`grid_side` of the subpixel method; its kernel needs more shared memory).
 
-    Where the map does not fit in one block, full mode and ``clusters`` (sm_90 and later), the
-    plan splits its rows over the two blocks of a thread-block cluster (``split = 2``, see
-    :func:`can_split`; its column FFT may then be longer). ``split`` = 1 or 2 forces one or the
-    other (tests and benchmarks).
+    Where the map does not fit in one block and ``clusters`` (sm_90 and later), the plan splits
+    its rows over the two blocks of a thread-block cluster (``split = 2``): in full mode by
+    folding the column FFT (see :func:`can_split`; its length may then be longer), else (window
+    mode, where the tile fills more than half the column FFT) by spectrum columns (``cols = 2``,
+    an even column FFT). ``split`` = 1 or 2 forces one or the other (tests and benchmarks).
     """
     if split not in (None, 1, 2):
         raise ValueError(f"split must be None, 1 or 2, got {split!r}")
@@ -219,15 +234,23 @@ def fused_plan(tile_shape, mode, max_shift=None, *, smem_limit=SMEM_OPTIN, grid=
         plan, why = _plan((h, w), fft, max_lag, 1, smem_limit, grid)
         if plan is not None:
             return plan
+    if split == 2 and not clusters:
+        raise ValueError(f"{w}x{h} tiles in {mode} mode cannot be split over two blocks without "
+                         "thread-block clusters (sm_90)")
     nys = _split_length(need[0], h) if clusters and mode == "full" and split != 1 else None
-    if split == 2 and nys is None:
-        raise ValueError(f"{w}x{h} tiles in {mode} mode cannot be split over two blocks (full mode and "
-                         "thread-block clusters only)")
     if nys is not None:
         plan, why_split = _plan((h, w), (nys, nx), max_lag, 2, smem_limit, grid)
         if plan is not None:
             return plan
         why = f"split over two blocks, {why_split}" if split == 2 else f"{why}; split over two blocks, {why_split}"
+    elif clusters and split != 1:
+        nye = _even_length(need[0])
+        plan, why_cols = (None, "no even FFT length") if nye is None else _plan(
+            (h, w), (nye, nx), max_lag, 2, smem_limit, grid, cols=2)
+        if plan is not None:
+            return plan
+        why = (f"split over two blocks by columns, {why_cols}" if split == 2
+               else f"{why}; split over two blocks by columns, {why_cols}")
     raise ValueError(f"{w}x{h} tiles in {mode} mode need a {nx}x{ny} FFT: {why}, more than the "
                      f"{smem_limit // 1024} KB of shared memory: use the fft engine")
 
@@ -240,24 +263,42 @@ def _split_length(need, h):
     return n
 
 
-def _plan(tile, fft, max_lag, split, smem_limit, grid):
+def _even_length(need):
+    # The smallest FFT length >= need that is even (a column split's map rows alternate), or None.
+    n = fft_length(need)
+    while n is not None and n % 2:
+        n = fft_length(n + 1)
+    return n
+
+
+def _plan(tile, fft, max_lag, split, smem_limit, grid, cols=1):
     (h, _), (ny, nx) = tile, fft
     fy, fx = axis_factors(ny), axis_factors(nx)
     nxh = nx // 2 + 1
     nyl = ny // split
-    ld = nxh | 1                       # odd stride: a column's rows fall in distinct banks
-    rows = max(nyl, h) if split > 1 else ny
-    rows += rows & 1
+    if cols > 1:
+        # block 0 owns ld columns, block 1 the rest; ld odd (a column's rows fall in distinct
+        # banks), and map row j's half spectrum is rows 2j, 2j+1 of ld: one row of 2 ld
+        ld = (nxh + 1) // 2
+        ld += 1 - ld % 2
+        rows = ny
+    else:
+        ld = nxh | 1                   # odd stride: a column's rows fall in distinct banks
+        rows = max(nyl, h) if split > 1 else ny
+        rows += rows & 1
     smem = rows * ld * 8 + (nx + ny) * 16    # spectrum, twiddles, window lag tables
     if smem + _STATIC_SMEM > smem_limit:
         return None, f"the spectrum needs {smem // 1024} KB"
     ty, tx = _team(*fy), _team(*fx)
     work = max(tx * ((h + 1) // 2), ty * nxh, tx * ((nyl + 1) // 2), 32)
     threads = min(THREADS_MAX, -(-work // 32) * 32)
-    grid_smem = smem + _grid_scratch(nyl, nx, grid, split) if grid else smem
-    if grid_smem + _STATIC_SMEM > smem_limit:
-        return None, f"the spectrum and subpixel grid need {grid_smem // 1024} KB"
-    return FusedPlan(tile, fft, max_lag, fy, fx, ld, rows, smem, threads, grid_smem, split), None
+    # a column split transforms its tile rows in a line of NX per team of the row pass
+    lines = (threads // 32) * (32 // tx) * nx * 8 if cols > 1 else 0
+    grid_smem = smem + max(lines, _grid_scratch(nyl, nx, grid, split)) if grid else smem + lines
+    smem += lines
+    if max(smem, grid_smem) + _STATIC_SMEM > smem_limit:
+        return None, f"the spectrum and subpixel grid need {max(smem, grid_smem) // 1024} KB"
+    return FusedPlan(tile, fft, max_lag, fy, fx, ld, rows, smem, threads, grid_smem, split, cols), None
 
 
 @functools.cache

@@ -63,6 +63,8 @@ def model_correlate(scan, ref_spec, plan, all_rows=True):
     map is that of its blocks' rows put together."""
     if plan.split == 1:
         return model_block(scan, ref_spec, plan, all_rows, 0)
+    if plan.cols > 1:
+        return model_column_split(scan, ref_spec, plan)
     out = np.empty(plan.fft)
     for s in range(plan.split):
         out[s::plan.split] = model_block(scan, ref_spec, plan, all_rows, s)
@@ -109,69 +111,68 @@ def model_split_columns(S, ref_spec, plan, s):
             col[kk + n2h * np.arange(n1y)] = W[kk]
 
 
-def model_block(scan, ref_spec, plan, all_rows, s):
-    """One block's map rows y = split j + s (j < Ny / split)."""
-    (h, w), (ny, nx), (ry, _) = plan.tile, plan.fft, plan.max_lag
-    nyl = ny // plan.split
-    (n1y, n2y), (n1x, n2x), ld = plan.fy, plan.fx, plan.ld
-    nxh = nx // 2 + 1
-    S = np.full(plan.rows * ld, np.nan, complex)           # shared spectrum, rows x ld
-    # 1. row pass: rows 2p, 2p+1 packed as one complex row; the pair's two rows are the line
-    for p in range((h + 1) // 2):
-        L = S[2 * p * ld:(2 * p + 2) * ld]                 # a view: writes land in S
-        b_row = scan[2 * p + 1] if 2 * p + 1 < h else np.zeros(w)
+def model_row_pair(scan, p, plan, L):
+    """Row pass of tile rows 2p, 2p+1 packed as one complex row, in the line L (>= Nx slots):
+    the two half spectra (A, B)."""
+    (h, w), (n1x, n2x), nx = plan.tile, plan.fx, plan.fft[1]
+    b_row = scan[2 * p + 1] if 2 * p + 1 < h else np.zeros(w)
 
-        def load(idx, p=p, b_row=b_row):
-            z = np.zeros(len(idx), complex)
-            ok = idx < w
-            z[ok] = scan[2 * p][idx[ok]] + 1j * b_row[idx[ok]]
-            return z
+    def load(idx):
+        z = np.zeros(len(idx), complex)
+        ok = idx < w
+        z[ok] = scan[2 * p][idx[ok]] + 1j * b_row[idx[ok]]
+        return z
 
-        U = team_fft(load, L, n1x, n2x, -1)
-        for k1 in range(n1x):
-            L[k1 + n1x * np.arange(n2x)] = U[k1]
-        Z = L[:nx].copy()                                  # unpack (all reads, then writes)
-        m = np.arange(nxh)
-        Zp = np.conj(Z[(nx - m) % nx])
-        A, D = (Z[m] + Zp) / 2, Z[m] - Zp
-        L[m] = A
-        L[ld + m] = (D.imag - 1j * D.real) / 2
-    # 2. column pass: forward FFT (rows >= h are zero), product, inverse FFT
-    if plan.split > 1:
-        model_split_columns(S, ref_spec, plan, s)
-    for c in range(nxh if plan.split == 1 else 0):
-        col = S[c::ld][:ny]                                # view of column c
+    U = team_fft(load, L, n1x, n2x, -1)
+    for k1 in range(n1x):
+        L[k1 + n1x * np.arange(n2x)] = U[k1]
+    Z = L[:nx].copy()                                      # unpack (all reads, then writes)
+    m = np.arange(nx // 2 + 1)
+    Zp = np.conj(Z[(nx - m) % nx])
+    A, D = (Z[m] + Zp) / 2, Z[m] - Zp
+    return A, (D.imag - 1j * D.real) / 2
 
-        def load(idx, col=col):
-            z = np.zeros(len(idx), complex)
-            ok = idx < h
-            z[ok] = col[idx[ok]]
-            return z
 
-        U = team_fft(load, col, n1y, n2y, -1)
-        for k1 in range(n1y):
-            U[k1] = U[k1] * ref_spec[c, k1 + n1y * np.arange(n2y)]
-        # inverse, roles swapped: N = N2 x N1 with thread n2' = k1 holding n1' = k2
-        def sig2(a, b, n1y=n1y, n2y=n2y):
-            return skew(a, b, n2y, n1y)
+def model_column(col, ref_col, plan):
+    """Column pass of one column (a view of ny rows): forward FFT (rows >= h are zero),
+    product with the reference column, inverse FFT."""
+    h, (n1y, n2y), ny = plan.tile[0], plan.fy, plan.fft[0]
 
-        for k1 in range(n1y):
-            v = reg_dft(U[k1], +1) * np.exp(2j * np.pi * k1 * np.arange(n2y) / ny)
-            for kk in range(n2y):
-                col[sig2(k1, kk)] = v[kk]
-        W = [reg_dft(np.array([col[sig2(q, kk)] for q in range(n1y)]), +1) for kk in range(n2y)]
-        for kk in range(n2y):                              # (after a team barrier)
-            col[kk + n2y * np.arange(n1y)] = W[kk]
-    # 3. inverse row pass: rows y, y+1 packed; the real map rows overwrite the pair's line
-    M = S.view(np.float64).reshape(plan.rows, 2 * ld)      # map row y = floats [y, :nx]
-    pairs = range((nyl + 1) // 2) if all_rows or plan.split > 1 else row_pairs(ny, ry)
+    def load(idx):
+        z = np.zeros(len(idx), complex)
+        ok = idx < h
+        z[ok] = col[idx[ok]]
+        return z
+
+    U = team_fft(load, col, n1y, n2y, -1)
+    for k1 in range(n1y):
+        U[k1] = U[k1] * ref_col[k1 + n1y * np.arange(n2y)]
+
+    # inverse, roles swapped: N = N2 x N1 with thread n2' = k1 holding n1' = k2
+    def sig2(a, b):
+        return skew(a, b, n2y, n1y)
+
+    for k1 in range(n1y):
+        v = reg_dft(U[k1], +1) * np.exp(2j * np.pi * k1 * np.arange(n2y) / ny)
+        for kk in range(n2y):
+            col[sig2(k1, kk)] = v[kk]
+    W = [reg_dft(np.array([col[sig2(q, kk)] for q in range(n1y)]), +1) for kk in range(n2y)]
+    for kk in range(n2y):                                  # (after a team barrier)
+        col[kk + n2y * np.arange(n1y)] = W[kk]
+
+
+def model_inverse_rows(S, mld, nyl, pairs, plan):
+    """Inverse row pass: half spectra of map rows 2q, 2q+1 (rows of mld complex) packed; the
+    real map rows overwrite the pair's line. Returns the block's map (nyl, Nx)."""
+    nx, (n1x, n2x) = plan.fft[1], plan.fx
+    M = S.view(np.float64).reshape(-1, 2 * mld)            # map row j = floats [j, :nx]
     for q in pairs:
-        L = S[2 * q * ld:(2 * q + 2) * ld]
+        L = S[2 * q * mld:(2 * q + 2) * mld]
 
         def load(idx, q=q):
             m = np.where(idx <= nx // 2, idx, nx - idx)
-            a = S[2 * q * ld + m].copy()
-            b = S[(2 * q + 1) * ld + m].copy() if 2 * q + 1 < nyl else np.zeros(len(idx), complex)
+            a = S[2 * q * mld + m].copy()
+            b = S[(2 * q + 1) * mld + m].copy() if 2 * q + 1 < nyl else np.zeros(len(idx), complex)
             edge = (m == 0) | (2 * m == nx)
             a[edge], b[edge] = a[edge].real, b[edge].real
             far = idx > nx // 2
@@ -185,6 +186,61 @@ def model_block(scan, ref_spec, plan, all_rows, s):
         M[2 * q, :nx] = z.real
         M[2 * q + 1, :nx] = z.imag
     return M[:nyl, :nx].copy()
+
+
+def model_block(scan, ref_spec, plan, all_rows, s):
+    """One block's map rows y = split j + s (j < Ny / split)."""
+    (h, _), (ny, nx), (ry, _) = plan.tile, plan.fft, plan.max_lag
+    nyl = ny // plan.split
+    ld = plan.ld
+    nxh = nx // 2 + 1
+    S = np.full(plan.rows * ld, np.nan, complex)           # shared spectrum, rows x ld
+    # 1. row pass: rows 2p, 2p+1 packed as one complex row; the pair's two rows are the line
+    for p in range((h + 1) // 2):
+        L = S[2 * p * ld:(2 * p + 2) * ld]                 # a view: writes land in S
+        A, B = model_row_pair(scan, p, plan, L)
+        L[:nxh] = A
+        L[ld:ld + nxh] = B
+    # 2. column pass: forward FFT (rows >= h are zero), product, inverse FFT
+    if plan.split > 1:
+        model_split_columns(S, ref_spec, plan, s)
+    for c in range(nxh if plan.split == 1 else 0):
+        model_column(S[c::ld][:ny], ref_spec[c], plan)
+    # 3. inverse row pass: rows y, y+1 packed; the real map rows overwrite the pair's line
+    pairs = range((nyl + 1) // 2) if all_rows or plan.split > 1 else row_pairs(ny, ry)
+    return model_inverse_rows(S, ld, nyl, pairs, plan)
+
+
+def model_column_split(scan, ref_spec, plan):
+    """Both blocks of a column split (plan.cols == 2): block s transforms its half of the row
+    pairs (in a line of its own) and writes each column to the block that owns it, does the
+    column pass of its own columns, then takes the peer's columns of its map rows y = 2 j + s
+    into its rows 2 j + 1 - s, so that map row j's half spectrum is one row of 2 ld."""
+    (h, _), (ny, nx), ld = plan.tile, plan.fft, plan.ld
+    nxh, nyl = nx // 2 + 1, ny // 2
+    first, count = (0, ld), (ld, nxh - ld)
+    S = [np.full(plan.rows * ld, np.nan, complex) for _ in range(2)]
+    items = (h + 1) // 2
+    mine = (items + 1) // 2
+    for s in range(2):
+        for p in range(s * mine, min(items, (s + 1) * mine)):
+            A, B = model_row_pair(scan, p, plan, np.full(nx, np.nan, complex))
+            for b in range(2):
+                cols = slice(first[b], first[b] + count[b])
+                S[b][2 * p * ld:2 * p * ld + count[b]] = A[cols]
+                S[b][(2 * p + 1) * ld:(2 * p + 1) * ld + count[b]] = B[cols]
+    for s in range(2):
+        for c in range(count[s]):
+            model_column(S[s][c::ld][:ny], ref_spec[first[s] + c], plan)
+    before = [x.copy() for x in S]                         # a round's reads precede its writes
+    for s in range(2):
+        n = count[1 - s]
+        for j in range(nyl):
+            S[s][(2 * j + 1 - s) * ld:(2 * j + 1 - s) * ld + n] = before[1 - s][(2 * j + s) * ld:(2 * j + s) * ld + n]
+    out = np.empty((ny, nx))
+    for s in range(2):
+        out[s::2] = model_inverse_rows(S[s], 2 * ld, nyl, range((nyl + 1) // 2), plan)
+    return out
 
 
 def row_pairs(ny, ry):
@@ -259,10 +315,9 @@ def test_skew_is_a_bijection_without_bank_conflicts(n):
                                              ((11, 8), "window", 20), ((24, 10), "full", None)])
 @pytest.mark.parametrize("split", [None, 2])
 def test_kernel_model_equals_definition(rng, tile, mode, shift, split):
-    if split and mode != "full":
-        pytest.skip("only full mode splits")
     plan = fused_plan(tile, mode, shift, split=split)
     assert plan.split == (split or 1)
+    assert plan.cols == (2 if split and mode == "window" else 1)  # window mode splits by columns
     h, w = tile
     scan, ref = rng.standard_normal((2, h, w))
     got = model_correlate(scan, ref_spectrum(ref, plan.fft), plan)
@@ -318,8 +373,23 @@ def test_plans_and_refusals():
         fused_plan((128, 128), "full", clusters=False)
     with pytest.raises(ValueError, match="split over two blocks, the spectrum and subpixel grid need 243 KB"):
         fused_plan((160, 160), "full", grid=3)
-    with pytest.raises(ValueError, match="cannot be split"):
-        fused_plan((16, 16), "window", 4, split=2)
+    # window mode: the tile fills more than half the column FFT, so a split shares the forward
+    # transform by spectrum columns: block 0 owns an odd number of them, and map row j's half
+    # spectrum is then rows 2j, 2j+1 of that stride
+    for grid in (0, 3, 24):
+        p = fused_plan((256, 256), "window", 24, grid=grid)
+        assert (p.split, p.cols, p.fft, p.ld, p.rows) == (2, 2, (288, 288), 73, 288)
+        assert p.grid_smem + 512 <= 232448 and dict(p.defines())["FC_COLS"] == 2
+    p = fused_plan((16, 16), "window", 4, split=2)
+    assert (p.split, p.cols, p.ld) == (2, 2, 7) and 2 * p.ld >= p.fft[1] // 2 + 1
+    assert fused_plan((200, 200), "window", 24).cols == 2
+    assert fused_plan((128, 128), "window", 24).split == 1
+    assert fused_plan((230, 20), "window", 13).fft[0] == 243
+    assert fused_plan((230, 20), "window", 13, split=2).fft[0] == 256  # even, not 243
+    with pytest.raises(ValueError, match="without thread-block clusters"):
+        fused_plan((16, 16), "window", 4, split=2, clusters=False)
+    with pytest.raises(ValueError, match="split over two blocks by columns"):
+        fused_plan((600, 600), "window", 24)
     with pytest.raises(ValueError, match="split must be"):
         fused_plan((16, 16), "full", split=3)
     with pytest.raises(ValueError, match="up to 1024"):
@@ -399,13 +469,16 @@ def test_oracle_is_the_definition(rng):
 @pytest.mark.gpu
 @pytest.mark.parametrize("tile,mode,shift,split", [(t, m, s, None) for t in SIZES
                                                    for m, s in [("full", None), ("window", 3), ("window", 16)]]
-                         + [(t, "full", None, 2) for t in SPLIT_SIZES] + [((128, 128), "full", None, None)])
+                         + [(t, "full", None, 2) for t in SPLIT_SIZES] + [((128, 128), "full", None, None)]
+                         + [(t, "window", s, 2) for t in SPLIT_SIZES for s in (3, 16)]
+                         + [((256, 256), "window", 24, None), ((200, 210), "window", 24, None)])
 def test_maps_match_float64_definition(rng, tile, mode, shift, split):
     import cupy as cp
 
     eng, _ = _engine(tile, mode, shift, split=split)
-    if tile == (128, 128):
+    if tile in ((128, 128), (256, 256), (200, 210)):
         assert eng.plan.split == 2
+    assert eng.plan.cols == (2 if eng.plan.split == 2 and mode == "window" else 1)
     h, w = tile
     B, n = 2, 3
     ref = rng.standard_normal((n, h, w)).astype(np.float32)
@@ -435,7 +508,9 @@ def test_maps_match_float64_definition(rng, tile, mode, shift, split):
 @pytest.mark.parametrize("tile,mode,shift,split", [((96, 96), "full", None, None), ((33, 20), "full", None, None),
                                                    ((64, 64), "window", 8, None), ((13, 6), "window", 3, None),
                                                    ((1, 1), "full", None, None), ((128, 128), "full", None, None),
-                                                   ((33, 20), "full", None, 2), ((5, 7), "full", None, 2)])
+                                                   ((33, 20), "full", None, 2), ((5, 7), "full", None, 2),
+                                                   ((33, 20), "window", 8, 2), ((5, 7), "window", 2, 2),
+                                                   ((256, 256), "window", 24, None)])
 @pytest.mark.parametrize("compensate", [False, True])
 def test_peaks_equal_find_peaks_on_the_maps(rng, method, tile, mode, shift, split, compensate):
     import cupy as cp
@@ -460,7 +535,8 @@ def test_peaks_equal_find_peaks_on_the_maps(rng, method, tile, mode, shift, spli
 @pytest.mark.gpu
 @pytest.mark.parametrize("method", ["none", "parabolic", "gaussian", "quadratic", "dft", "upsampled"])
 @pytest.mark.parametrize("tile,mode,shift", [((96, 96), "full", None), ((96, 80), "window", 16),
-                                             ((33, 20), "full", None), ((128, 128), "full", None)])
+                                             ((33, 20), "full", None), ((128, 128), "full", None),
+                                             ((256, 256), "window", 24)])
 def test_peaks_match_fft_engine(rng, method, tile, mode, shift):
     import cupy as cp
 
@@ -523,7 +599,9 @@ def test_engine_match_and_refusals():
     ((31, 40), "window", 6, 2.0, None), ((7, 9), "full", None, 2.0, None), ((96, 96), "full", None, 6.0, None),
     ((64, 64), "window", 16, 6.0, None), ((128, 128), "full", None, 2.0, None), ((128, 128), "full", None, 6.0, None),
     ((45, 60), "full", None, 2.0, 2), ((7, 9), "full", None, 2.0, 2), ((96, 96), "full", None, 6.0, 2),
-    ((144, 144), "full", None, 2.0, None), ((132, 140), "full", None, 6.0, None)])
+    ((144, 144), "full", None, 2.0, None), ((132, 140), "full", None, 6.0, None),
+    ((64, 64), "window", 16, 6.0, 2), ((31, 40), "window", 6, 2.0, 2), ((7, 9), "window", 4, 2.0, 2),
+    ((256, 256), "window", 24, 2.0, None), ((256, 256), "window", 24, 6.0, None)])
 def test_grid_methods_in_the_kernel_match_the_float64_oracle(rng, tile, mode, shift, sigma, split, compensate,
                                                              method):
     """The dft and upsampled methods evaluated from the map in shared memory (its
@@ -561,10 +639,11 @@ def test_grid_methods_in_the_kernel_match_the_float64_oracle(rng, tile, mode, sh
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("method", ["quadratic", "dft", "upsampled"])
-def test_real_patterns_split_or_not_match_the_cpu_engine(method):
-    # kikuchipy's 3x3 Ni scan (real patterns, 60x60): nine 24 px ROIs against point 0 in full mode,
-    # the kernel in one block and split over a two-block cluster, against the float64 FFT engine
-    # on the CPU.
+@pytest.mark.parametrize("mode,shift", [("full", None), ("window", 8)])  # the CPU engine's FFT size too
+def test_real_patterns_split_or_not_match_the_cpu_engine(method, mode, shift):
+    # kikuchipy's 3x3 Ni scan (real patterns, 60x60): nine 24 px ROIs against point 0, the
+    # kernel in one block and split over a two-block cluster (full mode: by map rows; window
+    # mode: by spectrum columns), against the float64 FFT engine on the CPU.
     import cupy as cp
     from real_patterns import ni_tiles
 
@@ -575,7 +654,7 @@ def test_real_patterns_split_or_not_match_the_cpu_engine(method):
     size = 24
     tp, en, status = ni_tiles(size)
     win = (window_1d(size), window_1d(size))
-    cfg = EngineConfig(mode="full", subpixel=method)
+    cfg = EngineConfig(mode=mode, max_shift=shift, subpixel=method)
     cpu = make_engine("fft", select_backend("cpu"), (size, size), cfg, window_1d=win)
     cpu.set_reference(tp[0], en[0], status[0])
     r = cpu.match(tp, en, status)
@@ -584,7 +663,7 @@ def test_real_patterns_split_or_not_match_the_cpu_engine(method):
     assert np.nanmax(np.abs(want[0])) > 0.1  # the points do move against point 0
     got = {}
     for split in (1, 2):
-        eng, _ = _engine((size, size), "full", None, method, split=split)
+        eng, _ = _engine((size, size), mode, shift, method, split=split)
         assert eng.plan.split == split
         eng.set_reference(cp.asarray(tp[0]), cp.asarray(en[0]), cp.asarray(status[0]))
         r = eng.match(cp.asarray(tp), cp.asarray(en), cp.asarray(status))
