@@ -7,6 +7,7 @@ copies a second buffer of the same kind to the device without pause; prints patt
 
     python benchmarks/pinned_pages.py [SIDE] [PATTERNS]    (512 10000; 1024 2500)
 """
+
 import mmap
 import os
 import sys
@@ -20,87 +21,99 @@ import numpy as np
 from ebsdxc import io as scan_io
 from ebsdxc.run.bench_pipeline import write_scan
 
-for f in ("enabled", "defrag"):
+KINDS = ("cupy pinned", "THP madvised + registered", "4K pages + registered", "numpy empty (unpinned)")
+
+
+def _text(path):
     try:
-        print("THP", f, open(f"/sys/kernel/mm/transparent_hugepage/{f}").read().strip())
+        with open(path) as f:
+            return f.read()
     except OSError as e:
-        print("THP", f, e)
-print("hugepages", [l for l in open("/proc/meminfo") if "Huge" in l])
-side = int(sys.argv[1]) if len(sys.argv) > 1 else 512
-n = int(sys.argv[2]) if len(sys.argv) > 2 else 10000
-batch = 512 if side <= 512 else 128
-path = f"/tmp/thp-{side}-{n}.h5"
-if not os.path.exists(path):
-    write_scan(path, n, (side, side))
-src = scan_io.open_scan(path)
-shape = (batch, side, side)
-nbytes = int(np.prod(shape)) * 2
+        return str(e)
 
-def anon_huge():
-    m = mmap.mmap(-1, nbytes, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
-    m.madvise(mmap.MADV_HUGEPAGE)
+
+def _huge_kb():
+    return sum(int(line.split()[1]) for line in _text("/proc/self/smaps").splitlines()
+               if line.startswith("AnonHugePages"))
+
+
+def _anonymous(shape, advice, keep):
+    m = mmap.mmap(-1, int(np.prod(shape)) * 2, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+    m.madvise(advice)
+    keep.append(m)
     a = np.frombuffer(m, dtype=np.uint16).reshape(shape)
-    a[...] = 1
-    return a, m
-
-def anon_small():
-    m = mmap.mmap(-1, nbytes, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
-    m.madvise(mmap.MADV_NOHUGEPAGE)
-    a = np.frombuffer(m, dtype=np.uint16).reshape(shape)
-    a[...] = 1
-    return a, m
-
-def register(a):
+    a[...] = 1  # fault the pages in (huge ones where the advice holds)
     cp.cuda.runtime.hostRegister(a.ctypes.data, a.nbytes, 0)
     return a
 
-def huge_kb():
-    return sum(int(l.split()[1]) for l in open("/proc/self/smaps") if l.startswith("AnonHugePages"))
 
-keep = []
-def make(kind):
-    if kind == "cupy pinned":
-        a = cupyx.empty_pinned(shape, dtype=np.uint16); a[...] = 1; return a
+def make(kind, shape, keep):
     if kind == "THP madvised + registered":
-        a, m = anon_huge(); keep.append(m); return register(a)
+        return _anonymous(shape, mmap.MADV_HUGEPAGE, keep)
     if kind == "4K pages + registered":
-        a, m = anon_small(); keep.append(m); return register(a)
-    if kind == "numpy empty (unpinned)":
-        a = np.empty(shape, np.uint16); a[...] = 1; return a
+        return _anonymous(shape, mmap.MADV_NOHUGEPAGE, keep)
+    a = cupyx.empty_pinned(shape, dtype=np.uint16) if kind == "cupy pinned" else np.empty(shape, np.uint16)
+    a[...] = 1
+    return a
 
-def read_all(buf):
+
+def read_all(src, buf, n, batch):
     t = time.perf_counter()
     for i in range(0, n, batch):
         k = min(batch, n - i)
         src.read_into(i, i + k, buf[:k])
     return n / (time.perf_counter() - t)
 
-dev = cp.empty(shape, np.uint16)
-def copier(buf, halt, count):
+
+def copies(dev, buf, halt, count):
     s = cp.cuda.Stream(non_blocking=True)
     while not halt.is_set():
-        cp.cuda.runtime.memcpyAsync(dev.data.ptr, buf.ctypes.data, nbytes, 1, s.ptr)
-        s.synchronize(); count[0] += 1
-
-read_all(make("numpy empty (unpinned)"))  # page cache warm
-kinds = ["cupy pinned", "THP madvised + registered", "4K pages + registered", "numpy empty (unpinned)"]
-bufs = {}
-for k in kinds:
-    h0 = huge_kb(); bufs[k] = (make(k), make(k)); print(f"{k}: AnonHugePages +{(huge_kb()-h0)//1024} MB of {2*nbytes>>20} MB")
-for rep in range(3):
-    for k in kinds:
-        a, b = bufs[k]
-        alone = read_all(a)
-        s = cp.cuda.Stream(non_blocking=True)
-        t = time.perf_counter()
-        for _ in range(10):
-            cp.cuda.runtime.memcpyAsync(dev.data.ptr, b.ctypes.data, nbytes, 1, s.ptr)
+        cp.cuda.runtime.memcpyAsync(dev.data.ptr, buf.ctypes.data, buf.nbytes, 1, s.ptr)
         s.synchronize()
-        h2d = 10 * batch / (time.perf_counter() - t)
-        halt = threading.Event(); cnt = [0]
-        th = threading.Thread(target=copier, args=(b, halt, cnt)); th.start(); time.sleep(0.2)
-        t = time.perf_counter(); c0 = cnt[0]
-        both = read_all(a)
-        dt = time.perf_counter() - t; c1 = cnt[0]
-        halt.set(); th.join()
-        print(f"rep {rep} {k:28s} read {alone:9,.0f}  h2d {h2d:9,.0f}  read while copying {both:9,.0f}  (copies meanwhile {(c1-c0)*batch/dt:9,.0f}) patterns/s", flush=True)
+        count[0] += 1
+
+
+def main():
+    for f in ("enabled", "defrag"):
+        print("THP", f, _text(f"/sys/kernel/mm/transparent_hugepage/{f}").strip())
+    side = int(sys.argv[1]) if len(sys.argv) > 1 else 512
+    n = int(sys.argv[2]) if len(sys.argv) > 2 else 10000
+    batch = 512 if side <= 512 else 128
+    path = f"/tmp/thp-{side}-{n}.h5"
+    if not os.path.exists(path):
+        write_scan(path, n, (side, side))
+    src = scan_io.open_scan(path)
+    shape = (batch, side, side)
+    dev = cp.empty(shape, np.uint16)
+    keep = []
+    read_all(src, make("numpy empty (unpinned)", shape, keep), n, batch)  # into the page cache
+    bufs = {}
+    for k in KINDS:
+        h0 = _huge_kb()
+        bufs[k] = (make(k, shape, keep), make(k, shape, keep))
+        print(f"{k}: AnonHugePages +{(_huge_kb() - h0) // 1024} MB of {2 * bufs[k][0].nbytes >> 20} MB")
+    for rep in range(3):
+        for k in KINDS:
+            a, b = bufs[k]
+            alone = read_all(src, a, n, batch)
+            s = cp.cuda.Stream(non_blocking=True)
+            t = time.perf_counter()
+            for _ in range(10):
+                cp.cuda.runtime.memcpyAsync(dev.data.ptr, b.ctypes.data, b.nbytes, 1, s.ptr)
+            s.synchronize()
+            h2d = 10 * batch / (time.perf_counter() - t)
+            halt, count = threading.Event(), [0]
+            th = threading.Thread(target=copies, args=(dev, b, halt, count))
+            th.start()
+            time.sleep(0.2)
+            t, c0 = time.perf_counter(), count[0]
+            both = read_all(src, a, n, batch)
+            dt, c1 = time.perf_counter() - t, count[0]
+            halt.set()
+            th.join()
+            print(f"rep {rep} {k:28s} read {alone:9,.0f}  h2d {h2d:9,.0f}  read while copying {both:9,.0f}  "
+                  f"(copies meanwhile {(c1 - c0) * batch / dt:9,.0f}) patterns/s", flush=True)
+
+
+if __name__ == "__main__":
+    main()
