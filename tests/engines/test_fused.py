@@ -9,6 +9,7 @@ import pytest
 from ebsdxc.engines.fused import (
     LENGTH_MAX,
     axis_factors,
+    fast_length,
     fft_length,
     fused_plan,
     skew,
@@ -347,6 +348,22 @@ def test_fft_lengths_are_smallest_usable_2a3b():
     assert axis_factors(972) is None
 
 
+def test_fast_lengths_fill_the_teams():
+    # the smallest length where its factors fill the teams; a longer one where they leave most
+    # of a 32-lane team idle and a longer length fills 16-lane teams
+    for need, want in [(24, 24), (81, 81), (96, 96), (112, 128), (144, 144), (152, 192), (159, 192),
+                       (192, 192), (200, 256), (243, 256), (280, 288)]:
+        assert fast_length(need) == want, need
+        assert fast_length(need) >= fft_length(need) and fast_length(need) <= max(1.5 * need, fft_length(need))
+    # window mode 128x128 at +-24 (the 512x512 HR-EBSD case): 192 (12 x 16), not 162 (9 x 18)
+    assert fused_plan((128, 128), "window", 24, grid=3).fft == (192, 192)
+    # where the cheaper length does not fit and the smallest does, the smallest
+    p = fused_plan((128, 128), "window", 24, grid=3, smem_limit=160 * 1024)
+    assert p.fft == (162, 162) and p.split == 1
+    # the upsampled grid's sums grow with the map: the smallest lengths
+    assert fused_plan((128, 128), "window", 24, grid=24).fft == (162, 162)
+
+
 def test_plans_and_refusals():
     p = fused_plan((96, 96), "full")
     assert p.fft == (192, 192) and p.ld == 97 and p.smem < 160 * 1024 and p.threads == 512
@@ -366,8 +383,10 @@ def test_plans_and_refusals():
     for t in ((132, 132), (144, 144), (136, 144)):
         p = fused_plan(t, "full", grid=24)
         assert p.split == 2 and p.fft == (288, 288) and p.grid_smem == 229704
-    # 112 rows: 243 (3^5) has odd factors; the split takes the next length two blocks can share
-    assert fused_plan((112, 112), "full", grid=3).fft == (256, 243)
+    # 112 rows: 243 (3^5) has odd factors; the split takes the next length two blocks can share,
+    # and the rows 256 too: 243 = 9 x 27 leaves most of a 32-lane team idle (fast_length)
+    assert fused_plan((112, 112), "full", grid=3).fft == (256, 256)
+    assert fused_plan((112, 112), "full", grid=3, split=2).fft == (256, 256)
     assert not supports((128, 128), "full", clusters=False)
     with pytest.raises(ValueError, match="shared memory: use the fft engine"):
         fused_plan((128, 128), "full", clusters=False)
@@ -384,8 +403,8 @@ def test_plans_and_refusals():
     assert (p.split, p.cols, p.ld) == (2, 2, 7) and 2 * p.ld >= p.fft[1] // 2 + 1
     assert fused_plan((200, 200), "window", 24).cols == 2
     assert fused_plan((128, 128), "window", 24).split == 1
-    assert fused_plan((230, 20), "window", 13).fft[0] == 243
-    assert fused_plan((230, 20), "window", 13, split=2).fft[0] == 256  # even, not 243
+    assert fused_plan((70, 8), "window", 11).fft[0] == 81
+    assert fused_plan((70, 8), "window", 11, split=2).fft[0] == 96  # even, not 81
     with pytest.raises(ValueError, match="without thread-block clusters"):
         fused_plan((16, 16), "window", 4, split=2, clusters=False)
     with pytest.raises(ValueError, match="split over two blocks by columns"):
@@ -471,12 +490,13 @@ def test_oracle_is_the_definition(rng):
                                                    for m, s in [("full", None), ("window", 3), ("window", 16)]]
                          + [(t, "full", None, 2) for t in SPLIT_SIZES] + [((128, 128), "full", None, None)]
                          + [(t, "window", s, 2) for t in SPLIT_SIZES for s in (3, 16)]
-                         + [((256, 256), "window", 24, None), ((200, 210), "window", 24, None)])
+                         + [((256, 256), "window", 24, None), ((200, 210), "window", 24, None),
+                            ((128, 128), "window", 24, None), ((112, 112), "full", None, None)])
 def test_maps_match_float64_definition(rng, tile, mode, shift, split):
     import cupy as cp
 
     eng, _ = _engine(tile, mode, shift, split=split)
-    if tile in ((128, 128), (256, 256), (200, 210)):
+    if tile in ((256, 256), (200, 210)) or (tile == (128, 128) and mode == "full"):
         assert eng.plan.split == 2
     assert eng.plan.cols == (2 if eng.plan.split == 2 and mode == "window" else 1)
     h, w = tile
@@ -601,7 +621,8 @@ def test_engine_match_and_refusals():
     ((45, 60), "full", None, 2.0, 2), ((7, 9), "full", None, 2.0, 2), ((96, 96), "full", None, 6.0, 2),
     ((144, 144), "full", None, 2.0, None), ((132, 140), "full", None, 6.0, None),
     ((64, 64), "window", 16, 6.0, 2), ((31, 40), "window", 6, 2.0, 2), ((7, 9), "window", 4, 2.0, 2),
-    ((256, 256), "window", 24, 2.0, None), ((256, 256), "window", 24, 6.0, None)])
+    ((256, 256), "window", 24, 2.0, None), ((256, 256), "window", 24, 6.0, None),
+    ((128, 128), "window", 24, 6.0, None)])
 def test_grid_methods_in_the_kernel_match_the_float64_oracle(rng, tile, mode, shift, sigma, split, compensate,
                                                              method):
     """The dft and upsampled methods evaluated from the map in shared memory (its
