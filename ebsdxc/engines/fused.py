@@ -9,8 +9,10 @@ row FFT), and the peak search with the 3x3 subpixel fit of :mod:`ebsdxc.engines.
 padded to 192x192 (192 x 97 complex64 = 149 KB) fits the 227 KB of opt-in shared memory of
 sm_90.
 
-FFT lengths are the smallest ``2^a 3^b`` >= ``2h - 1`` (full mode) or ``h + max_shift``
-(window mode) that split into two factors N = N1 * N2 of at most 32 each. Each 1-D FFT is
+FFT lengths are ``2^a 3^b`` >= ``2h - 1`` (full mode) or ``h + max_shift`` (window mode) that
+split into two factors N = N1 * N2 of at most 32 each: the one of the fewest warp instructions
+(:func:`fast_length`; 192 = 12 x 16 rather than 162 = 9 x 18, whose factors leave most of a
+32-lane team idle) where it fits, else the smallest. Each 1-D FFT is
 one four-step pass done by a team of threads of one warp: N2 threads do N1-point DFTs in
 registers, twiddle, exchange through shared memory in a skewed layout (no bank
 conflicts), then N1 threads do N2-point DFTs. The column pass runs forward FFT, product and
