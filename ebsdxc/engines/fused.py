@@ -271,7 +271,9 @@ def fused_plan(tile_shape, mode, max_shift=None, *, smem_limit=SMEM_OPTIN, grid=
     if split == 2 and not clusters:
         raise ValueError(f"{w}x{h} tiles in {mode} mode cannot be split over two blocks without "
                          "thread-block clusters (sm_90)")
-    nys = _split_length(need[0], h) if clusters and mode == "full" and split != 1 else None
+    nys = None  # the row split's column FFT length, full mode only
+    if clusters and mode == "full" and split != 1:
+        nys = _first_length(need[0], lambda n: can_split(h, n, axis_factors(n)))
     if nys is not None:
         for nxs in dict.fromkeys((fast[1], nx)):
             plan, why_split = _plan((h, w), (nys, nxs), max_lag, 2, smem_limit, grid)
@@ -279,7 +281,7 @@ def fused_plan(tile_shape, mode, max_shift=None, *, smem_limit=SMEM_OPTIN, grid=
                 return plan
         why = f"split over two blocks, {why_split}" if split == 2 else f"{why}; split over two blocks, {why_split}"
     elif clusters and split != 1:
-        nye = _even_length(need[0])
+        nye = _first_length(need[0], lambda n: n % 2 == 0)  # a column split's map rows alternate
         plan, why_cols = None, "no even FFT length"
         for nxs in dict.fromkeys((fast[1], nx)) if nye is not None else ():
             plan, why_cols = _plan((h, w), (nye, nxs), max_lag, 2, smem_limit, grid, cols=2)
@@ -291,18 +293,10 @@ def fused_plan(tile_shape, mode, max_shift=None, *, smem_limit=SMEM_OPTIN, grid=
                      f"{smem_limit // 1024} KB of shared memory: use the fft engine")
 
 
-def _split_length(need, h):
-    # The smallest column FFT length >= need that two blocks can share, or None.
+def _first_length(need, ok):
+    # The smallest FFT length >= need for which ok(length) holds, or None.
     n = fft_length(need)
-    while n is not None and not can_split(h, n, axis_factors(n)):
-        n = fft_length(n + 1)
-    return n
-
-
-def _even_length(need):
-    # The smallest FFT length >= need that is even (a column split's map rows alternate), or None.
-    n = fft_length(need)
-    while n is not None and n % 2:
+    while n is not None and not ok(n):
         n = fft_length(n + 1)
     return n
 
