@@ -746,45 +746,65 @@ __device__ double2 geometric_small(double t, int a, int n, int N, const double* 
 // denominator, then stays away from the zeros at t = +-N where a float argument loses it.
 __device__ __forceinline__ float red2(double x) { return (float)(x - 2.0 * rint(0.5 * x)); }
 
-// Dy(t): all NY signed frequencies (fftfreq order does not matter for the sum).
-__device__ float2 weight_full(double t) {
-    const float s = sinpif(red2(t / NY));
-    if (fabsf(s) < 1e-6f) {
-        const double2 d = geometric_small(t, -(NY / 2), NY, NY, nullptr);
-        return make_float2((float)d.x, (float)d.y);
-    }
+// t / N as t times a rounded reciprocal: a double division is a dependent chain of a dozen FP64
+// instructions, and the weights of a stencil were its bound. The product is within an ulp of
+// the quotient, far below the float rounding that red2 applies next.
+constexpr double RNY = 1.0 / NY, RNX = 1.0 / NX;
+
+// Dy(t): all NY signed frequencies (fftfreq order does not matter for the sum). The closed
+// form and its denominator s = sin(pi t / NY), which must be at least 1e-6 (weight_full); a
+// caller of several weights makes them all before it mends any, so that their trigonometry
+// overlaps.
+// |t| <= NY / 2 (the callers wrap it): t / NY needs no reduction before its float rounding.
+__device__ __forceinline__ float2 weight_full_closed(double t, float& s) {
+    float cs;
+    sincospif((float)(t * RNY), &s, &cs);
     const float r = sinpif(red2(t)) / s;
     if (NY % 2) return make_float2(r, 0.0f);
-    float sn, cs;
-    sincospif(red2(-t / NY), &sn, &cs);  // frequencies -NY/2 .. NY/2 - 1: centre -1/2
-    return make_float2(r * cs, r * sn);
+    return make_float2(r * cs, -r * s);  // frequencies -NY/2 .. NY/2 - 1: centre -1/2
+}
+__device__ __noinline__ float2 weight_full_small(double t) {
+    const double2 d = geometric_small(t, -(NY / 2), NY, NY, nullptr);
+    return make_float2((float)d.x, (float)d.y);
+}
+__device__ __forceinline__ float2 weight_full(double t) {
+    float s;
+    const float2 w = weight_full_closed(t, s);
+    return fabsf(s) < 1e-6f ? weight_full_small(t) : w;
 }
 
-// Dx(t): the half spectrum kx = 0..NX/2 with the Hermitian weights of dft_grid.
-__device__ float2 weight_half(double t) {
+// Dx(t): the half spectrum kx = 0..NX/2 with the Hermitian weights of dft_grid (closed form and
+// denominator as weight_full_closed).
+__device__ __noinline__ float2 weight_half_small(double t) {
     constexpr int M = NX / 2;
-    const float s = sinpif(red2(t / NX));
-    if (fabsf(s) < 1e-6f) {
-        const double ends[2] = {1.0, NX % 2 ? 2.0 : 1.0};
-        const double2 d = geometric_small(t, 0, M + 1, NX, ends);
-        return make_float2((float)d.x, (float)d.y);
-    }
+    const double ends[2] = {1.0, NX % 2 ? 2.0 : 1.0};
+    const double2 d = geometric_small(t, 0, M + 1, NX, ends);
+    return make_float2((float)d.x, (float)d.y);
+}
+__device__ __forceinline__ float2 weight_half_closed(double t, float& s) {
+    constexpr int M = NX / 2;
+    s = sinpif((float)(t * RNX));  // |t| <= NX / 2, as weight_full_closed
     float re, im, sn, cs;
     if (NX % 2 == 0) {  // 1 + 2 sum_{k=1}^{M-1} e^{ik theta} + e^{iM theta}, theta = 2 pi t / NX
-        const float a = 2.0f * sinpif(red2((M - 1) * t / NX)) / s;
-        sincospif(red2(M * t / NX), &sn, &cs);
+        const float a = 2.0f * sinpif((float)(t * ((M - 1) * RNX))) / s;
+        sincospif(red2(0.5 * t), &sn, &cs);  // M / NX = 1 / 2
         re = 1.0f + a * cs;
         im = a * sn;
         sincospif(red2(t), &sn, &cs);  // e^{i M theta} = e^{i pi t}
         re += cs;
         im += sn;
     } else {  // 1 + 2 sum_{k=1}^{M} e^{ik theta}
-        const float a = 2.0f * sinpif(red2(M * t / NX)) / s;
-        sincospif(red2((M + 1) * t / NX), &sn, &cs);
+        const float a = 2.0f * sinpif((float)(t * (M * RNX))) / s;
+        sincospif(red2(t * ((M + 1) * RNX)), &sn, &cs);
         re = 1.0f + a * cs;
         im = a * sn;
     }
     return make_float2(re, im);
+}
+__device__ __forceinline__ float2 weight_half(double t) {
+    float s;
+    const float2 w = weight_half_closed(t, s);
+    return fabsf(s) < 1e-6f ? weight_half_small(t) : w;
 }
 
 // Scratch of the dft and upsampled kernels after the window lag tables (fused._grid_scratch
@@ -828,6 +848,31 @@ __device__ __forceinline__ double warp_sum_all(double v) {
     return v;
 }
 
+// One step of warp_sum9: the lanes with `upper` keep the upper part (padded with zeros).
+template <int N, int K, int O>
+__device__ __forceinline__ void halve(const double (&v)[N], double (&k)[K], bool upper) {
+#pragma unroll
+    for (int i = 0; i < K; ++i) {
+        const double lo = v[i], hi = i + K < N ? v[i + K] : 0.0;
+        k[i] = (upper ? hi : lo) + __shfl_xor_sync(0xffffffffu, upper ? lo : hi, O);
+    }
+}
+
+// The sums of v[0..8] over the warp, by halving: lane sum9_lane(i) returns the sum of v[i]
+// (12 shuffles of a double, where nine whole-warp sums took 45).
+__host__ __device__ constexpr int sum9_lane(int i) {
+    return (i < 5 ? 0 : 16) + 2 * (i < 5 ? i : i - 5) + ((i < 5 ? i : i - 5) >= 3 ? 2 : 0);
+}
+__device__ __forceinline__ double warp_sum9(const double (&v)[9]) {
+    const int lane = threadIdx.x & 31;
+    double k1[5], k2[3], k3[2], k4[1];
+    halve<9, 5, 16>(v, k1, lane & 16);
+    halve<5, 3, 8>(k1, k2, lane & 8);
+    halve<3, 2, 4>(k2, k3, lane & 4);
+    halve<2, 1, 2>(k3, k4, lane & 2);
+    return k4[0] + __shfl_xor_sync(0xffffffffu, k4[0], 1);
+}
+
 // The row sums of the general grid in pieces p = j G + g: map row j, every G-th column from g.
 // G is a power of two <= 32 that keeps the rounds over the block few and their idle threads
 // few; a row's G pieces are summed by log2(G) shuffles of six doubles (weighed here as 5
@@ -866,56 +911,177 @@ __device__ __forceinline__ void piece_sums(const float* Mf, const double2* wx, i
     }
 }
 
-// Dx at the three grid columns xc + (v0 + v - c) h, v < nv, into d.wxf (FLOATS) or d.wx (zero
-// beyond nv); every thread calls it.
-template <bool FLOATS>
+// Dx at the three grid columns xc + (v0 + v - c) h, v < nv, into d.wx (zero beyond nv); every
+// thread calls it.
 __device__ __forceinline__ void column_table(const GridScratch& d, double xc, double h, int v0, int nv, int c) {
     __syncthreads();  // wy written; the rows and wx of the last chunk read
     for (int i = threadIdx.x; i < 3 * NX; i += blockDim.x) {
         const int v = i / NX, k = i - v * NX;
         const double tt = xc - k + (v0 + v - c) * h;
-        const float2 w = v < nv ? weight_half(tt - NX * rint(tt / NX)) : make_float2(0.0f, 0.0f);
-        if (FLOATS) d.wxf[i] = w;
-        else d.wx[i] = make_double2(w.x, w.y);
+        const float2 w = v < nv ? weight_half(tt - NX * rint(tt * RNX)) : make_float2(0.0f, 0.0f);
+        d.wx[i] = make_double2(w.x, w.y);
     }
     __syncthreads();
 }
 
 constexpr int KM = (NX + 31) / 32;  // a lane's columns of a map row in the 3x3 stencil
 
-// column_table, and this lane's columns of it into q as floats (zero beyond NX): for the 3x3
-// stencil, whose lanes keep their columns' weights in registers for every row (measured faster
-// there than pieces with double weights read from shared memory, H100).
-__device__ __forceinline__ void column_weights(const GridScratch& d, double xc, double h, int c, float2 (&q)[3][KM]) {
-    column_table<true>(d, xc, h, 0, 3, c);
-    const int lane = threadIdx.x & 31;
-#pragma unroll
-    for (int m = 0; m < KM; ++m) {
-        const int k = lane + 32 * m;
-#pragma unroll
-        for (int v = 0; v < 3; ++v) q[v][m] = k < NX ? d.wxf[v * NX + k] : make_float2(0.0f, 0.0f);
-    }
-}
+// The window autocorrelation at a stencil's lags in pieces of 64 frequencies: 0..NY/2 (the
+// pairs ky, -ky added, cos being even) and 0..NX/2 (Hermitian weights), a warp per piece.
+constexpr int CY = (NY / 2 + 64) / 64, CX = (NXH + 63) / 64;
+// The 3x3 stencil keeps the warps' sums (9 each) and these pieces in d.rows.
+constexpr bool STENCIL_ROWS = 9 * NWARPS + 3 * (CY + CX) <= 6 * NYL;
 
-// This lane's share of sum_k c[k] (Re, Im) Dx_v(k) over map row mr, v < 3: its KM products
-// summed in float, then widened (the row and warp sums are double, see piece_sums). The
-// products' float rounding is that of the float map values themselves; widening every product
-// (F2F runs at a quarter of the FP64 rate) cost more than the stencil's arithmetic.
-__device__ __forceinline__ void row_partial(const float* mr, const float2 (&q)[3][KM], double (&a)[6]) {
-    const int lane = threadIdx.x & 31;
-    float f[6] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
+// The tables of a 3x3 stencil about (yc, xc) of step h, in one round with no barrier inside (it
+// was five rounds of trigonometry, three barriers apart, and as long as the pass over the map):
+// Dy at the three stencil rows for this block's map rows and Dx at the three stencil columns
+// (a thread per map row or column: three independent weights), and where comp the window
+// autocorrelation's pieces (warps from the last, which have no weights to make). Ends with a
+// barrier.
+__device__ __forceinline__ void stencil_tables(const GridScratch& d, double yc, double xc, double h, int comp,
+                                               const double* __restrict__ Sy, const double* __restrict__ Sx, int s) {
+    for (int i = threadIdx.x; i < NYL + NX; i += blockDim.x) {
+        const bool row = i < NYL;
+        const int k = row ? i : i - NYL;
+        const double t0 = row ? yc - (i * SPLIT + s) : xc - k;
+        double t[3];
+        float sd[3];
+        float2 w[3];
 #pragma unroll
-    for (int m = 0; m < KM; ++m) {
-        const int k = lane + 32 * m;
-        const float cv = k < NX ? mr[k] : 0.0f;
+        for (int u = 0; u < 3; ++u) {
+            const double tt = t0 + (u - 1) * h;  // D has period N: the least |t| (see red2)
+            t[u] = row ? tt - NY * rint(tt * RNY) : tt - NX * rint(tt * RNX);
+            w[u] = row ? weight_full_closed(t[u], sd[u]) : weight_half_closed(t[u], sd[u]);
+        }
 #pragma unroll
-        for (int v = 0; v < 3; ++v) {
-            f[2 * v] = fmaf(cv, q[v][m].x, f[2 * v]);
-            f[2 * v + 1] = fmaf(cv, q[v][m].y, f[2 * v + 1]);
+        for (int u = 0; u < 3; ++u) {
+            if (fabsf(sd[u]) < 1e-6f) w[u] = row ? weight_full_small(t[u]) : weight_half_small(t[u]);
+            if (row) d.wy[u * NYL + i] = w[u];
+            else d.wx[u * NX + k] = make_double2(w[u].x, w[u].y);
         }
     }
+    if (comp) {
+        const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+        for (int i = NWARPS - 1 - warp; i < 3 * (CY + CX); i += NWARPS) {
+            double a = 0.0;
 #pragma unroll
-    for (int r = 0; r < 6; ++r) a[r] = f[r];
+            for (int e = 0; e < 2; ++e) {
+                if (i < 3 * CY) {
+                    const int u = i / CY, k = (i - u * CY) * 64 + 32 * e + lane;
+                    if (k <= NY / 2) {
+                        const double cf = (k == 0 || 2 * k == NY) ? Sy[k] : Sy[k] + Sy[NY - k];
+                        double f = k * (yc + (u - 1) * h) * RNY;
+                        f -= floor(f);
+                        a += cf * cospi(2.0 * f);
+                    }
+                } else {
+                    const int q = i - 3 * CY, v = q / CX, l = (q - v * CX) * 64 + 32 * e + lane;
+                    if (l < NXH) {
+                        const double wl = (l == 0 || (NX % 2 == 0 && l == NX / 2)) ? 1.0 : 2.0;
+                        double f = l * (xc + (v - 1) * h) * RNX;
+                        f -= floor(f);
+                        a += Sx[l] * wl * cospi(2.0 * f);
+                    }
+                }
+            }
+            a = warp_sum_all(a);
+            if (lane == 0) d.rows[9 * NWARPS + i] = a;
+        }
+    }
+    __syncthreads();
+}
+
+// The 3x3 stencil's values into d.g from the warps' sums in d.rows (over both blocks of a
+// split, added in rank order so that both hold the same values and take the same steps),
+// scaled and divided by the window autocorrelation where comp, as grid_finish. Threads 0..8
+// write them; warp 0 may read them when it returns.
+__device__ __forceinline__ void stencil_finish(const GridScratch& d, int comp, double sy_sum, double sx_sum) {
+    __syncthreads();  // the warps' sums
+    const int i = threadIdx.x;
+    double a = 0.0;
+    if (i < 9) {
+#pragma unroll
+        for (int w = 0; w < NWARPS; ++w) a += d.rows[w * 9 + i];
+    }
+    if (SPLIT > 1) {
+        if (i < 9) d.g[i] = a;
+        cluster_sync();
+        if (i < 9) {
+            a = 0.0;
+            for (int r = 0; r < SPLIT; ++r) a += *peer(d.g + i, r);
+        }
+        cluster_sync();  // the peer has read d.g
+    }
+    if (i < 9) {
+        double val = a / ((double)NY * NX);
+        if (comp) {
+            const int u = i / 3, v = i - 3 * u;
+            const double* part = d.rows + 9 * NWARPS;
+            double ay = 0.0, ax = 0.0;
+#pragma unroll
+            for (int p = 0; p < CY; ++p) ay += part[u * CY + p];
+#pragma unroll
+            for (int p = 0; p < CX; ++p) ax += part[3 * CY + v * CX + p];
+            val /= (ay / sy_sum) * (ax / sx_sum);
+        }
+        d.g[i] = val;
+    }
+    if (i < 32) __syncwarp();
+}
+
+// The 3x3 stencil (`dft`) in one pass over the map. Each lane sums, for each of its columns k,
+// c[j][k] Dy_u(j) over its warp's rows j in float (FP32 multiply-adds only), then
+// Re(that Dx_v(k)) over its columns in double, and lanes and warps are summed once at the end.
+// The float sums are as long as those of the map's own inverse FFT, whose float rounding
+// already bounds the interpolant's; summing rows per column, rather than columns per row,
+// widens each lane's sums to double once per pass instead of once per row (conversions to
+// double run at a quarter of the FP64 rate and were the pass's bound). d.g is complete in warp
+// 0 when it returns.
+__device__ __forceinline__ void stencil_values(const float* Mf, const GridScratch& d, double yc, double xc, double h,
+                                               int comp, const double* __restrict__ Sy, const double* __restrict__ Sx,
+                                               double sy_sum, double sx_sum, int s) {
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    stencil_tables(d, yc, xc, h, comp, Sy, Sx, s);
+    float2 b[3][KM];
+#pragma unroll
+    for (int u = 0; u < 3; ++u) {
+#pragma unroll
+        for (int m = 0; m < KM; ++m) b[u][m] = make_float2(0.0f, 0.0f);
+    }
+    for (int j = warp; j < NYL; j += NWARPS) {
+        const float* mr = Mf + j * 2 * MLD;
+        float2 w[3];
+#pragma unroll
+        for (int u = 0; u < 3; ++u) w[u] = d.wy[u * NYL + j];
+#pragma unroll
+        for (int m = 0; m < KM; ++m) {
+            const int k = lane + 32 * m;
+            const float cv = k < NX ? mr[k] : 0.0f;
+#pragma unroll
+            for (int u = 0; u < 3; ++u) {
+                b[u][m].x = fmaf(cv, w[u].x, b[u][m].x);
+                b[u][m].y = fmaf(cv, w[u].y, b[u][m].y);
+            }
+        }
+    }
+    double acc[9] = {0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0};  // [u][v]
+#pragma unroll
+    for (int m = 0; m < KM; ++m) {
+        const int k = lane + 32 * m;
+        if (k < NX) {
+#pragma unroll
+            for (int v = 0; v < 3; ++v) {
+                const double2 q = d.wx[v * NX + k];
+#pragma unroll
+                for (int u = 0; u < 3; ++u) acc[3 * u + v] += (double)b[u][m].x * q.x - (double)b[u][m].y * q.y;
+            }
+        }
+    }
+    const double t = warp_sum9(acc);
+#pragma unroll
+    for (int i = 0; i < 9; ++i)
+        if (lane == sum9_lane(i)) d.rows[warp * 9 + i] = t;
+    stencil_finish(d, comp, sy_sum, sx_sum);
 }
 
 // The correlation (divided by the window autocorrelation where comp) at the R x R lags
@@ -945,17 +1111,22 @@ __device__ __forceinline__ void grid_finish(const GridScratch& d, int R, int com
     __syncthreads();
 }
 
-// STENCIL: the 3x3 grid of `dft` (its own code, so that the general grid's registers do not
-// weigh on it); else any R.
+// STENCIL: the 3x3 grid of `dft` (stencil_values, where d.rows has room for its sums; its own
+// code, so that the general grid's registers do not weigh on it); else any R. d.g is complete
+// in every thread when it returns (in warp 0 only for stencil_values).
 template <bool STENCIL>
 __device__ void grid_values(const float* Mf, const GridScratch& d, double yc, double xc, double h, int R, int comp,
                             const double* __restrict__ Sy, const double* __restrict__ Sx, double sy_sum,
                             double sx_sum, int s = 0) {
+    if (STENCIL && STENCIL_ROWS) {
+        stencil_values(Mf, d, yc, xc, h, comp, Sy, Sx, sy_sum, sx_sum, s);
+        return;
+    }
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, c = R / 2;
     for (int i = threadIdx.x; i < R * NYL; i += blockDim.x) {
         const int u = i / NYL, j = i - u * NYL;
         const double tt = yc - (j * SPLIT + s) + (u - c) * h;  // Dy has period NY: the least |t| (see red2)
-        d.wy[i] = weight_full(tt - NY * rint(tt / NY));
+        d.wy[i] = weight_full(tt - NY * rint(tt * RNY));
     }
     if (comp) {  // window autocorrelation at the grid's lags, as dft_refine (peaks.cu): a warp per lag
         for (int u = warp; u < 2 * R; u += NWARPS) {
@@ -963,14 +1134,14 @@ __device__ void grid_values(const float* Mf, const GridScratch& d, double yc, do
             if (u < R) {
                 for (int k = lane; k < NY; k += 32) {
                     const int kk = k < (NY + 1) / 2 ? k : k - NY;
-                    double f = kk * (yc + (u - c) * h) / NY;
+                    double f = kk * (yc + (u - c) * h) * RNY;
                     f -= floor(f);
                     a += Sy[k] * cospi(2.0 * f);
                 }
             } else {
                 for (int l = lane; l < NXH; l += 32) {
                     const double wl = (l == 0 || (NX % 2 == 0 && l == NX / 2)) ? 1.0 : 2.0;
-                    double f = l * (xc + (u - R - c) * h) / NX;
+                    double f = l * (xc + (u - R - c) * h) * RNX;
                     f -= floor(f);
                     a += Sx[l] * wl * cospi(2.0 * f);
                 }
@@ -982,44 +1153,10 @@ __device__ void grid_values(const float* Mf, const GridScratch& d, double yc, do
             }
         }
     }
-    if (STENCIL && 9 * NWARPS <= 6 * NYL) {  // d.rows holds the warps' sums
-        // The dft stencil in one pass over the map: each lane keeps the 3x3 sums over its
-        // columns and its warp's rows, summed across lanes and warps once at the end. (A warp
-        // sum of six doubles per map row made the shuffles the refinement's bound.)
-        float2 q[3][KM];
-        column_weights(d, xc, h, c, q);
-        double acc[3][3] = {{0.0, 0.0, 0.0}, {0.0, 0.0, 0.0}, {0.0, 0.0, 0.0}};
-        for (int j = warp; j < NYL; j += NWARPS) {
-            double a[6];
-            row_partial(Mf + j * 2 * MLD, q, a);
-#pragma unroll
-            for (int u = 0; u < 3; ++u) {
-                const float2 w = d.wy[u * NYL + j];
-#pragma unroll
-                for (int v = 0; v < 3; ++v) acc[u][v] += (double)w.x * a[2 * v] - (double)w.y * a[2 * v + 1];
-            }
-        }
-#pragma unroll
-        for (int u = 0; u < 3; ++u) {
-#pragma unroll
-            for (int v = 0; v < 3; ++v) {
-                const double s = warp_sum_all(acc[u][v]);
-                if (lane == 0) d.rows[warp * 9 + u * 3 + v] = s;
-            }
-        }
-        __syncthreads();
-        if (threadIdx.x < 9) {
-            double a = 0.0;
-            for (int w = 0; w < NWARPS; ++w) a += d.rows[w * 9 + threadIdx.x];
-            d.g[threadIdx.x] = a;
-        }
-        grid_finish(d, R, comp);
-        return;
-    }
     for (int v0 = 0; v0 < R; v0 += 3) {  // three columns of the grid at a time
         const int nv = min(3, R - v0);
         // row sums: the GR pieces of a row in neighbouring lanes, summed by shuffles
-        column_table<false>(d, xc, h, v0, nv, c);
+        column_table(d, xc, h, v0, nv, c);
         for (int p0 = 0; p0 < NYL * GR; p0 += NT) {  // the same rounds in every lane of a warp
             const int p = p0 + threadIdx.x;
             double a[6] = {0.0, 0.0, 0.0, 0.0, 0.0, 0.0};
@@ -1171,8 +1308,9 @@ fused_dft(const float* __restrict__ tiles, long long frame, int row, const float
         }
         __syncthreads();
         ++moves;
+        // pos is rewritten next round only after grid_values' barriers, which every thread
+        // reaches after reading it
         if (!(st == 0 && d.pos[5] != 0.0 && moves < max_moves)) { ++st; moves = 0; }
-        __syncthreads();  // pos is rewritten next round
     }
     if (threadIdx.x == 0 && s == 0) {
         const bool stuck = d.pos[5] != 0.0;  // the finest step still reached its edge
