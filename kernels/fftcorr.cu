@@ -926,11 +926,26 @@ __device__ __forceinline__ void column_table(const GridScratch& d, double xc, do
 
 constexpr int KM = (NX + 31) / 32;  // a lane's columns of a map row in the 3x3 stencil
 
-// The window autocorrelation at a stencil's lags in pieces of 64 frequencies: 0..NY/2 (the
-// pairs ky, -ky added, cos being even) and 0..NX/2 (Hermitian weights), a warp per piece.
+// The window autocorrelation at a stencil's three row lags and three column lags in pieces of
+// 64 frequencies: 0..NY/2 (the pairs ky, -ky added, cos being even) and 0..NX/2 (Hermitian
+// weights), a warp per piece and its three lags.
 constexpr int CY = (NY / 2 + 64) / 64, CX = (NXH + 63) / 64;
 // The 3x3 stencil keeps the warps' sums (9 each) and these pieces in d.rows.
 constexpr bool STENCIL_ROWS = 9 * NWARPS + 3 * (CY + CX) <= 6 * NYL;
+
+// c cos(2 pi k (y + (u - 1) h) / N), u < 3, into a[u]: cos(A -+ B) from the sines and cosines of
+// A = 2 pi k y / N and B = 2 pi k h / N (two double sincospi for three lags).
+__device__ __forceinline__ void cos3(double c, int k, double y, double h, double rn, double (&a)[3]) {
+    double f = k * y * rn, g = k * h * rn;
+    f -= floor(f);
+    g -= floor(g);
+    double sa, ca, sb, cb;
+    sincospi(2.0 * f, &sa, &ca);
+    sincospi(2.0 * g, &sb, &cb);
+    a[0] = fma(c, ca * cb + sa * sb, a[0]);
+    a[1] = fma(c, ca, a[1]);
+    a[2] = fma(c, ca * cb - sa * sb, a[2]);
+}
 
 // The tables of a 3x3 stencil about (yc, xc) of step h, in one round with no barrier inside (it
 // was five rounds of trigonometry, three barriers apart, and as long as the pass over the map):
@@ -960,32 +975,28 @@ __device__ __forceinline__ void stencil_tables(const GridScratch& d, double yc, 
             else d.wx[u * NX + k] = make_double2(w[u].x, w[u].y);
         }
     }
-    if (comp) {
+    if (comp) {  // the warps from the last, which have no weights to make where NYL + NX < NT
         const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-        for (int i = NWARPS - 1 - warp; i < 3 * (CY + CX); i += NWARPS) {
-            double a = 0.0;
+        for (int i = NWARPS - 1 - warp; i < CY + CX; i += NWARPS) {
+            double a[3] = {0.0, 0.0, 0.0};
 #pragma unroll
             for (int e = 0; e < 2; ++e) {
-                if (i < 3 * CY) {
-                    const int u = i / CY, k = (i - u * CY) * 64 + 32 * e + lane;
-                    if (k <= NY / 2) {
-                        const double cf = (k == 0 || 2 * k == NY) ? Sy[k] : Sy[k] + Sy[NY - k];
-                        double f = k * (yc + (u - 1) * h) * RNY;
-                        f -= floor(f);
-                        a += cf * cospi(2.0 * f);
-                    }
+                if (i < CY) {
+                    const int k = i * 64 + 32 * e + lane;
+                    if (k <= NY / 2) cos3((k == 0 || 2 * k == NY) ? Sy[k] : Sy[k] + Sy[NY - k], k, yc, h, RNY, a);
                 } else {
-                    const int q = i - 3 * CY, v = q / CX, l = (q - v * CX) * 64 + 32 * e + lane;
+                    const int l = (i - CY) * 64 + 32 * e + lane;
                     if (l < NXH) {
                         const double wl = (l == 0 || (NX % 2 == 0 && l == NX / 2)) ? 1.0 : 2.0;
-                        double f = l * (xc + (v - 1) * h) * RNX;
-                        f -= floor(f);
-                        a += Sx[l] * wl * cospi(2.0 * f);
+                        cos3(Sx[l] * wl, l, xc, h, RNX, a);
                     }
                 }
             }
-            a = warp_sum_all(a);
-            if (lane == 0) d.rows[9 * NWARPS + i] = a;
+#pragma unroll
+            for (int u = 0; u < 3; ++u) {
+                const double t = warp_sum_all(a[u]);
+                if (lane == 0) d.rows[9 * NWARPS + 3 * i + u] = t;
+            }
         }
     }
     __syncthreads();
@@ -1019,9 +1030,9 @@ __device__ __forceinline__ void stencil_finish(const GridScratch& d, int comp, d
             const double* part = d.rows + 9 * NWARPS;
             double ay = 0.0, ax = 0.0;
 #pragma unroll
-            for (int p = 0; p < CY; ++p) ay += part[u * CY + p];
+            for (int p = 0; p < CY; ++p) ay += part[3 * p + u];
 #pragma unroll
-            for (int p = 0; p < CX; ++p) ax += part[3 * CY + v * CX + p];
+            for (int p = 0; p < CX; ++p) ax += part[3 * (CY + p) + v];
             val /= (ay / sy_sum) * (ax / sx_sum);
         }
         d.g[i] = val;
