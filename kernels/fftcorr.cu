@@ -698,8 +698,9 @@ fused_peaks(const float* __restrict__ tiles, long long frame, int row, const flo
 //   g(y, x) = 1 / (NY NX) sum_j sum_k c[j][k] Re(Dy(y - j) Dx(x - k)),
 //   Dy(t) = sum over the NY signed frequencies ky of exp(2 pi i ky t / NY),
 //   Dx(t) = sum over kx = 0..NX/2 of w_kx exp(2 pi i kx t / NX) (w = 1 at 0 and NX/2, else 2),
-// both summed in closed form. Per stencil that is 6 weighted sums along every map row, then
-// 9 along the column of row sums: a few hundred multiply-adds per thread, no spectrum reads.
+// both summed in closed form. Per 3x3 stencil that is 6 weighted sums down every map column,
+// then 9 across the column sums (stencil_values); per three columns of a larger grid, 6 along
+// every map row, then R down the row sums (grid_values). No spectrum reads.
 
 namespace fc {
 
