@@ -24,6 +24,25 @@ def simulated_patterns(n_distinct, shape, *, seed=0, counts=1000):
     return out
 
 
+def shifted_smooth_tiles(patterns, n, h, w, *, noise=0.0, seed=0):
+    """Subregion pairs with broad peaks, as of EBSD patterns: ``n`` smooth reference tiles
+    (Gaussian-filtered noise) and, per pattern, each shifted by up to 2.5 px (bilinear), plus
+    Gaussian noise of ``noise`` times the tiles' standard deviation. (ref (n, h, w), scan
+    (patterns, n, h, w)), float32."""
+    from scipy import ndimage
+
+    rng = np.random.default_rng(seed)
+    big = ndimage.gaussian_filter(rng.standard_normal((n, h + 16, w + 16)), (0, 3, 3))
+    ref = big[:, 8:8 + h, 8:8 + w].astype(np.float32)
+    scan = np.empty((patterns, n, h, w), np.float32)
+    for b in range(patterns):
+        d = rng.uniform(-2.5, 2.5, 2)
+        scan[b] = ndimage.shift(big, (0, d[0], d[1]), order=1, mode="wrap")[:, 8:8 + h, 8:8 + w]
+    if noise:
+        scan += rng.normal(0, noise * scan.std(), scan.shape).astype(np.float32)
+    return ref, scan
+
+
 def make_scan(path, n_patterns, shape=(256, 256), *, n_distinct=64, chunk=64, seed=0):
     """An uncompressed HDF5 scan of ``n_patterns`` uint16 patterns (distinct ones repeated)."""
     if os.path.exists(path):

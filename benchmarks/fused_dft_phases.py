@@ -26,7 +26,7 @@ import sys
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(__file__))
-from common import median_ms  # noqa: E402
+from common import median_ms, shifted_smooth_tiles  # noqa: E402
 
 STAMP = ("{ if (threadIdx.x == 0) { long long _n = clock64(); "
          "atomicAdd(&fc_phase[%d], (unsigned long long)(_n - fc_last)); fc_last = _n; } }")
@@ -95,7 +95,6 @@ def instrument(src):
 
 def run(tile, shift, patterns=50):
     import cupy as cp
-    from scipy import ndimage
 
     import ebsdxc.kernel_loader as kl
     from ebsdxc.backend import select_backend
@@ -105,14 +104,7 @@ def run(tile, shift, patterns=50):
 
     h = w = tile
     n = 86 if tile == 96 else 45
-    rng = np.random.default_rng(0)
-    big = ndimage.gaussian_filter(rng.standard_normal((n, h + 16, w + 16)), (0, 3, 3))
-    ref = big[:, 8:8 + h, 8:8 + w].astype(np.float32)
-    scan = np.empty((patterns, n, h, w), np.float32)
-    for b in range(patterns):
-        d = rng.uniform(-2.5, 2.5, 2)
-        scan[b] = ndimage.shift(big, (0, d[0], d[1]), order=1, mode="wrap")[:, 8:8 + h, 8:8 + w]
-    scan += rng.normal(0, 0.05 * scan.std(), scan.shape).astype(np.float32)
+    ref, scan = shifted_smooth_tiles(patterns, n, h, w, noise=0.05)
     tiles = cp.asarray(scan)
     cfg = EngineConfig(mode="window" if shift else "full", max_shift=shift or None, subpixel="dft")
     eng = make_engine("fused", select_backend("cuda"), (h, w), cfg, window_1d=(window_1d(h), window_1d(w)))

@@ -18,12 +18,11 @@ import sys
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(__file__))
-from common import median_ms  # noqa: E402
+from common import median_ms, shifted_smooth_tiles  # noqa: E402
 
 
 def main(argv=None):
     import cupy as cp
-    from scipy import ndimage
 
     from ebsdxc.backend import select_backend
     from ebsdxc.engines import EngineConfig, make_engine
@@ -36,13 +35,7 @@ def main(argv=None):
     a = ap.parse_args(argv)
     h = w = a.tile
     B, n = 50, 86 if a.tile == 96 else 45
-    rng = np.random.default_rng(0)
-    big = ndimage.gaussian_filter(rng.standard_normal((n, h + 16, w + 16)), (0, 3, 3))
-    ref = big[:, 8:8 + h, 8:8 + w].astype(np.float32)
-    scan = np.empty((B, n, h, w), np.float32)
-    for b in range(B):
-        d = rng.uniform(-2.5, 2.5, 2)
-        scan[b] = ndimage.shift(big, (0, d[0], d[1]), order=1, mode="wrap")[:, 8:8 + h, 8:8 + w]
+    ref, scan = shifted_smooth_tiles(B, n, h, w)
     tiles = cp.asarray(scan)
     cfg = EngineConfig(mode="full", subpixel=a.method, compensate=not a.no_compensate)
     eng = make_engine("fused", select_backend("cuda"), (h, w), cfg, window_1d=(window_1d(h), window_1d(w)))
