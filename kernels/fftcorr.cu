@@ -787,7 +787,7 @@ __device__ __forceinline__ float2 weight_half_closed(double t, float& s) {
     s = sinpif((float)(t * RNX));  // |t| <= NX / 2, as weight_full_closed
     float re, im, sn, cs;
     if (NX % 2 == 0) {  // 1 + 2 sum_{k=1}^{M-1} e^{ik theta} + e^{iM theta}, theta = 2 pi t / NX
-        const float a = 2.0f * sinpif((float)(t * ((M - 1) * RNX))) / s;
+        const float a = 2.0f * sinpif(red2(t * ((M - 1) * RNX))) / s;  // up to (M - 1) / 2: reduced
         sincospif(red2(0.5 * t), &sn, &cs);  // M / NX = 1 / 2
         re = 1.0f + a * cs;
         im = a * sn;
@@ -795,7 +795,7 @@ __device__ __forceinline__ float2 weight_half_closed(double t, float& s) {
         re += cs;
         im += sn;
     } else {  // 1 + 2 sum_{k=1}^{M} e^{ik theta}
-        const float a = 2.0f * sinpif((float)(t * (M * RNX))) / s;
+        const float a = 2.0f * sinpif(red2(t * (M * RNX))) / s;
         sincospif(red2(t * ((M + 1) * RNX)), &sn, &cs);
         re = 1.0f + a * cs;
         im = a * sn;
