@@ -755,3 +755,23 @@ def test_small_lag_dirichlet_sums_equal_direct_summation(N, half):
         want = (w * np.exp(2j * np.pi * k * t / N)).sum()
         got = _model_geometric_small(t, a, n, N, ends)
         assert abs(got - want) <= 1e-12 * max(1.0, abs(want)), (t, got, want)
+
+
+def test_the_phase_benchmark_finds_every_phase_of_the_dft_kernel():
+    # benchmarks/fused_dft_phases.py stamps the kernel's phases at anchors in its text; a phase
+    # whose anchor an edit of kernels/fftcorr.cu removed would read 0 cycles without a word.
+    import importlib.util
+    import re
+    from pathlib import Path
+
+    from ebsdxc.kernel_loader import kernel_source
+
+    spec = importlib.util.spec_from_file_location(
+        "ebsdxc_fused_dft_phases", Path(__file__).resolve().parents[2] / "benchmarks" / "fused_dft_phases.py")
+    phases = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(phases)
+    src = phases.instrument(kernel_source("fftcorr.cu"))
+    found = {int(i) for i in re.findall(r"atomicAdd\(&fc_phase\[(\d+)\]", src)}
+    assert found == {0, 1, 4, 5, 6, 9, 10, 11, 12, phases.PASSES}
+    body = src[src.index("fused_dft(const float*"):src.index("fused_upsampled(const float*")]
+    assert body.count("atomicAdd(&fc_phase[") >= 5  # correlate, start, step, step barrier, end
