@@ -817,9 +817,9 @@ struct GridScratch {
     double* acy;  // [R] window autocorrelation at its rows' lags
     double* acx;  // [R]
     float2* wy;   // [R][NYL] Dy at its rows, for this block's map rows
-    float2* wxf;  // [3][NX] Dx at three of its columns, as floats (the 3x3 stencil)
-    double2* wx;  // [3][NX] the same as doubles (the general grid; 16-byte aligned, same space)
-    double* rows;  // [NYL][6] sum_k c[j][k] (Re, Im) Dx_v(k) for those three columns
+    double2* wx;  // [3][NX] Dx at three of its columns (16-byte aligned)
+    double* rows;  // [NYL][6] sum_k c[j][k] (Re, Im) Dx_v(k) for those three columns; for the 3x3
+                   // stencil the warps' nine sums, then the window autocorrelation's pieces
 };
 
 __device__ __forceinline__ GridScratch grid_scratch(float2* S, int R) {
@@ -833,10 +833,9 @@ __device__ __forceinline__ GridScratch grid_scratch(float2* S, int R) {
     d.acy = d.gsum + (SPLIT > 1 && !gsum_in_rows ? R * R : 0);
     d.acx = d.acy + R;
     d.wy = reinterpret_cast<float2*>(d.acx + R);
-    d.wxf = d.wy + R * NYL;
     // pointer arithmetic, not integer rounding, so that the compiler keeps these shared-memory
     // loads (LDS, not generic LD)
-    float2* after = d.wxf;
+    float2* after = d.wy + R * NYL;
     if (reinterpret_cast<unsigned long long>(after) & 15ULL) after += 1;
     d.wx = reinterpret_cast<double2*>(after);
     d.rows = reinterpret_cast<double*>(d.wx + 3 * NX);
