@@ -1043,11 +1043,12 @@ __device__ __forceinline__ void stencil_finish(const GridScratch& d, int comp, d
 // The 3x3 stencil (`dft`) in one pass over the map. Each lane sums, for each of its columns k,
 // c[j][k] Dy_u(j) over its warp's rows j in float (FP32 multiply-adds only), then
 // Re(that Dx_v(k)) over its columns in double, and lanes and warps are summed once at the end.
-// The float sums are as long as those of the map's own inverse FFT, whose float rounding
-// already bounds the interpolant's; summing rows per column, rather than columns per row,
-// widens each lane's sums to double once per pass instead of once per row (conversions to
-// double run at a quarter of the FP64 rate and were the pass's bound). d.g is complete in warp
-// 0 when it returns.
+// The float sums run over a warp's rows (12 at NY = 192), as the former row partials ran over a
+// lane's columns (6), each against one dominant term; the float map of the inverse FFT bounds
+// the interpolant's precision either way (tests/engines/test_fused.py, against float64).
+// Summing rows per column, rather than columns per row, widens each lane's sums to double once
+// per pass instead of once per row (conversions to double run at a quarter of the FP64 rate and
+// were the pass's bound). d.g is complete in warp 0 when it returns.
 __device__ __forceinline__ void stencil_values(const float* Mf, const GridScratch& d, double yc, double xc, double h,
                                                int comp, const double* __restrict__ Sy, const double* __restrict__ Sx,
                                                double sy_sum, double sx_sum, int s) {
