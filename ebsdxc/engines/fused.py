@@ -264,13 +264,9 @@ def fused_plan(tile_shape, mode, max_shift=None, *, smem_limit=SMEM_OPTIN, grid=
     fast = tuple(fast_length(n) for n in need) if grid <= 3 else fft
     ny, nx = fft
     if split != 2:
-        # the cheapest lengths, else the smallest (a longer FFT may not fit where a shorter does)
-        why = None
-        for lengths in dict.fromkeys((fast, fft)):
-            plan, reason = _plan((h, w), lengths, max_lag, 1, smem_limit, grid)
-            if plan is not None:
-                return plan
-            why = why or reason
+        plan, why = _first_plan((h, w), (fast, fft), max_lag, 1, smem_limit, grid)
+        if plan is not None:
+            return plan
     if split == 2 and not clusters:
         raise ValueError(f"{w}x{h} tiles in {mode} mode cannot be split over two blocks without "
                          "thread-block clusters (sm_90)")
@@ -278,18 +274,17 @@ def fused_plan(tile_shape, mode, max_shift=None, *, smem_limit=SMEM_OPTIN, grid=
     if clusters and mode == "full" and split != 1:
         nys = _first_length(need[0], lambda n: can_split(h, n, axis_factors(n)))
     if nys is not None:
-        for nxs in dict.fromkeys((fast[1], nx)):
-            plan, why_split = _plan((h, w), (nys, nxs), max_lag, 2, smem_limit, grid)
-            if plan is not None:
-                return plan
+        plan, why_split = _first_plan((h, w), ((nys, fast[1]), (nys, nx)), max_lag, 2, smem_limit, grid)
+        if plan is not None:
+            return plan
         why = f"split over two blocks, {why_split}" if split == 2 else f"{why}; split over two blocks, {why_split}"
     elif clusters and split != 1:
         nye = _first_length(need[0], lambda n: n % 2 == 0)  # a column split's map rows alternate
         plan, why_cols = None, "no even FFT length"
-        for nxs in dict.fromkeys((fast[1], nx)) if nye is not None else ():
-            plan, why_cols = _plan((h, w), (nye, nxs), max_lag, 2, smem_limit, grid, cols=2)
-            if plan is not None:
-                return plan
+        if nye is not None:
+            plan, why_cols = _first_plan((h, w), ((nye, fast[1]), (nye, nx)), max_lag, 2, smem_limit, grid, cols=2)
+        if plan is not None:
+            return plan
         why = (f"split over two blocks by columns, {why_cols}" if split == 2
                else f"{why}; split over two blocks by columns, {why_cols}")
     raise ValueError(f"{w}x{h} tiles in {mode} mode need a {nx}x{ny} FFT: {why}, more than the "
@@ -302,6 +297,17 @@ def _first_length(need, ok):
     while n is not None and not ok(n):
         n = fft_length(n + 1)
     return n
+
+
+def _first_plan(tile, candidates, max_lag, split, smem_limit, grid, cols=1):
+    # The plan of the first FFT lengths among candidates (the cheapest first, the smallest last:
+    # a longer FFT may not fit where a shorter does), or None and why the smallest do not fit.
+    why = None
+    for fft in dict.fromkeys(candidates):
+        plan, why = _plan(tile, fft, max_lag, split, smem_limit, grid, cols)
+        if plan is not None:
+            return plan, None
+    return None, why
 
 
 def _plan(tile, fft, max_lag, split, smem_limit, grid, cols=1):
