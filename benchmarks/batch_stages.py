@@ -1,6 +1,8 @@
 """Where one batch of a recipe's pipeline spends its device time: the whole ``Pipeline.match``,
 the tile preparation and the engine, timed with CUDA events (the rest: empty-pattern check,
-flags, launches).
+flags, launches). For an engine that reads the ROIs from the patterns itself (the fused one,
+``match_rois``), also its two steps: the tiles' statistics and the engine on the patterns; the
+pipeline then runs those instead of preparation + ``engine.match``.
 
 Usage::
 
@@ -15,7 +17,7 @@ import numpy as np
 
 from ebsdxc.backend import select_backend
 from ebsdxc.config import load_config
-from ebsdxc.engines.gpu_ops import PaddedTileBuffer, prepare_tiles_padded
+from ebsdxc.engines.gpu_ops import PaddedTileBuffer, prepare_tiles_padded, tile_statistics
 from ebsdxc.references import ReferenceSet
 from ebsdxc.rois import layout_for
 from ebsdxc.run.bench_pipeline import SyntheticScan
@@ -47,4 +49,9 @@ eng = t(lambda: pipe.engine.match(frames.reshape(B, n, *frames.shape[1:]), e.res
                                   references=pipe.references))
 print(f"{recipe} {size}px B={B} engine={type(pipe.engine).__name__} frame={frames.shape[1:]}: "
       f"match {full:.2f} ms ({B/full*1e3:,.0f}/s), tile prep {prep:.2f} ms, engine.match {eng:.2f} ms, "
-      f"rest {full-prep-eng:.2f} ms")
+      f"prepared tiles + engine.match {prep + eng:.2f} ms ({B/(prep + eng)*1e3:,.0f}/s)")
+if hasattr(pipe.engine, "match_rois"):
+    stats = t(lambda: tile_statistics(dev, origins, pipe.tile_shape, pipe.window))
+    rois = t(lambda: pipe.engine.match_rois(dev, origins, pipe.window, references=pipe.references))
+    print(f"   from the patterns: tile statistics {stats:.2f} ms, engine.match_rois (with them) {rois:.2f} ms "
+          f"({B/rois*1e3:,.0f}/s); the rest of match {full-rois:.2f} ms")

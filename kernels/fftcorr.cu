@@ -36,6 +36,12 @@
 #ifndef FC_COLS  // 2: the split's blocks share the forward transform by spectrum columns
 #define FC_COLS 1
 #endif
+#ifndef FC_RAW  // 1: tiles are the ROIs of whole patterns of FC_IN values, prepared as loaded (TileIn)
+#define FC_RAW 0
+#endif
+#ifndef FC_IN
+#define FC_IN float
+#endif
 #if FC_SPLIT > 1
 #define FC_CLUSTER __cluster_dims__(FC_SPLIT, 1, 1)
 #else
@@ -370,11 +376,49 @@ __device__ __forceinline__ void swap_columns(float2* S, int s) {
 }
 #endif
 
+// Where the values of tile t come from: a prepared float tile (tiles + t frame, rows row
+// apart), or with FC_RAW the ROI of pattern t / n at offsets[t % n] (frame: the pattern's
+// size, row: its width), each value centred and windowed as it is read by the expression of
+// prepare_tiles (tiles.cu) with that kernel's float mean, so the FFT sees the values it would
+// have written, and zeros where its status rejects the tile. That saves writing and reading
+// back every tile: at 1024x1024 with 49 ROIs of 256x256, 12.8 MB per pattern each way.
+struct TileIn {
+    const FC_IN* p;
+    int row;
+#if FC_RAW
+    const float* win;
+    float mean;
+    bool zero;
+#endif
+    // columns x of tile rows y and y + 1 (zero for row y + 1 where !next)
+    __device__ __forceinline__ float2 pair(int y, int x, bool next) const {
+        const FC_IN* ra = p + (long long)y * row;
+#if FC_RAW
+        if (zero) return make_float2(0.0f, 0.0f);
+        const float* wa = win + y * W;
+        return make_float2(((float)ra[x] - mean) * wa[x], next ? ((float)ra[row + x] - mean) * wa[W + x] : 0.0f);
+#else
+        return make_float2(ra[x], next ? ra[row + x] : 0.0f);
+#endif
+    }
+};
+
+__device__ __forceinline__ TileIn tile_in(const FC_IN* __restrict__ tiles, long long frame, int row,
+                                          const int* __restrict__ offsets, const float* __restrict__ mean,
+                                          const unsigned char* __restrict__ status,
+                                          const float* __restrict__ window, int n, long long t) {
+#if FC_RAW
+    return TileIn{tiles + (t / n) * frame + offsets[t % n], row, window, mean[t], status[t] != 0};
+#else
+    return TileIn{tiles + t * frame, row};
+#endif
+}
+
 // The whole transform: leaves the correlation map of tile t (its rows y = SPLIT j + s) in
 // shared memory, map row y at floats [j * 2 LD, j * 2 LD + NX) of S.
 __device__ __forceinline__ void correlate(float2* S, const float2* twx, const float2* twy,
-                                          const float* __restrict__ tile, int row,
-                                          const float2* __restrict__ R, bool all_rows, int s) {
+                                          const TileIn& tile, const float2* __restrict__ R, bool all_rows,
+                                          int s) {
     // 1. rows: tile rows 2p, 2p+1 as one complex row, zero-padded to NX; the pair's two rows
     //    of S (2 LD >= NX + 1 complex) hold the FFT, then the two half spectra. A column split:
     //    block s takes half the pairs, each in a line of NX of its team's own after the lag
@@ -391,13 +435,12 @@ __device__ __forceinline__ void correlate(float2* S, const float2* twx, const fl
             float2* L = COLS > 1 ? S + ROWS * LD + 2 * (NX + NY) + tm.item(tm.first) * NX : S + 2 * p * LD;
             float2 v[N1X];
             if (valid && tm.lane < N2X) {
-                const float* ra = tile + (long long)(2 * p) * row;
                 const bool has_b = 2 * p + 1 < H;
 #pragma unroll
                 for (int n1 = 0; n1 < N1X; ++n1) {
                     const int m = tm.lane + N2X * n1;
                     float2 z = make_float2(0.0f, 0.0f);
-                    if (N2X * n1 < W && m < W) z = make_float2(ra[m], has_b ? ra[row + m] : 0.0f);
+                    if (N2X * n1 < W && m < W) z = tile.pair(2 * p, m, has_b);
                     v[n1] = z;
                 }
                 stage_a<N1X, -1>(v, tm.lane, twx);
@@ -630,14 +673,17 @@ __device__ __forceinline__ void neighbourhood(const float* Mf, int ly, int lx, c
 // Correlation maps (T, NY, NX) in the circular lag layout of the FFT engine. ref_of, indexed:
 // the reference set of each pattern (fc::reference).
 __global__ void FC_CLUSTER __launch_bounds__(FC_NT, 1)
-fused_maps(const float* __restrict__ tiles, long long frame, int row, const float2* __restrict__ ref,
+fused_maps(const FC_IN* __restrict__ tiles, long long frame, int row, const int* __restrict__ offsets,
+           const float* __restrict__ mean, const unsigned char* __restrict__ status,
+           const float* __restrict__ window, const float2* __restrict__ ref,
            int n_ref, const int* __restrict__ ref_of, int indexed, const float2* __restrict__ tw,
            float* __restrict__ out) {
     using namespace fc;
     float2* S = setup(tw);
     const long long t = blockIdx.x / SPLIT;
     const int s = cluster_rank();
-    correlate(S, S + ROWS * LD, S + ROWS * LD + NX, tiles + t * frame, row, reference(ref, n_ref, ref_of, indexed, t),
+    const TileIn in = tile_in(tiles, frame, row, offsets, mean, status, window, n_ref, t);
+    correlate(S, S + ROWS * LD, S + ROWS * LD + NX, in, reference(ref, n_ref, ref_of, indexed, t),
               true, s);
     const float* Mf = reinterpret_cast<const float*>(S);
     float* o = out + t * (long long)NY * NX;
@@ -651,7 +697,9 @@ fused_maps(const float* __restrict__ tiles, long long frame, int row, const floa
 // on the maps fused_maps writes. wy (NY,), wx (NX,): window autocorrelation by lag mod N,
 // used where comp != 0 (the launch gives NX + NY more doubles of shared memory then). method: 0 none, 1 parabolic, 2 gaussian, 3 quadratic (M_* of peaks.cu).
 __global__ void FC_CLUSTER __launch_bounds__(FC_NT, 1)
-fused_peaks(const float* __restrict__ tiles, long long frame, int row, const float2* __restrict__ ref,
+fused_peaks(const FC_IN* __restrict__ tiles, long long frame, int row, const int* __restrict__ offsets,
+            const float* __restrict__ mean, const unsigned char* __restrict__ status,
+            const float* __restrict__ window, const float2* __restrict__ ref,
             int n_ref, const int* __restrict__ ref_of, int indexed, const float2* __restrict__ tw,
             const double* __restrict__ wy,
             const double* __restrict__ wx, int comp, int method, double* __restrict__ out_y, double* __restrict__ out_x,
@@ -664,7 +712,8 @@ fused_peaks(const float* __restrict__ tiles, long long frame, int row, const flo
     const double* lag_x = lag_y + NY;
     const long long t = blockIdx.x / SPLIT;
     const int s = cluster_rank();
-    correlate(S, S + ROWS * LD, S + ROWS * LD + NX, tiles + t * frame, row, reference(ref, n_ref, ref_of, indexed, t),
+    const TileIn in = tile_in(tiles, frame, row, offsets, mean, status, window, n_ref, t);
+    correlate(S, S + ROWS * LD, S + ROWS * LD + NX, in, reference(ref, n_ref, ref_of, indexed, t),
               false, s);
     const float* Mf = reinterpret_cast<const float*>(S);
     constexpr int rw = 2 * RX + 1;
@@ -1286,7 +1335,9 @@ __device__ __forceinline__ void finish(const GridScratch& d, double y, double x,
 // reaches its edge, and as fc::finish says. Sy (NY,), Sx (NX,): the window power spectra,
 // sy_sum, sx_sum their sums (comp only).
 __global__ void FC_CLUSTER __launch_bounds__(FC_NT, 1)
-fused_dft(const float* __restrict__ tiles, long long frame, int row, const float2* __restrict__ ref,
+fused_dft(const FC_IN* __restrict__ tiles, long long frame, int row, const int* __restrict__ offsets,
+          const float* __restrict__ mean, const unsigned char* __restrict__ status,
+          const float* __restrict__ window, const float2* __restrict__ ref,
           int n_ref, const int* __restrict__ ref_of, int indexed, const float2* __restrict__ tw,
           const double* __restrict__ wy, const double* __restrict__ wx, int comp,
           const double* __restrict__ Sy, const double* __restrict__ Sx, double sy_sum, double sx_sum,
@@ -1300,7 +1351,8 @@ fused_dft(const float* __restrict__ tiles, long long frame, int row, const float
     const GridScratch d = grid_scratch(S, 3);
     const long long t = blockIdx.x / SPLIT;
     const int s = cluster_rank();
-    correlate(S, S + ROWS * LD, S + ROWS * LD + NX, tiles + t * frame, row, reference(ref, n_ref, ref_of, indexed, t),
+    const TileIn in = tile_in(tiles, frame, row, offsets, mean, status, window, n_ref, t);
+    correlate(S, S + ROWS * LD, S + ROWS * LD + NX, in, reference(ref, n_ref, ref_of, indexed, t),
               true, s);
     const float* Mf = reinterpret_cast<const float*>(S);
     integer_start(Mf, d, lag_y, lag_y + NY, comp, true, sval, sidx, t, out_value, out_border, s);
@@ -1336,7 +1388,9 @@ fused_dft(const float* __restrict__ tiles, long long frame, int row, const float
 // fit to its maximum's 3x3 neighbourhood on the grid; where the maximum is on the grid's edge
 // the grid is re-centred on the nearest whole pixel, at most max_recentre times (then NaN).
 __global__ void FC_CLUSTER __launch_bounds__(FC_NT, 1)
-fused_upsampled(const float* __restrict__ tiles, long long frame, int row, const float2* __restrict__ ref,
+fused_upsampled(const FC_IN* __restrict__ tiles, long long frame, int row, const int* __restrict__ offsets,
+                const float* __restrict__ mean, const unsigned char* __restrict__ status,
+                const float* __restrict__ window, const float2* __restrict__ ref,
                 int n_ref, const int* __restrict__ ref_of, int indexed, const float2* __restrict__ tw,
                 const double* __restrict__ wy, const double* __restrict__ wx, int comp,
                 const double* __restrict__ Sy, const double* __restrict__ Sx, double sy_sum, double sx_sum,
@@ -1351,7 +1405,8 @@ fused_upsampled(const float* __restrict__ tiles, long long frame, int row, const
     const GridScratch d = grid_scratch(S, R);
     const long long t = blockIdx.x / SPLIT;
     const int s = cluster_rank();
-    correlate(S, S + ROWS * LD, S + ROWS * LD + NX, tiles + t * frame, row, reference(ref, n_ref, ref_of, indexed, t),
+    const TileIn in = tile_in(tiles, frame, row, offsets, mean, status, window, n_ref, t);
+    correlate(S, S + ROWS * LD, S + ROWS * LD + NX, in, reference(ref, n_ref, ref_of, indexed, t),
               true, s);
     const float* Mf = reinterpret_cast<const float*>(S);
     integer_start(Mf, d, lag_y, lag_y + NY, comp, false, sval, sidx, t, out_value, out_border, s);

@@ -480,15 +480,26 @@ class CorrelationEngine(ABC):
     def _resolve(self, tiles, references, index):
         """(references, index): the set to use and a (B,) device index, or None where every
         pattern uses set 0 (one broadcast reference set: the K = 1 code path)."""
+        refs = self._checked_references(references)
+        if tiles.ndim != 4 or tiles.shape[1] != refs.n:
+            raise ValueError(f"tiles must be (B, {refs.n}, h, w) for {refs.n} reference tiles per set, "
+                             f"got shape {tuple(tiles.shape)}")
+        return refs, self._pattern_index(index, refs.count, int(tiles.shape[0]))
+
+    def _resolve_shape(self, B, n, references, index):
+        """:meth:`_resolve` for B patterns of n ROIs each that are not cut into tiles yet."""
+        refs = self._checked_references(references)
+        if n != refs.n:
+            raise ValueError(f"origins must give {refs.n} ROIs, one per reference tile of a set, got {n}")
+        return refs, self._pattern_index(index, refs.count, B)
+
+    def _checked_references(self, references):
         refs = self._references if references is None else references
         if refs is None:
             raise ValueError("no references: call set_reference first, or pass references=")
         if not isinstance(refs, PreparedReferences) or refs.key != self._key():
             raise ValueError("references were prepared by an engine of another kind, tile size or options")
-        if tiles.ndim != 4 or tiles.shape[1] != refs.n:
-            raise ValueError(f"tiles must be (B, {refs.n}, h, w) for {refs.n} reference tiles per set, "
-                             f"got shape {tuple(tiles.shape)}")
-        return refs, self._pattern_index(index, refs.count, int(tiles.shape[0]))
+        return refs
 
     def _pattern_index(self, index, K, B):
         if index is None:

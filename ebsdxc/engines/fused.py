@@ -25,6 +25,16 @@ tiles on the device to quadratic peaks: 1.06 ms (cuFFT engine 3.99 ms); window m
 With K reference sets, block t reads the conjugate spectrum of tile ``t % n`` of its
 pattern's set (an index per pattern, ``fc::reference`` in the kernel).
 
+The tiles come prepared (:meth:`FusedFFTEngine.match`: float32, zero mean, windowed, as
+:func:`~ebsdxc.engines.gpu_ops.prepare_tiles_padded` writes them), or straight from the patterns
+(:meth:`FusedFFTEngine.match_rois`, what the runner uses): a pass over the ROIs finds each tile's
+mean, energy and status without writing it (:func:`~ebsdxc.engines.gpu_ops.tile_statistics`), and
+the kernel, compiled for the patterns' dtype (``FC_RAW``, ``FC_IN``), centres and windows each
+value as it loads it, by the same float expression, so the two give the same results bit for
+bit. That saves writing and reading back the tiles (at 1024x1024 with 49 ROIs of 256x256, 12.8 MB
+per pattern each way; H100, ``benchmarks/batch_stages.py``: 11.7k -> 13.7k patterns/s of one batch
+on the device).
+
 Subpixel methods: the 3x3 fits of ``find_peaks``, and ``dft`` and ``upsampled`` (issue 17),
 which the cuFFT engine refines from the cross-power spectrum in global memory. Here the spectrum
 is gone once the map is made, so they evaluate the same function from the map in shared memory:
@@ -88,7 +98,7 @@ from ..peaks import (
     integer_lag_table,
     window_power_spectrum,
 )
-from .base import CorrelationEngine, EngineInfo
+from .base import CorrelationEngine, EngineInfo, PeakResult
 from .registry import register
 
 __all__ = ["FusedFFTEngine", "axis_factors", "can_split", "device_limits", "fast_length", "fft_length", "fused_plan",
@@ -101,6 +111,8 @@ THREADS_MAX = 512
 _STATIC_SMEM = 512      # static shared memory of the kernel (reduction slots), rounded up
 _METHODS = {"none": 0, "parabolic": 1, "gaussian": 2, "quadratic": 3}
 _KERNELS = ("fused_peaks", "fused_maps", "fused_dft", "fused_upsampled")
+# A kernel's null pointer argument (8 bytes of zeros): the prepared-tile kernels' ROI arguments.
+_NULL = np.uint64(0)
 
 
 def _smooth(n):
@@ -368,6 +380,26 @@ def supports(tile_shape, mode, max_shift=None, *, smem_limit=SMEM_OPTIN, grid=0,
     return True
 
 
+@dataclass(frozen=True)
+class _Source:
+    """Where the kernels read tile t: ``tiles + t * frame`` (prepared float32 tiles, rows ``row``
+    apart), or with ``raw`` (the C type of the values) the ROI at ``offsets[t % n]`` of pattern
+    ``t // n`` (``frame`` = H W, ``row`` = W), prepared from ``mean``, ``status``, ``window``."""
+
+    tiles: object
+    frame: int
+    row: int
+    offsets: object = _NULL
+    mean: object = _NULL
+    status: object = _NULL
+    window: object = _NULL
+    raw: str | None = None
+
+    def args(self):
+        return (self.tiles, np.int64(self.frame), np.int32(self.row), self.offsets, self.mean, self.status,
+                self.window)
+
+
 class FusedFFTEngine(CorrelationEngine):
     """n-to-mn FFT correlation fused in shared memory, CUDA only (full and window mode)."""
 
@@ -425,11 +457,13 @@ class FusedFFTEngine(CorrelationEngine):
         # (K n, Nx//2+1, Ny): a column of the spectrum is contiguous (read along ky by a team).
         return cp.ascontiguousarray(spec.transpose(0, 2, 1), dtype=cp.complex64)
 
-    def _kernel(self, name):
-        key = (self.xp.cuda.Device().id, name)
+    def _kernel(self, name, raw=None):
+        # raw: the C type of the pattern values the kernel prepares as it loads them (FC_RAW)
+        key = (self.xp.cuda.Device().id, name, raw)
         fn = self._fns.get(key)
         if fn is None:
-            fn = get_function("fftcorr.cu", name, name_expressions=_KERNELS, defines=self.plan.defines())
+            defines = self.plan.defines() + ((("FC_RAW", 1), ("FC_IN", raw)) if raw else ())
+            fn = get_function("fftcorr.cu", name, name_expressions=_KERNELS, defines=defines)
             fn.max_dynamic_shared_size_bytes = self._smem(name)
             self._fns[key] = fn
         return fn
@@ -446,7 +480,55 @@ class FusedFFTEngine(CorrelationEngine):
         if not tiles.flags.c_contiguous:
             tiles = cp.ascontiguousarray(tiles)
         # tile t, row y, column x at t * frame + y * row + x (a padded frame is read in place)
-        return tiles, tiles.shape[2] * tiles.shape[3], tiles.shape[3]
+        return _Source(tiles, tiles.shape[2] * tiles.shape[3], tiles.shape[3])
+
+    def match_rois(self, patterns, origins, window, *, references=None, index=None) -> PeakResult:
+        """Cut, prepare and correlate the ROIs of whole patterns, without writing the tiles.
+
+        The result is :meth:`match`'s on the tiles that
+        :func:`~ebsdxc.engines.gpu_ops.prepare_tiles_padded` cuts from ``patterns`` (bit for bit:
+        the kernel prepares each value as it loads it, from that kernel's mean), but no
+        tile goes through global memory: at 1024x1024 with 49 ROIs of 256x256 that saves
+        writing and reading back 12.8 MB per pattern.
+
+        Parameters
+        ----------
+        patterns : (B, H, W) device array
+            Raw or preprocessed patterns; uint8, uint16, int16, int32, float32 and float64
+            are read as they are, other dtypes as float32.
+        origins : (n, 2) int32 array
+            Each ROI's top-left corner (x0, y0). Host origins are checked to lie inside the
+            patterns; device origins are taken as given (a check would stop the stream).
+        window : (h, w) float32 device array
+            The window each zero-mean tile is multiplied by.
+        references, index
+            As :meth:`match`.
+        """
+        from .gpu_ops import tile_dtype, tile_statistics
+
+        cp = self.xp
+        h, w = self.tile_shape
+        if getattr(patterns, "ndim", 0) != 3:
+            raise ValueError(f"patterns must be (B, H, W), got shape {getattr(patterns, 'shape', None)}")
+        B, H, W = patterns.shape
+        if isinstance(origins, np.ndarray):
+            o = np.asarray(origins)
+            if o.ndim != 2 or o.shape[1] != 2:
+                raise ValueError(f"origins must be (n, 2) [x0, y0] rows, got shape {o.shape}")
+            if o.size and (o.min() < 0 or (o[:, 0] + w).max() > W or (o[:, 1] + h).max() > H):
+                raise ValueError(f"origins must keep every {h}x{w} ROI inside the {H}x{W} patterns")
+        origins = cp.ascontiguousarray(cp.asarray(origins), dtype=cp.int32)
+        window = cp.ascontiguousarray(cp.asarray(window), dtype=cp.float32)
+        if window.shape != (h, w):
+            raise ValueError(f"window must be ({h}, {w}), got shape {window.shape}")
+        n = int(origins.shape[0])
+        refs, idx = self._resolve_shape(B, n, references, index)
+        patterns, mean, energy, status = tile_statistics(patterns, origins, self.tile_shape, window)
+        offsets = origins[:, 1] * np.int32(W) + origins[:, 0]
+        source = _Source(patterns, H * W, W, offsets, mean, status, window, tile_dtype(patterns.dtype))
+        y, x, value, border = self._locate(source, refs, idx, rois=n)
+        return self._assemble(y.reshape(B, n), x.reshape(B, n), value.reshape(B, n), border.reshape(B, n),
+                              energy.reshape(B, n), status.reshape(B, n), refs, idx)
 
     def _sets(self, index):
         # (ref_of, indexed): block t reads reference set ref_of[t / n] where indexed, else set 0.
@@ -454,21 +536,22 @@ class FusedFFTEngine(CorrelationEngine):
 
     def _maps(self, tiles, refs, index):
         cp = self.xp
-        tiles, frame, row = self._tiles(tiles)
-        B, n = tiles.shape[:2]
+        src = self._tiles(tiles)
+        B, n = src.tiles.shape[:2]
         ny, nx = self.fft_shape
         out = cp.empty((B, n, ny, nx), dtype=cp.float32)
         if B * n:
             ref_of, indexed = self._sets(index)
             self._kernel("fused_maps")((B * n * self.plan.split,), (self.plan.threads,),
-                                       (tiles, np.int64(frame), np.int32(row), refs.payload, np.int32(n),
+                                       src.args() + (refs.payload, np.int32(n),
                                         ref_of, np.int32(indexed), self._twiddles, out), shared_mem=self.plan.smem)
         return out
 
-    def _locate(self, tiles, refs, index):
+    def _locate(self, tiles, refs, index, rois=None):
+        # tiles: (B, n, h, w) prepared tiles, or a _Source of whole patterns with `rois` ROIs each
         cp = self.xp
-        tiles, frame, row = self._tiles(tiles)
-        B, n = tiles.shape[:2]
+        src = tiles if rois is not None else self._tiles(tiles)
+        B, n = (src.tiles.shape[0], rois) if rois is not None else src.tiles.shape[:2]
         T = B * n
         y = cp.empty(T, dtype=cp.float64)
         x = cp.empty(T, dtype=cp.float64)
@@ -479,7 +562,7 @@ class FusedFFTEngine(CorrelationEngine):
             ref_of, indexed = self._sets(index)
             if self._grid:
                 sy, sx = self._spectra if self._spectra is not None else self._no_lags
-                head = (tiles, np.int64(frame), np.int32(row), refs.payload, np.int32(n), ref_of, np.int32(indexed),
+                head = src.args() + (refs.payload, np.int32(n), ref_of, np.int32(indexed),
                         self._twiddles, wy, wx, np.int32(self._lags is not None), sy, sx, np.float64(self._sums[0]),
                         np.float64(self._sums[1]))
                 tail = (np.float64(SUBPIXEL_REACH), y, x, value, border)
@@ -489,11 +572,12 @@ class FusedFFTEngine(CorrelationEngine):
                 else:
                     name, args = "fused_upsampled", head + (np.int32(self.config.upsample),
                                                             np.int32(UPSAMPLED_MAX_RECENTRE)) + tail
-                self._kernel(name)((T * self.plan.split,), (self.plan.threads,), args, shared_mem=self.plan.grid_smem)
+                self._kernel(name, src.raw)((T * self.plan.split,), (self.plan.threads,), args,
+                                            shared_mem=self.plan.grid_smem)
                 return y, x, value, border.view(cp.bool_)
-            fn = self._kernel("fused_peaks")
+            fn = self._kernel("fused_peaks", src.raw)
             fn((T * self.plan.split,), (self.plan.threads,),
-               (tiles, np.int64(frame), np.int32(row), refs.payload, np.int32(n), ref_of, np.int32(indexed),
+               src.args() + (refs.payload, np.int32(n), ref_of, np.int32(indexed),
                 self._twiddles, wy, wx, np.int32(self._lags is not None), np.int32(_METHODS[self.config.subpixel]),
                 y, x, value, border), shared_mem=self.plan.smem)
         return y, x, value, border.view(cp.bool_)

@@ -1,4 +1,5 @@
-"""CuPy launchers for the fused CUDA kernels of ``kernels/`` (tile preparation, peak search).
+"""CuPy launchers for the fused CUDA kernels of ``kernels/`` (tile preparation and statistics,
+peak search).
 
 They compute what :func:`ebsdxc.preprocess.prepare_tiles` and
 :func:`ebsdxc.peaks.locate_peaks` compute, in one pass each, and are tested against them.
@@ -14,10 +15,12 @@ _TILE_TYPES = {np.dtype(np.uint8): "unsigned char", np.dtype(np.uint16): "unsign
                np.dtype(np.int16): "short", np.dtype(np.int32): "int",
                np.dtype(np.float32): "float", np.dtype(np.float64): "double"}
 _TILE_NAMES = tuple(f"prepare_tiles<{t}>" for t in _TILE_TYPES.values())
+# A null pointer argument of a kernel (8 bytes of zeros).
+_NULL = np.uint64(0)
 _METHODS = {"none": 0, "parabolic": 1, "gaussian": 2, "quadratic": 3}
 _PEAK_NAMES = tuple(f"find_peaks<{m}>" for m in _METHODS.values())
 
-__all__ = ["prepare_tiles_padded", "find_peaks", "dft_refine", "PaddedTileBuffer"]
+__all__ = ["prepare_tiles_padded", "tile_statistics", "tile_dtype", "find_peaks", "dft_refine", "PaddedTileBuffer"]
 
 
 class PaddedTileBuffer:
@@ -41,6 +44,29 @@ def prepare_tiles_padded(patterns, origins, tile_shape, window, out):
     Returns (energy (B*n,), status (B*n,) uint8). Only the h x w corner of each frame
     of ``out`` is written; the caller keeps the rest at zero.
     """
+    _, _, energy, status = _tile_pass(patterns, origins, tile_shape, window, out)
+    return energy, status
+
+
+def tile_statistics(patterns, origins, tile_shape, window):
+    """What :func:`prepare_tiles_padded` finds about each ROI, without writing the tiles.
+
+    Returns (patterns, mean, energy, status), each of the last three (B*n,): ``patterns`` as
+    the kernel read them (C-contiguous; float32 where their dtype has no kernel), the float32
+    mean a tile's values are centred on, and energy and status as :func:`prepare_tiles_padded`
+    gives them. The fused engine prepares each value from these as it loads it
+    (:meth:`~ebsdxc.engines.fused.FusedFFTEngine.match_rois`), so a tile it correlates is
+    bit for bit the tile :func:`prepare_tiles_padded` writes.
+    """
+    return _tile_pass(patterns, origins, tile_shape, window, None)
+
+
+def tile_dtype(dtype) -> str | None:
+    """The C type of the tile kernels for pattern ``dtype`` (``None``: read as float32)."""
+    return _TILE_TYPES.get(np.dtype(dtype))
+
+
+def _tile_pass(patterns, origins, tile_shape, window, out):
     import cupy as cp
 
     dt = np.dtype(patterns.dtype)
@@ -52,16 +78,18 @@ def prepare_tiles_padded(patterns, origins, tile_shape, window, out):
     n = origins.shape[0]
     h, w = tile_shape
     T = B * n
-    Ny, Nx = out.shape[-2:]
+    Ny, Nx = (0, 0) if out is None else out.shape[-2:]
     energy = cp.empty(T, dtype=cp.float32)
     status = cp.empty(T, dtype=cp.uint8)
+    mean = None if out is not None else cp.empty(T, dtype=cp.float32)
     if T == 0:
-        return energy, status
+        return patterns, mean, energy, status
     fn = get_function("tiles.cu", f"prepare_tiles<{_TILE_TYPES[dt]}>", name_expressions=_TILE_NAMES)
     threads = 256 if h * w >= 2048 else 128
     fn((T,), (threads,), (patterns, np.int32(H), np.int32(W), origins, np.int32(n), np.int32(h),
-                          np.int32(w), window, out, np.int32(Ny), np.int32(Nx), energy, status))
-    return energy, status
+                          np.int32(w), window, _NULL if out is None else out, np.int32(Ny), np.int32(Nx), energy,
+                          status, _NULL if mean is None else mean))
+    return patterns, mean, energy, status
 
 
 def find_peaks(corr, max_lag, method, window_lags=None, *, with_flat=False):

@@ -278,6 +278,9 @@ class Pipeline:
                                 for f in ("displacement", "peak_height", "status")), extra=extra)
         from ..engines.gpu_ops import prepare_tiles_padded
 
+        # An engine that cuts and prepares the ROIs as it loads them (the fused one) is given the
+        # patterns: no tile is written to device memory and read back.
+        direct = getattr(self.engine, "match_rois", None)
         with timing.stage("preprocess", xp=xp):
             x = xp.asarray(patterns)
             if preprocessed:
@@ -287,12 +290,17 @@ class Pipeline:
             elif not self.preprocessor.is_identity:  # else the tile kernel converts raw values itself
                 x = self.preprocessor(x)
             B, n = x.shape[0], self.layout.n
-            frames = self._frames.get(B * n)
             origins = self._origins if layout is None else self._device_origins(layout)
-            e, s = prepare_tiles_padded(x, origins, self.tile_shape, self.window, frames)
+            if direct is None:
+                frames = self._frames.get(B * n)
+                e, s = prepare_tiles_padded(x, origins, self.tile_shape, self.window, frames)
         with timing.stage("correlate", xp=xp):  # the engines mark their own peak stage inside
-            res = self.engine.match(frames.reshape(B, n, *frames.shape[1:]), e.reshape(B, n), s.reshape(B, n),
-                                    references=refs, index=None if index is None else xp.asarray(index))
+            idx = None if index is None else xp.asarray(index)
+            if direct is not None:
+                res = direct(x, origins, self.window, references=refs, index=idx)
+            else:
+                res = self.engine.match(frames.reshape(B, n, *frames.shape[1:]), e.reshape(B, n), s.reshape(B, n),
+                                        references=refs, index=idx)
         if refine:
             with timing.stage("refine", xp=xp):
                 res = self._refine(self.preprocessor.convert(x) if x.dtype.kind in "ui" else x, res, index)

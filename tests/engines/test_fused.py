@@ -773,5 +773,177 @@ def test_the_phase_benchmark_finds_every_phase_of_the_dft_kernel():
     src = phases.instrument(kernel_source("fftcorr.cu"))
     found = {int(i) for i in re.findall(r"atomicAdd\(&fc_phase\[(\d+)\]", src)}
     assert found == {0, 1, 4, 5, 6, 9, 10, 11, 12, phases.PASSES}
-    body = src[src.index("fused_dft(const float*"):src.index("fused_upsampled(const float*")]
+    body = src[src.index("fused_dft(const FC_IN*"):src.index("fused_upsampled(const FC_IN*")]
     assert body.count("atomicAdd(&fc_phase[") >= 5  # correlate, start, step, step barrier, end
+
+
+# ------------------------------------------------ ROIs read from whole patterns (match_rois)
+
+def _patterns_and_origins(rng, B, n, tile, dtype, side=None):
+    """B smooth random patterns (each the first moved by up to 2 px) of ``dtype`` and n ROI
+    origins inside them (overlapping, two at the patterns' corners)."""
+    from scipy import ndimage
+
+    h, w = tile
+    H, W = (side or 2 * h + 7), (side or 2 * w + 5)
+    base = ndimage.gaussian_filter(rng.standard_normal((H + 16, W + 16)), 2.0)
+    pats = np.empty((B, H, W))
+    for b in range(B):
+        moved = ndimage.shift(base, rng.uniform(-2.0, 2.0, 2), order=3, mode="wrap")
+        pats[b] = moved[8:8 + H, 8:8 + W] + 0.05 * rng.standard_normal((H, W))
+    if np.dtype(dtype).kind in "ui":  # the type's range, at most -30000 to 60000
+        info = np.iinfo(dtype)
+        lo, hi = max(info.min, -30000), min(info.max, 60000)
+        pats = np.round((lo + hi) / 2 + 0.45 * (hi - lo) * pats / np.abs(pats).max())
+    origins = np.stack([rng.integers(0, W - w + 1, n), rng.integers(0, H - h + 1, n)], axis=1)
+    origins[0] = (0, 0)
+    origins[-1] = (W - w, H - h)
+    return pats.astype(dtype), origins.astype(np.int32)
+
+
+def _rois_both_ways(eng, pats, origins, window, index=None, references=None):
+    """(match_rois, match on prepare_tiles_padded's tiles) as host arrays."""
+    import cupy as cp
+
+    from ebsdxc.engines.gpu_ops import PaddedTileBuffer, prepare_tiles_padded
+
+    dev, org = cp.asarray(pats), cp.asarray(origins)
+    B, n = pats.shape[0], origins.shape[0]
+    frames = PaddedTileBuffer(eng.input_shape).get(B * n)
+    e, s = prepare_tiles_padded(dev, org, eng.tile_shape, window, frames)
+    idx = None if index is None else cp.asarray(index)
+    want = eng.match(frames.reshape(B, n, *frames.shape[1:]), e.reshape(B, n), s.reshape(B, n), index=idx,
+                     references=references)
+    got = eng.match_rois(dev, org, window, index=idx, references=references)
+    return ([a.get() for a in (got.displacement, got.peak_height, got.status)],
+            [a.get() for a in (want.displacement, want.peak_height, want.status)])
+
+
+def _reference_from(eng, pats, origins, window):
+    import cupy as cp
+
+    from ebsdxc.engines.gpu_ops import PaddedTileBuffer, prepare_tiles_padded
+
+    n = origins.shape[0]
+    frames = PaddedTileBuffer(eng.input_shape).get(n)
+    e, s = prepare_tiles_padded(cp.asarray(pats[:1]), cp.asarray(origins), eng.tile_shape, window, frames)
+    h, w = eng.tile_shape
+    return cp.ascontiguousarray(frames[:, :h, :w]), e, s
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("tile,mode,shift,split,method", [
+    ((33, 20), "full", None, None, "none"), ((33, 20), "full", None, None, "upsampled"),
+    ((64, 64), "window", 16, None, "dft"), ((45, 60), "full", None, 2, "quadratic"),
+    ((31, 40), "window", 6, 2, "dft"), ((128, 128), "full", None, None, "dft"),
+    ((256, 256), "window", 24, None, "dft"), ((256, 256), "window", 24, None, "quadratic")])
+def test_rois_from_patterns_are_the_prepared_tiles_bit_for_bit(rng, tile, mode, shift, split, method):
+    """match_rois prepares each value as it loads it, from prepare_tiles' own float mean: the
+    FFT sees the same floats, so every result equals match() on prepare_tiles_padded's tiles
+    exactly, for one-block plans, row splits and column splits."""
+    import cupy as cp
+
+    from ebsdxc.preprocess import window_2d
+
+    eng, _ = _engine(tile, mode, shift, method, split=split)
+    window = window_2d(tile, xp=cp)
+    pats, origins = _patterns_and_origins(rng, 3, 5, tile, np.uint16)
+    eng.set_reference(*_reference_from(eng, pats, origins, window))
+    got, want = _rois_both_ways(eng, pats, origins, window)
+    assert (want[2] == 0).mean() > 0.5  # most peaks found: the comparison is not of NaNs
+    for g, wnt in zip(got, want):
+        np.testing.assert_array_equal(g, wnt)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [np.uint8, np.uint16, np.int16, np.int32, np.float32, np.float64, np.int64])
+def test_rois_from_patterns_of_every_dtype(rng, dtype):
+    """Each pattern dtype has its own kernel (int64, which has none, is read as float32);
+    tiles that prepare_tiles rejects (a NaN, a constant area) come back with its status
+    and NaN, K = 2 reference sets picked per pattern."""
+    import cupy as cp
+
+    from ebsdxc.preprocess import window_2d
+
+    tile = (24, 20)
+    eng, _ = _engine(tile, "window", 6, "dft")
+    window = window_2d(tile, xp=cp)
+    pats, origins = _patterns_and_origins(rng, 4, 6, tile, dtype, side=64)
+    if np.dtype(dtype).kind == "f":
+        x0, y0 = origins[1]
+        pats[1, y0 + 3, x0 + 4] = np.nan
+    x0, y0 = origins[2]
+    pats[2, y0:y0 + tile[0], x0:x0 + tile[1]] = pats[2, y0, x0]
+    sets = [_reference_from(eng, pats[k:k + 1], origins, window) for k in (0, 3)]
+    refs = eng.prepare_references(cp.stack([s[0] for s in sets]), cp.stack([s[1] for s in sets]),
+                                  cp.stack([s[2] for s in sets]))
+    index = np.array([0, 1, 1, 0])
+    got, want = _rois_both_ways(eng, pats, origins, window, index=index, references=refs)
+    for g, wnt in zip(got, want):
+        np.testing.assert_array_equal(g, wnt)
+    from ebsdxc import status as st
+
+    if np.dtype(dtype).kind == "f":
+        assert got[2][1, 1] == st.NOT_FINITE
+    assert st.CONSTANT_TILE in got[2][2] and np.isnan(got[0][2][got[2][2] == st.CONSTANT_TILE]).all()
+    assert (got[2] == st.OK).sum() >= 16
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("method", ["quadratic", "dft", "upsampled"])
+def test_rois_from_real_patterns_match_the_cpu_float64_engine(method):
+    """kikuchipy's real Ni patterns in their stored uint8, nine 24 px ROIs read straight from
+    the patterns by the kernel, against the float64 FFT engine on the CPU's prepared tiles."""
+    import cupy as cp
+    from real_patterns import ni_patterns
+
+    from ebsdxc.backend import select_backend
+    from ebsdxc.engines import EngineConfig, make_engine
+    from ebsdxc.preprocess import prepare_tiles, window_1d, window_2d
+    from ebsdxc.rois import extract_tiles, grid_layout
+
+    size = 24
+    pats = ni_patterns()
+    layout = grid_layout(pats.shape[1:], grid=(3, 3), size=size)
+    tp, en, status = prepare_tiles(extract_tiles(pats.astype(np.float32), layout, dtype=np.float32),
+                                   window_2d((size, size)))
+    cfg = EngineConfig(mode="window", max_shift=8, subpixel=method)
+    cpu = make_engine("fft", select_backend("cpu"), (size, size), cfg, window_1d=(window_1d(size), window_1d(size)))
+    cpu.set_reference(tp[0], en[0], status[0])
+    want = cpu.match(tp, en, status)
+    eng, _ = _engine((size, size), "window", 8, method)
+    eng.set_reference(cp.asarray(tp[0]), cp.asarray(en[0]), cp.asarray(status[0]))
+    got = eng.match_rois(cp.asarray(pats), np.asarray(layout.origins, dtype=np.int32),
+                         window_2d((size, size), xp=cp))
+    np.testing.assert_array_equal(got.status.get(), want.status)
+    assert (want.status == 0).mean() > 0.7 and np.nanmax(np.abs(want.displacement)) > 0.1
+    np.testing.assert_allclose(got.displacement.get(), want.displacement,
+                               atol=5e-4 if method == "quadratic" else 2e-3, equal_nan=True)
+    np.testing.assert_allclose(got.peak_height.get(), want.peak_height, atol=1e-5, equal_nan=True)
+
+
+@pytest.mark.gpu
+def test_match_rois_refuses_bad_arguments():
+    import cupy as cp
+
+    from ebsdxc.preprocess import window_2d
+
+    tile = (16, 16)
+    eng, _ = _engine(tile, "window", 4, "quadratic")
+    window = window_2d(tile, xp=cp)
+    rng = np.random.default_rng(3)
+    pats, origins = _patterns_and_origins(rng, 2, 3, tile, np.uint16, side=40)
+    eng.set_reference(*_reference_from(eng, pats, origins, window))
+    dev = cp.asarray(pats)
+    with pytest.raises(ValueError, match="patterns must be"):
+        eng.match_rois(dev[0], origins, window)
+    with pytest.raises(ValueError, match="origins must be"):
+        eng.match_rois(dev, origins[:, :1], window)
+    bad = origins.copy()
+    bad[1] = (40 - 15, 0)
+    with pytest.raises(ValueError, match="inside the 40x40"):
+        eng.match_rois(dev, bad, window)
+    with pytest.raises(ValueError, match="window must be"):
+        eng.match_rois(dev, origins, window[:8])
+    with pytest.raises(ValueError, match="give 3 ROIs"):
+        eng.match_rois(dev, origins[:2], window)
