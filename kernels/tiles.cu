@@ -11,6 +11,14 @@
 #define ST_CONSTANT 2
 #define ST_NOT_FINITE 3
 
+// A lane's values x0, x0 + 32, x0 + 64, x0 + 96 of tile row r (0 past its width w), all
+// loaded before any is used.
+template <typename T>
+__device__ __forceinline__ void lane_values(const T* __restrict__ r, int x0, int w, float (&v)[4]) {
+#pragma unroll
+    for (int u = 0; u < 4; ++u) v[u] = x0 + 32 * u < w ? (float)r[x0 + 32 * u] : 0.0f;
+}
+
 template <typename T>
 __global__ void prepare_tiles(const T* __restrict__ patterns, int H, int W,
                               const int* __restrict__ origins,  // (n_roi, 2): x0, y0
@@ -29,7 +37,7 @@ __global__ void prepare_tiles(const T* __restrict__ patterns, int H, int W,
     float* o = out != nullptr ? out + t * (long long)Ny * Nx : nullptr;
     const int npx = h * w;
 
-    // A warp per tile row, its lanes' four values loaded before any is used: a flat loop over
+    // A warp per tile row, its lanes' values four at a time (lane_values): a flat loop over
     // i = y w + x (a division per value, one load in flight) waited on memory latency (H100:
     // 1.25 ms for 512 patterns x 49 ROIs of 128x128, about 40% of the memory bandwidth).
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
@@ -39,8 +47,7 @@ __global__ void prepare_tiles(const T* __restrict__ patterns, int H, int W,
         const T* r = p + (long long)yy * W;
         for (int x0 = lane; x0 < w; x0 += 4 * 32) {
             float v[4];
-#pragma unroll
-            for (int u = 0; u < 4; ++u) v[u] = x0 + 32 * u < w ? (float)r[x0 + 32 * u] : 0.0f;
+            lane_values(r, x0, w, v);
 #pragma unroll
             for (int u = 0; u < 4; ++u) {
                 if (isfinite(v[u])) { s += v[u]; } else { bad = 1.0f; }
@@ -57,8 +64,7 @@ __global__ void prepare_tiles(const T* __restrict__ patterns, int H, int W,
         const float* wr = window + yy * w;
         for (int x0 = lane; x0 < w; x0 += 4 * 32) {
             float v[4];
-#pragma unroll
-            for (int u = 0; u < 4; ++u) v[u] = x0 + 32 * u < w ? (float)r[x0 + 32 * u] : 0.0f;
+            lane_values(r, x0, w, v);
 #pragma unroll
             for (int u = 0; u < 4; ++u) {
                 const int xx = x0 + 32 * u;
