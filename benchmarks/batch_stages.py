@@ -50,7 +50,7 @@ eng = t(lambda: pipe.engine.match(frames.reshape(B, n, *frames.shape[1:]), e.res
 print(f"{recipe} {size}px B={B} engine={type(pipe.engine).__name__} frame={frames.shape[1:]}: "
       f"match {full:.2f} ms ({B/full*1e3:,.0f}/s), tile prep {prep:.2f} ms, engine.match {eng:.2f} ms, "
       f"prepared tiles + engine.match {prep + eng:.2f} ms ({B/(prep + eng)*1e3:,.0f}/s)")
-if hasattr(pipe.engine, "match_rois"):
+if pipe.engine.reads_rois:
     stats = t(lambda: tile_statistics(dev, origins, pipe.tile_shape, pipe.window))
     rois = t(lambda: pipe.engine.match_rois(dev, origins, pipe.window, references=pipe.references))
     print(f"   from the patterns: tile statistics {stats:.2f} ms, engine.match_rois (with them) {rois:.2f} ms "

@@ -298,6 +298,10 @@ class CorrelationEngine(ABC):
     info: EngineInfo = EngineInfo("?")
     #: ``info.name``, on the class and its instances.
     name = "?"
+    #: True where the engine also takes whole patterns and cuts and prepares their ROIs itself
+    #: (``match_rois(patterns, origins, window, references=, index=)``, the fused engine), so
+    #: that a caller need not write prepared tiles to device memory first.
+    reads_rois = False
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)

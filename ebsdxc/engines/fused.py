@@ -407,6 +407,7 @@ class FusedFFTEngine(CorrelationEngine):
                       forms=("one_to_one", "one_to_many", "n_to_mn"), method="fft",
                       summary="FFT correlation and peak search in shared memory, one CUDA block per tile "
                               "pair (tiles whose spectrum fits in shared memory)")
+    reads_rois = True
 
     def __init__(self, backend, tile_shape, config, *, window_1d=None, split=None):
         super().__init__(backend, tile_shape, config)

@@ -280,7 +280,7 @@ class Pipeline:
 
         # An engine that cuts and prepares the ROIs as it loads them (the fused one) is given the
         # patterns: no tile is written to device memory and read back.
-        direct = getattr(self.engine, "match_rois", None)
+        direct = self.engine.reads_rois
         with timing.stage("preprocess", xp=xp):
             x = xp.asarray(patterns)
             if preprocessed:
@@ -291,13 +291,13 @@ class Pipeline:
                 x = self.preprocessor(x)
             B, n = x.shape[0], self.layout.n
             origins = self._origins if layout is None else self._device_origins(layout)
-            if direct is None:
+            if not direct:
                 frames = self._frames.get(B * n)
                 e, s = prepare_tiles_padded(x, origins, self.tile_shape, self.window, frames)
         with timing.stage("correlate", xp=xp):  # the engines mark their own peak stage inside
             idx = None if index is None else xp.asarray(index)
-            if direct is not None:
-                res = direct(x, origins, self.window, references=refs, index=idx)
+            if direct:
+                res = self.engine.match_rois(x, origins, self.window, references=refs, index=idx)
             else:
                 res = self.engine.match(frames.reshape(B, n, *frames.shape[1:]), e.reshape(B, n), s.reshape(B, n),
                                         references=refs, index=idx)

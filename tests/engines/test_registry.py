@@ -202,7 +202,10 @@ def test_every_engine_describes_itself():
         assert set(cls.info.devices) <= {"cpu", "gpu"} and cls.info.method in ("fft", "definition", "tensor")
         assert set(cls.info.subpixel) <= set(SUBPIXEL_METHODS) and set(cls.info.modes) <= {"full", "window"}
         assert cls.families() and cls.family(None) in (name, *cls.families())
+        # an engine that says it reads ROIs from whole patterns has the method the runner calls
+        assert cls.reads_rois == callable(getattr(cls, "match_rois", None))
     assert [n for n, c in ENGINES.items() if c.info.baseline] == ["fft"]
+    assert [n for n, c in ENGINES.items() if c.reads_rois] == ["fused"]
     fused, direct = ENGINES["fused"], ENGINES["direct"]
     quad = EngineConfig(subpixel="quadratic")
     assert fused.supports((128, 128), quad) and not fused.supports((200, 200), quad)
