@@ -512,12 +512,11 @@ class FusedFFTEngine(CorrelationEngine):
         if getattr(patterns, "ndim", 0) != 3:
             raise ValueError(f"patterns must be (B, H, W), got shape {getattr(patterns, 'shape', None)}")
         B, H, W = patterns.shape
-        if isinstance(origins, np.ndarray):
-            o = np.asarray(origins)
-            if o.ndim != 2 or o.shape[1] != 2:
-                raise ValueError(f"origins must be (n, 2) [x0, y0] rows, got shape {o.shape}")
-            if o.size and (o.min() < 0 or (o[:, 0] + w).max() > W or (o[:, 1] + h).max() > H):
-                raise ValueError(f"origins must keep every {h}x{w} ROI inside the {H}x{W} patterns")
+        if getattr(origins, "ndim", 0) != 2 or origins.shape[1] != 2:
+            raise ValueError(f"origins must be (n, 2) [x0, y0] rows, got shape {getattr(origins, 'shape', None)}")
+        if isinstance(origins, np.ndarray) and origins.size and (
+                origins.min() < 0 or (origins[:, 0] + w).max() > W or (origins[:, 1] + h).max() > H):
+            raise ValueError(f"origins must keep every {h}x{w} ROI inside the {H}x{W} patterns")
         origins = cp.ascontiguousarray(cp.asarray(origins), dtype=cp.int32)
         window = cp.ascontiguousarray(cp.asarray(window), dtype=cp.float32)
         if window.shape != (h, w):
