@@ -17,9 +17,14 @@ from __future__ import annotations
 
 import functools
 
+import numpy as np
+
 from ._resources import data_dir
 
-__all__ = ["kernel_source", "get_function"]
+__all__ = ["NULL_POINTER", "kernel_source", "get_function"]
+
+#: A null pointer argument of a kernel (8 bytes of zeros), for pointers a kernel does not use.
+NULL_POINTER = np.uint64(0)
 
 
 @functools.cache

@@ -89,7 +89,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..kernel_loader import get_function
+from ..kernel_loader import NULL_POINTER, get_function
 from ..peaks import (
     DFT_MAX_MOVES,
     DFT_STEPS,
@@ -111,8 +111,6 @@ THREADS_MAX = 512
 _STATIC_SMEM = 512      # static shared memory of the kernel (reduction slots), rounded up
 _METHODS = {"none": 0, "parabolic": 1, "gaussian": 2, "quadratic": 3}
 _KERNELS = ("fused_peaks", "fused_maps", "fused_dft", "fused_upsampled")
-# A kernel's null pointer argument (8 bytes of zeros): the prepared-tile kernels' ROI arguments.
-_NULL = np.uint64(0)
 
 
 def _smooth(n):
@@ -389,10 +387,10 @@ class _Source:
     tiles: object
     frame: int
     row: int
-    offsets: object = _NULL
-    mean: object = _NULL
-    status: object = _NULL
-    window: object = _NULL
+    offsets: object = NULL_POINTER
+    mean: object = NULL_POINTER
+    status: object = NULL_POINTER
+    window: object = NULL_POINTER
     raw: str | None = None
 
     def args(self):

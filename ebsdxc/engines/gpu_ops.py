@@ -9,14 +9,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..kernel_loader import get_function
+from ..kernel_loader import NULL_POINTER, get_function
 
 _TILE_TYPES = {np.dtype(np.uint8): "unsigned char", np.dtype(np.uint16): "unsigned short",
                np.dtype(np.int16): "short", np.dtype(np.int32): "int",
                np.dtype(np.float32): "float", np.dtype(np.float64): "double"}
 _TILE_NAMES = tuple(f"prepare_tiles<{t}>" for t in _TILE_TYPES.values())
-# A null pointer argument of a kernel (8 bytes of zeros).
-_NULL = np.uint64(0)
 _METHODS = {"none": 0, "parabolic": 1, "gaussian": 2, "quadratic": 3}
 _PEAK_NAMES = tuple(f"find_peaks<{m}>" for m in _METHODS.values())
 
@@ -87,8 +85,8 @@ def _tile_pass(patterns, origins, tile_shape, window, out):
     fn = get_function("tiles.cu", f"prepare_tiles<{_TILE_TYPES[dt]}>", name_expressions=_TILE_NAMES)
     threads = 256 if h * w >= 2048 else 128
     fn((T,), (threads,), (patterns, np.int32(H), np.int32(W), origins, np.int32(n), np.int32(h),
-                          np.int32(w), window, _NULL if out is None else out, np.int32(Ny), np.int32(Nx), energy,
-                          status, _NULL if mean is None else mean))
+                          np.int32(w), window, NULL_POINTER if out is None else out, np.int32(Ny), np.int32(Nx), energy,
+                          status, NULL_POINTER if mean is None else mean))
     return patterns, mean, energy, status
 
 
