@@ -40,6 +40,7 @@ _GROUP_BYTES = 1 << 20
 
 _pool = None
 _pool_lock = threading.Lock()
+_open_lock = threading.Lock()
 
 
 def threads() -> int:
@@ -93,9 +94,17 @@ class DirectReader:
     # file handle: one per process (readers are pickled to other processes) ------------
     def _file(self) -> int:
         if self._fd is None or self._pid != os.getpid():
-            self._fd = os.open(self.path, os.O_RDONLY)
-            self._pid = os.getpid()
+            with _open_lock:  # threads reading pieces at once open one descriptor, not one each
+                if self._fd is None or self._pid != os.getpid():
+                    self._fd = os.open(self.path, os.O_RDONLY)
+                    self._pid = os.getpid()
         return self._fd
+
+    @property
+    def raw(self) -> bool:
+        """Whether the stored bytes are the patterns (no filters): pieces of a range read in
+        parallel then cost no more than the range."""
+        return not self.filters
 
     def close(self):
         if self._fd is not None and self._pid == os.getpid():

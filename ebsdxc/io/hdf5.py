@@ -441,6 +441,15 @@ class HDF5Source(PatternSource):
             return None
         return self._direct
 
+    @property
+    def concurrent_reads(self) -> bool:
+        """True when the patterns are raw bytes that :mod:`~ebsdxc.io.direct` reads with
+        positioned reads (no filters, native byte order): see :class:`PatternSource`. h5py's
+        reads hold one lock, and pieces of a compressed chunk would inflate it once each."""
+        self._checked_chunks()
+        fast = self._direct_reader(np.empty((0, *self.pattern_shape), self.dtype))
+        return fast is not None and fast.raw
+
     # reading ------------------------------------------------------------------------
     def read_records(self, start: int, stop: int, out: np.ndarray) -> None:
         """Records ``start:stop`` of a 3-D dataset straight into ``out`` (one hyperslab)."""

@@ -261,9 +261,16 @@ class PatternSource:
         False for the padding slots of a hexagonal grid, for points an interrupted scan
         never stored, and for points a vendor marks as not acquired; those read as zeros
         and the runner flags them ``MISSING_PATTERN`` instead of processing them.
+    concurrent_reads : bool
+        Whether :meth:`read_into` may run in several threads at once on disjoint ranges, each
+        read as cheap as its share of one large read (positioned reads of raw bytes, no shared
+        file position, no chunk decompressed twice). The GPU runner then reads each batch in
+        small pieces straight to the device (:mod:`ebsdxc.run.staging`). False unless a reader
+        says so.
     """
 
     format: str = "?"
+    concurrent_reads: bool = False
 
     # Every method that touches the file turns what a damaged file raises into one
     # InputError naming it, in every reader (those registered by users too), so that no
@@ -447,6 +454,7 @@ class ArraySource(PatternSource):
     """Patterns already in memory (tests, notebooks, DIC frames built in Python)."""
 
     format = "array"
+    concurrent_reads = True
 
     def __init__(self, patterns, *, path="<array>", grid: ScanGrid | None = None):
         patterns = np.asarray(patterns)

@@ -10,6 +10,7 @@ are copied back and handed on while the next batch computes. Host memory is boun
 
 from __future__ import annotations
 
+import os
 import queue
 import threading
 from dataclasses import dataclass
@@ -19,7 +20,8 @@ import numpy as np
 from .. import timing
 from ..backend import is_out_of_memory
 from ..engines import PeakResult
-from ..errors import InputError
+from ..io.direct import threads as read_threads
+from .staging import StagedReader, piece_patterns, read_failure, ring_shape
 from .transfer import copy_to_device
 
 __all__ = ["N_BUFFERS", "Reader", "host_buffers", "stream_chunks"]
@@ -64,7 +66,7 @@ class Reader(threading.Thread):
                     with timing.stage("read"):
                         self.source.read_into(a, b, view)
                 except (OSError, ValueError) as e:  # a damaged or truncated file, read back mid-run
-                    raise InputError(f"cannot read patterns {a} to {b - 1} ({e})", self.source.path) from e
+                    raise read_failure(e, a, b, self.source.path) from e
                 self.ready.put(_Batch(start, stop, buf, view, start - a))
             self.ready.put(None)
         except BaseException as e:  # handed to the consuming thread, which raises it
@@ -140,12 +142,14 @@ def stream_chunks(pipeline, source, chunks, *, emit, references=None, buffers=No
                               present=None if present is None else present[a:a + len(item.view)])
 
     want = np.dtype(source.dtype).newbyteorder("=")
-    if (buffers is None or buffers[0].shape[0] < batch or buffers[0].shape[1:] != tuple(source.pattern_shape)
-            or buffers[0].dtype != want):
-        buffers = host_buffers(be, N_BUFFERS, (batch, *source.pattern_shape), source.dtype)
     plan = None
     if be.is_gpu and not halo:
         plan = pipeline.transfer_plan(source.pattern_shape, want.itemsize)
+    if be.is_gpu and not halo and plan is None and staged_reads() and source.concurrent_reads:
+        return _stream_staged(pipeline, source, chunks, batch, want, match, emit, buffers)
+    if (buffers is None or buffers[0].shape[0] < batch or buffers[0].shape[1:] != tuple(source.pattern_shape)
+            or buffers[0].dtype != want):
+        buffers = host_buffers(be, N_BUFFERS, (batch, *source.pattern_shape), source.dtype)
     frame = tuple(source.pattern_shape) if plan is None else plan.shape
     reader = Reader(source, chunks, buffers)
     reader.start()
@@ -204,6 +208,60 @@ def stream_chunks(pipeline, source, chunks, *, emit, references=None, buffers=No
         if pending is not None:
             _flush(be, pending, emit, copy_back)
             pending = None
+    finally:
+        reader.stop()
+        reader.join(timeout=10)
+    return buffers
+
+
+def staged_reads() -> bool:
+    """Whether GPU runs read through :mod:`~ebsdxc.run.staging` where the source allows it
+    (``EBSDXC_STAGED_READ=0`` turns it off: whole pinned batches, as before)."""
+    return os.environ.get("EBSDXC_STAGED_READ", "1").strip().lower() not in ("0", "no", "false", "off")
+
+
+def _stream_staged(pipeline, source, chunks, batch, dtype, match, emit, buffers):
+    """:func:`stream_chunks` for whole patterns that a :class:`~ebsdxc.run.staging.StagedReader`
+    reads straight into two device batches used in turn; ``buffers`` holds its pinned ring."""
+    be = pipeline.backend
+    cp = be.xp
+    shape = ring_shape(read_threads(), piece_patterns(source.nbytes_per_pattern, batch), source.pattern_shape)
+    if buffers is None or len(buffers) != 1 or buffers[0].shape != shape or buffers[0].dtype != dtype:
+        buffers = host_buffers(be, 1, shape, dtype)
+    compute, copy_back, _ = pipeline.streams()
+    with compute:  # blocks of the compute stream's pool, first written by the readers' streams
+        targets = [cp.empty((batch, *source.pattern_shape), dtype=dtype) for _ in range(2)]
+        allocated = compute.record()
+    reader = StagedReader(source, chunks, targets, buffers[0], after=allocated)
+    reader.start()
+    pending = None
+    try:
+        while True:
+            item = reader.ready.get()
+            if item is None:
+                break
+            if isinstance(item, BaseException):
+                if pending is not None:  # keep what was computed before the failed read
+                    _flush(be, pending, emit, copy_back)
+                    pending = None
+                raise item
+            try:
+                with compute:
+                    for event in item.events:
+                        compute.wait_event(event)
+                    res = match(item, targets[item.slot][:item.stop - item.start])
+                    done_event = compute.record()
+                reader.release(item.slot, done_event)
+            except Exception as e:
+                if pending is not None and is_out_of_memory(e):
+                    _flush(be, pending, emit, copy_back)  # as in stream_chunks: the caller retries
+                    pending = None
+                raise
+            if pending is not None:
+                _flush(be, pending, emit, copy_back)
+            pending = (item.start, res, done_event)
+        if pending is not None:
+            _flush(be, pending, emit, copy_back)
     finally:
         reader.stop()
         reader.join(timeout=10)
