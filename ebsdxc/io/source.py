@@ -261,16 +261,9 @@ class PatternSource:
         False for the padding slots of a hexagonal grid, for points an interrupted scan
         never stored, and for points a vendor marks as not acquired; those read as zeros
         and the runner flags them ``MISSING_PATTERN`` instead of processing them.
-    concurrent_reads : bool
-        Whether :meth:`read_into` may run in several threads at once on disjoint ranges, each
-        read as cheap as its share of one large read (positioned reads of raw bytes, no shared
-        file position, no chunk decompressed twice). The GPU runner then reads each batch in
-        small pieces straight to the device (:mod:`ebsdxc.run.staging`). False unless a reader
-        says so.
     """
 
     format: str = "?"
-    concurrent_reads: bool = False
 
     # Every method that touches the file turns what a damaged file raises into one
     # InputError naming it, in every reader (those registered by users too), so that no
@@ -392,6 +385,15 @@ class PatternSource:
         if start < stop:
             self._read_slots(start, stop, out)
 
+    def raw_ranges(self, start: int, stop: int):
+        """Where patterns ``start:stop`` lie in the file as raw bytes, for readers whose files
+        store them so (:class:`ebsdxc.io.direct.RawRanges`), else ``None`` (this default).
+
+        The GPU runner then reads each batch in pieces of a few MB in several threads, each
+        piece copied to the device as soon as it is read (:mod:`ebsdxc.run.staging`).
+        """
+        return None
+
     def read_window(self, index: int, rows, cols) -> np.ndarray:
         """Pixels ``rows`` = (r0, r1), ``cols`` = (c0, c1) of pattern ``index`` (flat scan index)
         as a new (r1 - r0, c1 - c0) array in the source dtype; zeros for a slot that is not
@@ -454,7 +456,6 @@ class ArraySource(PatternSource):
     """Patterns already in memory (tests, notebooks, DIC frames built in Python)."""
 
     format = "array"
-    concurrent_reads = True
 
     def __init__(self, patterns, *, path="<array>", grid: ScanGrid | None = None):
         patterns = np.asarray(patterns)

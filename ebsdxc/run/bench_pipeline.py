@@ -48,7 +48,7 @@ from ..progress import RecordingProgress
 from ..references import ReferenceSet
 from ..rois import layout_for
 from .pipeline import Pipeline
-from .staging import StagedReader, piece_patterns, ring_shape
+from .staging import DEVICE_BATCHES, StagedReader, piece_bytes, ring_shape
 from .streaming import host_buffers, staged_reads
 from .transfer import copy_to_device
 
@@ -83,7 +83,6 @@ class SyntheticScan(PatternSource):
     so a scan larger than the disk runs as a file in the page cache would."""
 
     format = "synthetic"
-    concurrent_reads = True
 
     def __init__(self, n: int, shape=(256, 256), *, distinct: int = 16, seed: int = 0, cols: int = 1000):
         self._base = _smooth_patterns(distinct, shape, seed)
@@ -174,17 +173,17 @@ def read_rate_while_copying(source, backend, batch: int, plan=None) -> float | N
 
 
 def staged_rate(source, backend, batch: int) -> float | None:
-    """Patterns/s of reading the scan batch by batch straight into two device batches through
+    """Patterns/s of reading the scan batch by batch straight into device batches through
     the run's pinned ring (:class:`~ebsdxc.run.staging.StagedReader`), nothing computed; None on
     the CPU or where the run would not read that way (the source, ``EBSDXC_STAGED_READ``)."""
-    if not backend.is_gpu or not staged_reads() or not source.concurrent_reads:
+    if not backend.is_gpu or not staged_reads() or source.raw_ranges(0, 1) is None:
         return None
     cp = backend.xp
     n, shape = source.n_patterns, tuple(source.pattern_shape)
     dtype = source.dtype.newbyteorder("=")
-    ring = host_buffers(backend, 1, ring_shape(read_threads(), piece_patterns(source.nbytes_per_pattern, batch),
-                                               shape), dtype)[0]
-    targets = [cp.empty((batch, *shape), dtype=dtype) for _ in range(2)]
+    ring = host_buffers(backend, 1, ring_shape(read_threads(), piece_bytes(batch * source.nbytes_per_pattern)),
+                        np.uint8)[0]
+    targets = [cp.empty((batch, *shape), dtype=dtype) for _ in range(DEVICE_BATCHES)]
     cp.cuda.Device().synchronize()
     reader = StagedReader(source, [(a, min(a + batch, n)) for a in range(0, n, batch)], targets, ring)
     t = time.perf_counter()

@@ -14,8 +14,11 @@ patterns to the device at 88k patterns/s, against 63k for whole batches (BENCHMA
 
 :class:`StagedReader` hands the consumer batches already on the device, in order, each with the
 events its computation must wait for; the consumer gives a device batch back with the event
-after which it may be overwritten. Sources whose reads may run in parallel say so
-(:attr:`~ebsdxc.io.source.PatternSource.concurrent_reads`).
+after which it may be overwritten. It reads sources that say where their patterns lie as raw
+bytes (:meth:`~ebsdxc.io.source.PatternSource.raw_ranges`: uncompressed HDF5), with one
+positioned read per piece and no other Python work per pattern: the threads share one
+interpreter lock, and a piece read through the general reader path (a few NumPy calls per
+read) ran at a quarter of the rate.
 """
 
 from __future__ import annotations
@@ -30,26 +33,37 @@ import numpy as np
 from .. import timing
 from ..errors import InputError
 
-__all__ = ["PIECE_BYTES", "SLOTS", "StagedReader", "StagedBatch", "piece_patterns", "read_failure", "ring_shape"]
+__all__ = ["DEVICE_BATCHES", "PIECE_BYTES", "SLOTS", "StagedReader", "StagedBatch", "piece_bytes", "read_failure",
+           "ring_shape"]
 
-#: Bytes per piece (rounded up to whole patterns; ``EBSDXC_STAGE_BYTES`` overrides). Pieces of
-#: 0.5-2 MB ran at a half or less of 4 MB ones: each copy and each wait has a fixed cost.
+#: Bytes per piece (``EBSDXC_STAGE_BYTES`` overrides). Pieces of 0.5-2 MB ran at a half or less
+#: of 4 MB ones: each copy and each wait has a fixed cost.
 PIECE_BYTES = 4 << 20
 #: Pinned slots per thread: one being read while the other's copy runs. A third slot made the
 #: ring larger than helps (4 MB x 3 ran 15% slower than x 2 with 16 threads).
 SLOTS = 2
 
 
-def piece_patterns(pattern_bytes: int, batch: int) -> int:
-    """Patterns per piece: the fewest whose bytes reach :data:`PIECE_BYTES`, at most ``batch``."""
+#: Device batches a staged run uses in turn. With two, the pieces of batch k + 2 could not be
+#: copied until batch k was computed, so the ring sat full while the device computed and the
+#: readers waited (a run at a third of the reading rate); with three they flow as they are read.
+DEVICE_BATCHES = 3
+
+# Threads waiting for a slot's copy sleep instead of spinning: a spinning wait holds a core,
+# and with a thread per core the thread that launches the batches' kernels had none left.
+_BLOCKING = True
+
+
+def piece_bytes(batch_bytes: int) -> int:
+    """Bytes per piece: :data:`PIECE_BYTES` (or ``EBSDXC_STAGE_BYTES``), at most a batch."""
     env = os.environ.get("EBSDXC_STAGE_BYTES", "").strip()
     want = max(1, int(env)) if env.isdigit() else PIECE_BYTES
-    return max(1, min(int(batch), -(-want // max(1, int(pattern_bytes)))))
+    return max(1, min(int(batch_bytes), want))
 
 
-def ring_shape(threads: int, piece: int, pattern_shape) -> tuple[int, ...]:
-    """Shape of the pinned ring: ``threads`` x :data:`SLOTS` slots of ``piece`` patterns."""
-    return (int(threads) * SLOTS, int(piece), *(int(n) for n in pattern_shape))
+def ring_shape(threads: int, piece: int) -> tuple[int, int]:
+    """Shape of the pinned ring (uint8): ``threads`` x :data:`SLOTS` slots of ``piece`` bytes."""
+    return (int(threads) * SLOTS, int(piece))
 
 
 def read_failure(error, start: int, stop: int, path) -> InputError:
@@ -103,6 +117,7 @@ class _DeviceCopier:
         import cupy as cp
 
         self._cp = cp
+        self._h2d = cp.cuda.runtime.memcpyHostToDevice
         self.stream = cp.cuda.Stream(non_blocking=True)
         self._slots = [None] * nslots
 
@@ -114,17 +129,14 @@ class _DeviceCopier:
         if self._slots[s] is not None:
             self._slots[s].synchronize()  # the slot's last copy has left it
 
-    def copy(self, host, device, s):
+    def copy(self, host, target, offset, s):
+        # Not timed as a stage of its own: CUDA events around every piece slowed the copies 2.5x
+        # in a profiled run; the pieces' copies overlap their reads and count as 'read'.
         cp = self._cp
-        if timing.active() is None:
-            cp.cuda.runtime.memcpyAsync(device.data.ptr, host.ctypes.data, host.nbytes,
-                                        cp.cuda.runtime.memcpyHostToDevice, self.stream.ptr)
-        else:
-            with self.stream, timing.stage("transfer", xp=cp):  # timed on this worker's stream
-                cp.cuda.runtime.memcpyAsync(device.data.ptr, host.ctypes.data, host.nbytes,
-                                            cp.cuda.runtime.memcpyHostToDevice, self.stream.ptr)
+        cp.cuda.runtime.memcpyAsync(target.data.ptr + offset, host.ctypes.data, host.nbytes, self._h2d,
+                                    self.stream.ptr)
         if self._slots[s] is None:
-            self._slots[s] = cp.cuda.Event(block=False, disable_timing=True)
+            self._slots[s] = cp.cuda.Event(block=_BLOCKING, disable_timing=True)
         self._slots[s].record(self.stream)
 
     def mark(self):
@@ -140,8 +152,8 @@ class _HostCopier:
     def reuse(self, s):
         pass
 
-    def copy(self, host, device, s):
-        device[...] = host
+    def copy(self, host, target, offset, s):
+        target.reshape(-1).view(np.uint8)[offset:offset + host.nbytes] = host
 
     def mark(self):
         return None
@@ -150,7 +162,7 @@ class _HostCopier:
 @dataclass
 class _Task:
     start: int
-    pieces: list
+    pieces: list  # (offset in the batch, file offset or -1, bytes)
     target: object
     after: object
     countdown: _Countdown
@@ -166,7 +178,7 @@ class _Worker(threading.Thread):
         self._next = 0
 
     def run(self):
-        owner = self.owner
+        owner, copier, slots = self.owner, self.copier, self.slots
         while True:
             task = self.tasks.get()
             if task is None:
@@ -176,18 +188,22 @@ class _Worker(threading.Thread):
                 continue
             try:
                 if task.pieces:
-                    self.copier.after(task.after)
-                    for a, b in task.pieces:
-                        s, self._next = self._next, (self._next + 1) % len(self.slots)
-                        self.copier.reuse(s)
-                        view = self.slots[s][:b - a]
+                    copier.after(task.after)
+                    read = task.pieces[0][3]
+                    for o, src, n, _ in task.pieces:
+                        s = self._next
+                        self._next = (s + 1) % len(slots)
+                        copier.reuse(s)
+                        slot = slots[s][:n]
                         try:
                             with timing.stage("read"):
-                                owner.source.read_into(a, b, view)
+                                read(src, n, slot)
                         except (OSError, ValueError) as e:  # damaged or truncated, read back mid-run
-                            raise read_failure(e, a, b, owner.source.path) from e
-                        self.copier.copy(view, task.target[a - task.start:b - task.start], s)
-                task.countdown.report(event=self.copier.mark() if task.pieces else None)
+                            pb = owner.pattern_bytes
+                            raise read_failure(e, task.start + o // pb, task.start + (o + n - 1) // pb + 1,
+                                               owner.source.path) from e
+                        copier.copy(slot, task.target, o, s)
+                task.countdown.report(event=copier.mark() if task.pieces else None)
             except BaseException as e:  # handed to the consumer, in batch order
                 owner.failed.set()
                 task.countdown.report(error=e)
@@ -195,8 +211,10 @@ class _Worker(threading.Thread):
 
 class StagedReader(threading.Thread):
     """Reads ``chunks`` [(start, stop), ...] of ``source`` into the device batches ``targets``
-    (two or more arrays of (batch, H, W), CuPy or, for tests, NumPy) through ``ring`` (pinned
-    (threads * SLOTS, piece, H, W), one thread per :data:`SLOTS` slots).
+    (two or more C-contiguous arrays of (batch, H, W) in the source's dtype, CuPy or, for
+    tests, NumPy) through ``ring`` (pinned uint8 of :func:`ring_shape`: one thread per
+    :data:`SLOTS` slots, pieces as long as a slot). ``source`` must give
+    :meth:`~ebsdxc.io.source.PatternSource.raw_ranges` for every chunk.
 
     :attr:`ready` yields a :class:`StagedBatch` per chunk, in order, then ``None``; a read that
     fails yields its exception instead (after the batches before it) and ends the stream.
@@ -207,6 +225,7 @@ class StagedReader(threading.Thread):
     def __init__(self, source, chunks, targets, ring, *, after=None):
         super().__init__(daemon=True, name="ebsdxc-stager")
         self.source = source
+        self.pattern_bytes = source.nbytes_per_pattern
         self.chunks = [tuple(c[:2]) for c in chunks]
         self.targets = targets
         self.piece = ring.shape[1]
@@ -225,16 +244,21 @@ class StagedReader(threading.Thread):
         for w in self.workers:
             w.start()
         try:
+            n = len(self.workers)
             for start, stop in self.chunks:
                 slot, after = self.free.get()
                 if self._halt.is_set() or self.failed.is_set():
                     return
-                pieces = [(a, min(a + self.piece, stop)) for a in range(start, stop, self.piece)]
-                countdown = _Countdown(len(self.workers), self._batch_done(start, stop, slot))
+                ranges = self.source.raw_ranges(start, stop)
+                if ranges is None:
+                    raise RuntimeError(f"{self.source.path}: patterns {start} to {stop - 1} are not stored raw")
+                r = ranges.split(self.piece)
+                pieces = list(zip(r.dst.tolist(), r.src.tolist(), r.size.tolist(), [r.reader.read_range] * r.size.size))
+                countdown = _Countdown(n, self._batch_done(start, stop, slot))
                 target = self.targets[slot]
                 for i, w in enumerate(self.workers):
-                    w.tasks.put(_Task(start, pieces[i::len(self.workers)], target, after, countdown))
-            end = _Countdown(len(self.workers), self._batch_done(None, None, None))
+                    w.tasks.put(_Task(start, pieces[i::n], target, after, countdown))
+            end = _Countdown(n, self._batch_done(None, None, None))
             for w in self.workers:  # after every batch: each worker takes its tasks in order
                 w.tasks.put(_Task(0, [], None, None, end))
         except BaseException as e:  # handed to the consuming thread, which raises it

@@ -21,7 +21,7 @@ from .. import timing
 from ..backend import is_out_of_memory
 from ..engines import PeakResult
 from ..io.direct import threads as read_threads
-from .staging import StagedReader, piece_patterns, read_failure, ring_shape
+from .staging import DEVICE_BATCHES, StagedReader, piece_bytes, read_failure, ring_shape
 from .transfer import copy_to_device
 
 __all__ = ["N_BUFFERS", "Reader", "host_buffers", "stream_chunks"]
@@ -145,7 +145,8 @@ def stream_chunks(pipeline, source, chunks, *, emit, references=None, buffers=No
     plan = None
     if be.is_gpu and not halo:
         plan = pipeline.transfer_plan(source.pattern_shape, want.itemsize)
-    if be.is_gpu and not halo and plan is None and staged_reads() and source.concurrent_reads:
+    if (be.is_gpu and not halo and plan is None and staged_reads()
+            and source.raw_ranges(chunks[0][0], chunks[0][1]) is not None):
         return _stream_staged(pipeline, source, chunks, batch, want, match, emit, buffers)
     if (buffers is None or buffers[0].shape[0] < batch or buffers[0].shape[1:] != tuple(source.pattern_shape)
             or buffers[0].dtype != want):
@@ -222,15 +223,16 @@ def staged_reads() -> bool:
 
 def _stream_staged(pipeline, source, chunks, batch, dtype, match, emit, buffers):
     """:func:`stream_chunks` for whole patterns that a :class:`~ebsdxc.run.staging.StagedReader`
-    reads straight into two device batches used in turn; ``buffers`` holds its pinned ring."""
+    reads straight into :data:`~ebsdxc.run.staging.DEVICE_BATCHES` device batches used in turn;
+    ``buffers`` holds its pinned ring."""
     be = pipeline.backend
     cp = be.xp
-    shape = ring_shape(read_threads(), piece_patterns(source.nbytes_per_pattern, batch), source.pattern_shape)
-    if buffers is None or len(buffers) != 1 or buffers[0].shape != shape or buffers[0].dtype != dtype:
-        buffers = host_buffers(be, 1, shape, dtype)
+    shape = ring_shape(read_threads(), piece_bytes(batch * source.nbytes_per_pattern))
+    if buffers is None or len(buffers) != 1 or buffers[0].shape != shape or buffers[0].dtype != np.uint8:
+        buffers = host_buffers(be, 1, shape, np.uint8)
     compute, copy_back, _ = pipeline.streams()
     with compute:  # blocks of the compute stream's pool, first written by the readers' streams
-        targets = [cp.empty((batch, *source.pattern_shape), dtype=dtype) for _ in range(2)]
+        targets = [cp.empty((batch, *source.pattern_shape), dtype=dtype) for _ in range(DEVICE_BATCHES)]
         allocated = compute.record()
     reader = StagedReader(source, chunks, targets, buffers[0], after=allocated)
     reader.start()

@@ -13,7 +13,7 @@ from ebsdxc.errors import InputError
 from ebsdxc.io import open_scan
 from ebsdxc.io.source import ArraySource
 from ebsdxc.run.bench_pipeline import write_scan
-from ebsdxc.run.staging import SLOTS, StagedReader, piece_patterns, ring_shape
+from ebsdxc.run.staging import SLOTS, StagedReader, piece_bytes, ring_shape
 
 
 def _scan(tmp_path, n=230, shape=(12, 10), chunk=16):
@@ -56,11 +56,10 @@ def _consume(reader, targets, truth, *, hold=1):
                                                  (5, 3, [2, 64])])
 def test_batches_arrive_whole_and_in_order(tmp_path, threads, piece, sizes):
     src = _scan(tmp_path)
-    assert src.concurrent_reads
     truth = src.read(0, src.n_patterns)
     chunks = _chunks(src.n_patterns, sizes)
     batch = max(b - a for a, b in chunks)
-    ring = np.empty(ring_shape(threads, min(piece, batch), src.pattern_shape), src.dtype)
+    ring = np.empty(ring_shape(threads, min(piece, batch) * truth[0].nbytes + 6), np.uint8)
     targets = [np.full((batch, *src.pattern_shape), 7, src.dtype) for _ in range(2)]
     seen, end = _consume(StagedReader(src, chunks, targets, ring), targets, truth)
     assert end is None and seen == chunks
@@ -70,7 +69,7 @@ def test_three_device_batches_and_late_release(tmp_path):
     src = _scan(tmp_path, n=100)
     truth = src.read(0, 100)
     chunks = _chunks(100, [9])
-    ring = np.empty(ring_shape(2, 4, src.pattern_shape), src.dtype)
+    ring = np.empty(ring_shape(2, 4 * src.nbytes_per_pattern), np.uint8)
     targets = [np.empty((9, *src.pattern_shape), src.dtype) for _ in range(3)]
     seen, end = _consume(StagedReader(src, chunks, targets, ring), targets, truth, hold=2)
     assert end is None and seen == chunks
@@ -83,7 +82,7 @@ def test_a_failed_read_comes_after_the_batches_before_it_and_ends_the_stream(tmp
     with open(src.path, "r+b") as f:
         f.truncate(os.path.getsize(src.path) - 25 * truth[0].nbytes)
     chunks = _chunks(200, [20])
-    ring = np.empty(ring_shape(3, 4, src.pattern_shape), src.dtype)
+    ring = np.empty(ring_shape(3, 4 * src.nbytes_per_pattern), np.uint8)
     targets = [np.empty((20, *src.pattern_shape), src.dtype) for _ in range(2)]
     seen, end = _consume(StagedReader(src, chunks, targets, ring), targets, truth)
     assert isinstance(end, InputError) and src.path in str(end) and "\n" not in str(end)
@@ -94,7 +93,7 @@ def test_a_failed_read_comes_after_the_batches_before_it_and_ends_the_stream(tmp
 def test_stopping_early_ends_every_thread(tmp_path):
     src = _scan(tmp_path, n=200)
     chunks = _chunks(200, [10])
-    ring = np.empty(ring_shape(4, 2, src.pattern_shape), src.dtype)
+    ring = np.empty(ring_shape(4, 2 * src.nbytes_per_pattern), np.uint8)
     targets = [np.empty((10, *src.pattern_shape), src.dtype) for _ in range(2)]
     reader = StagedReader(src, chunks, targets, ring)
     reader.start()
@@ -107,28 +106,70 @@ def test_stopping_early_ends_every_thread(tmp_path):
 
 def test_piece_sizes(monkeypatch):
     monkeypatch.delenv("EBSDXC_STAGE_BYTES", raising=False)
-    assert piece_patterns(512 * 512 * 2, 512) == 8  # 4 MB
-    assert piece_patterns(1024 * 1024 * 2, 128) == 2
-    assert piece_patterns(256 * 256 * 2, 16) == 16  # never more than a batch
-    assert piece_patterns(5 << 20, 64) == 1
+    assert piece_bytes(256 << 20) == 4 << 20
+    assert piece_bytes(1 << 20) == 1 << 20  # never more than a batch
     monkeypatch.setenv("EBSDXC_STAGE_BYTES", str(8 << 20))
-    assert piece_patterns(512 * 512 * 2, 512) == 16
+    assert piece_bytes(256 << 20) == 8 << 20
     monkeypatch.setenv("EBSDXC_STAGE_BYTES", "lots")
-    assert piece_patterns(512 * 512 * 2, 512) == 8
-    assert ring_shape(16, 8, (512, 256)) == (16 * SLOTS, 8, 512, 256)
+    assert piece_bytes(256 << 20) == 4 << 20
+    assert ring_shape(16, 4 << 20) == (16 * SLOTS, 4 << 20)
 
 
-def test_which_sources_read_in_parallel(tmp_path):
+def _bytes_of(ranges, n_bytes):
+    """The bytes ``ranges`` describe, read back through their reader."""
+    out = np.full(n_bytes, 0xAB, np.uint8)
+    for d, s, k in zip(ranges.dst.tolist(), ranges.src.tolist(), ranges.size.tolist()):
+        ranges.reader.read_range(s, k, out[d:d + k])
+    return out
+
+
+@pytest.mark.parametrize("layout", ["chunks", "contiguous", "4-D", "records"])
+def test_raw_ranges_are_the_patterns(tmp_path, layout):
     import h5py
 
-    assert _scan(tmp_path).concurrent_reads  # raw chunks, positioned reads
-    assert ArraySource(np.zeros((4, 8, 8), np.uint16)).concurrent_reads
+    rng = np.random.default_rng(1)
+    data = rng.integers(0, 60000, (6, 5, 9, 8), dtype=np.uint16)
+    path = tmp_path / f"{layout}.h5"
+    with h5py.File(path, "w") as f:
+        if layout == "4-D":
+            f.create_dataset("patterns", data=data, chunks=(2, 3, 9, 8))
+        elif layout == "contiguous":
+            f.create_dataset("patterns", data=data.reshape(30, 9, 8))
+        elif layout == "records":  # an interrupted scan: 23 of 30 points stored, grid given
+            f.create_dataset("patterns", data=data.reshape(30, 9, 8)[:23], chunks=(4, 9, 8))
+        else:  # a chunk never written reads as zeros
+            ds = f.create_dataset("patterns", shape=(30, 9, 8), dtype=np.uint16, chunks=(4, 9, 8))
+            ds[:12] = data.reshape(30, 9, 8)[:12]
+            ds[16:] = data.reshape(30, 9, 8)[16:]
+    if layout == "records":
+        with pytest.warns(UserWarning, match="interrupted scan"):
+            src = open_scan(path, grid_shape=(6, 5))
+    else:
+        src = open_scan(path)
+    truth = src.read(0, src.n_patterns)
+    for a, b in [(0, src.n_patterns), (3, 17), (11, 12), (20, 30)]:
+        r = src.raw_ranges(a, b)
+        got = _bytes_of(r, (b - a) * src.nbytes_per_pattern)
+        np.testing.assert_array_equal(got.view(np.uint16).reshape(b - a, 9, 8), truth[a:b], err_msg=f"{a}:{b}")
+        # cut into small pieces, the same bytes
+        got = _bytes_of(r.split(50), (b - a) * src.nbytes_per_pattern)
+        assert (r.split(50).size <= 50).all()
+        np.testing.assert_array_equal(got.view(np.uint16).reshape(b - a, 9, 8), truth[a:b])
+    if layout == "records":
+        assert (truth[23:] == 0).all()
+
+
+def test_which_sources_read_in_pieces(tmp_path):
+    import h5py
+
+    assert _scan(tmp_path).raw_ranges(0, 5) is not None  # raw chunks, positioned reads
+    assert ArraySource(np.zeros((4, 8, 8), np.uint16)).raw_ranges(0, 2) is None
     with h5py.File(tmp_path / "gz.h5", "w") as f:  # a piece would inflate its whole chunk again
         f.create_dataset("patterns", data=np.zeros((40, 8, 8), np.uint16), chunks=(10, 8, 8), compression="gzip")
-    assert not open_scan(tmp_path / "gz.h5").concurrent_reads
-    with h5py.File(tmp_path / "be.h5", "w") as f:  # big-endian: h5py converts, under its lock
+    assert open_scan(tmp_path / "gz.h5").raw_ranges(0, 5) is None
+    with h5py.File(tmp_path / "be.h5", "w") as f:  # big-endian: h5py converts
         f.create_dataset("patterns", data=np.zeros((40, 8, 8), ">u2"))
-    assert not open_scan(tmp_path / "be.h5").concurrent_reads
+    assert open_scan(tmp_path / "be.h5").raw_ranges(0, 5) is None
 
 
 # ----------------------------------------------------------------------------- on the GPU
@@ -156,7 +197,7 @@ def spied(monkeypatch):
             super().__init__(*args, **kwargs)
 
     monkeypatch.setattr(streaming, "StagedReader", Counted)
-    monkeypatch.setenv("EBSDXC_STAGE_BYTES", str(5 * 96 * 96 * 2))
+    monkeypatch.setenv("EBSDXC_STAGE_BYTES", str(5 * 96 * 96 * 2 + 6))  # pieces cut patterns apart
     monkeypatch.setenv("EBSDXC_READ_THREADS", "3")
     return made
 
@@ -172,9 +213,9 @@ def test_gpu_runs_read_in_pieces_equal_runs_read_in_batches(tmp_path, monkeypatc
     monkeypatch.setenv("EBSDXC_STAGED_READ", "0")
     whole = read_results(_gpu_process(path, tmp_path / "whole.h5", batch))
     assert len(spied) == 1  # the batch path this time
-    assert staged["done"].all() and (staged["status"] == 0).mean() > 0.9
     for key in ("displacement", "peak_height", "status"):
         np.testing.assert_array_equal(staged[key], whole[key])
+    assert staged["done"].all() and (staged["status"] == 0).mean() > 0.3  # measured, not all flagged
 
 
 @pytest.mark.gpu
@@ -184,6 +225,7 @@ def test_gpu_run_on_a_file_cut_short_mid_run_keeps_what_it_read(tmp_path, spied)
     path = write_scan(tmp_path / "scan.h5", 300, (96, 96), chunk=16, distinct=16)
     whole = read_results(_gpu_process(path, tmp_path / "whole.h5", 20))
     src = open_scan(path)
+    src.read(0, 1)  # opened and its chunk index checked, as when the run has started
     with open(path, "r+b") as f:  # the last 60 patterns go after the scan was opened
         f.truncate(os.path.getsize(path) - 60 * 96 * 96 * 2)
     out = tmp_path / "cut.h5"
