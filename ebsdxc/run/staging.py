@@ -36,9 +36,10 @@ from ..errors import InputError
 __all__ = ["DEVICE_BATCHES", "PIECE_BYTES", "SLOTS", "StagedReader", "StagedBatch", "piece_bytes", "read_failure",
            "ring_shape"]
 
-#: Bytes per piece (``EBSDXC_STAGE_BYTES`` overrides). Pieces of 0.5-2 MB ran at a half or less
-#: of 4 MB ones: each copy and each wait has a fixed cost.
-PIECE_BYTES = 4 << 20
+#: Bytes per piece (``EBSDXC_STAGE_BYTES`` overrides). Each piece costs a read, a copy and a wait
+#: on the shared interpreter lock: 512x512 scans went to the device at 65-68k patterns/s in 8 MB
+#: pieces, 49-59k in 4 MB ones, and 0.5-2 MB pieces ran at half that or less (H100 host).
+PIECE_BYTES = 8 << 20
 #: Pinned slots per thread: one being read while the other's copy runs. A third slot made the
 #: ring larger than helps (4 MB x 3 ran 15% slower than x 2 with 16 threads).
 SLOTS = 2

@@ -106,12 +106,12 @@ def test_stopping_early_ends_every_thread(tmp_path):
 
 def test_piece_sizes(monkeypatch):
     monkeypatch.delenv("EBSDXC_STAGE_BYTES", raising=False)
-    assert piece_bytes(256 << 20) == 4 << 20
-    assert piece_bytes(1 << 20) == 1 << 20  # never more than a batch
-    monkeypatch.setenv("EBSDXC_STAGE_BYTES", str(8 << 20))
     assert piece_bytes(256 << 20) == 8 << 20
-    monkeypatch.setenv("EBSDXC_STAGE_BYTES", "lots")
+    assert piece_bytes(1 << 20) == 1 << 20  # never more than a batch
+    monkeypatch.setenv("EBSDXC_STAGE_BYTES", str(4 << 20))
     assert piece_bytes(256 << 20) == 4 << 20
+    monkeypatch.setenv("EBSDXC_STAGE_BYTES", "lots")
+    assert piece_bytes(256 << 20) == 8 << 20
     assert ring_shape(16, 4 << 20) == (16 * SLOTS, 4 << 20)
 
 
