@@ -48,7 +48,7 @@ from ..progress import RecordingProgress
 from ..references import ReferenceSet
 from ..rois import layout_for
 from .pipeline import Pipeline
-from .staging import DEVICE_BATCHES, StagedReader, piece_bytes, ring_shape
+from .staging import DEVICE_BATCHES, StagedReader, part_bytes, piece_bytes, ring_shape
 from .streaming import host_buffers, staged_reads
 from .transfer import copy_to_device
 
@@ -173,19 +173,22 @@ def read_rate_while_copying(source, backend, batch: int, plan=None) -> float | N
 
 
 def staged_rate(source, backend, batch: int) -> float | None:
-    """Patterns/s of reading the scan batch by batch straight into device batches through
-    the run's pinned ring (:class:`~ebsdxc.run.staging.StagedReader`), nothing computed; None on
-    the CPU or where the run would not read that way (the source, ``EBSDXC_STAGED_READ``)."""
-    if not backend.is_gpu or not staged_reads() or source.raw_ranges(0, 1) is None:
+    """Patterns/s of reading the scan batch by batch straight into device batches as the run
+    does (:class:`~ebsdxc.run.staging.StagedReader`), nothing computed; None on the CPU or where
+    the run does not read that way (``EBSDXC_STAGED_READ=0``)."""
+    mode = staged_reads()
+    if not backend.is_gpu or mode is None:
         return None
+    raw = mode == "pieces" and source.raw_ranges(0, 1) is not None
     cp = backend.xp
     n, shape = source.n_patterns, tuple(source.pattern_shape)
     dtype = source.dtype.newbyteorder("=")
-    ring = host_buffers(backend, 1, ring_shape(read_threads(), piece_bytes(batch * source.nbytes_per_pattern)),
-                        np.uint8)[0]
+    batch_bytes = batch * source.nbytes_per_pattern
+    ring = host_buffers(backend, 1, ring_shape(read_threads(), piece_bytes(batch_bytes)) if raw
+                        else ring_shape(1, part_bytes(batch_bytes, source.nbytes_per_pattern)), np.uint8)[0]
     targets = [cp.empty((batch, *shape), dtype=dtype) for _ in range(DEVICE_BATCHES)]
     cp.cuda.Device().synchronize()
-    reader = StagedReader(source, [(a, min(a + batch, n)) for a in range(0, n, batch)], targets, ring)
+    reader = StagedReader(source, [(a, min(a + batch, n)) for a in range(0, n, batch)], targets, ring, raw=raw)
     t = time.perf_counter()
     reader.start()
     try:

@@ -33,8 +33,8 @@ import numpy as np
 from .. import timing
 from ..errors import InputError
 
-__all__ = ["DEVICE_BATCHES", "PIECE_BYTES", "SLOTS", "StagedReader", "StagedBatch", "piece_bytes", "read_failure",
-           "ring_shape"]
+__all__ = ["DEVICE_BATCHES", "PART_BYTES", "PIECE_BYTES", "SLOTS", "StagedReader", "StagedBatch", "part_bytes",
+           "piece_bytes", "read_failure", "ring_shape"]
 
 #: Bytes per piece (``EBSDXC_STAGE_BYTES`` overrides). Each piece costs a read, a copy and a wait
 #: on the shared interpreter lock: 512x512 scans went to the device at 65-68k patterns/s in 8 MB
@@ -60,6 +60,19 @@ def piece_bytes(batch_bytes: int) -> int:
     env = os.environ.get("EBSDXC_STAGE_BYTES", "").strip()
     want = max(1, int(env)) if env.isdigit() else PIECE_BYTES
     return max(1, min(int(batch_bytes), want))
+
+
+#: Bytes per part when one thread reads a batch in parts, each part read by the source's own
+#: parallel reader and copied as soon as it is read.
+PART_BYTES = 64 << 20
+
+
+def part_bytes(batch_bytes: int, pattern_bytes: int) -> int:
+    """Bytes per part: whole patterns, about :data:`PART_BYTES` (``EBSDXC_STAGE_BYTES``), at most a batch."""
+    env = os.environ.get("EBSDXC_STAGE_BYTES", "").strip()
+    want = max(1, int(env)) if env.isdigit() else PART_BYTES
+    k = max(1, min(int(batch_bytes), want) // int(pattern_bytes))
+    return k * int(pattern_bytes)
 
 
 def ring_shape(threads: int, piece: int) -> tuple[int, int]:
@@ -223,10 +236,12 @@ class StagedReader(threading.Thread):
     the batch may be overwritten; copies into it wait for that event on the device.
     """
 
-    def __init__(self, source, chunks, targets, ring, *, after=None):
+    def __init__(self, source, chunks, targets, ring, *, after=None, raw=True):
         super().__init__(daemon=True, name="ebsdxc-stager")
         self.source = source
+        self.raw = raw
         self.pattern_bytes = source.nbytes_per_pattern
+        self._frame = (targets[0].dtype, tuple(targets[0].shape[1:]))
         self.chunks = [tuple(c[:2]) for c in chunks]
         self.targets = targets
         self.piece = ring.shape[1]
@@ -250,11 +265,7 @@ class StagedReader(threading.Thread):
                 slot, after = self.free.get()
                 if self._halt.is_set() or self.failed.is_set():
                     return
-                ranges = self.source.raw_ranges(start, stop)
-                if ranges is None:
-                    raise RuntimeError(f"{self.source.path}: patterns {start} to {stop - 1} are not stored raw")
-                r = ranges.split(self.piece)
-                pieces = list(zip(r.dst.tolist(), r.src.tolist(), r.size.tolist(), [r.reader.read_range] * r.size.size))
+                pieces = self._pieces(start, stop)
                 countdown = _Countdown(n, self._batch_done(start, stop, slot))
                 target = self.targets[slot]
                 for i, w in enumerate(self.workers):
@@ -265,6 +276,23 @@ class StagedReader(threading.Thread):
         except BaseException as e:  # handed to the consuming thread, which raises it
             self.failed.set()
             self.ready.put(e)
+
+    def _pieces(self, start, stop):
+        """(offset in the batch, what to read, bytes, how) of every piece of patterns ``start:stop``."""
+        if self.raw:
+            ranges = self.source.raw_ranges(start, stop)
+            if ranges is None:
+                raise RuntimeError(f"{self.source.path}: patterns {start} to {stop - 1} are not stored raw")
+            r = ranges.split(self.piece)
+            return list(zip(r.dst.tolist(), r.src.tolist(), r.size.tolist(), [r.reader.read_range] * r.size.size))
+        pb = self.pattern_bytes
+        k = max(1, self.piece // pb)
+        return [((a - start) * pb, a, (min(a + k, stop) - a) * pb, self._read_patterns) for a in range(start, stop, k)]
+
+    def _read_patterns(self, first, nbytes, slot):
+        dtype, shape = self._frame
+        n = nbytes // self.pattern_bytes
+        self.source.read_into(first, first + n, slot[:nbytes].view(dtype).reshape(n, *shape))
 
     def _batch_done(self, start, stop, slot):
         def done(events, errors):

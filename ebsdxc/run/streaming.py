@@ -21,7 +21,7 @@ from .. import timing
 from ..backend import is_out_of_memory
 from ..engines import PeakResult
 from ..io.direct import threads as read_threads
-from .staging import DEVICE_BATCHES, StagedReader, piece_bytes, read_failure, ring_shape
+from .staging import DEVICE_BATCHES, StagedReader, part_bytes, piece_bytes, read_failure, ring_shape
 from .transfer import copy_to_device
 
 __all__ = ["N_BUFFERS", "Reader", "host_buffers", "stream_chunks"]
@@ -145,9 +145,10 @@ def stream_chunks(pipeline, source, chunks, *, emit, references=None, buffers=No
     plan = None
     if be.is_gpu and not halo:
         plan = pipeline.transfer_plan(source.pattern_shape, want.itemsize)
-    if (be.is_gpu and not halo and plan is None and staged_reads()
-            and source.raw_ranges(chunks[0][0], chunks[0][1]) is not None):
-        return _stream_staged(pipeline, source, chunks, batch, want, match, emit, buffers)
+    mode = staged_reads()
+    if be.is_gpu and not halo and plan is None and mode is not None:
+        raw = mode == "pieces" and source.raw_ranges(chunks[0][0], chunks[0][1]) is not None
+        return _stream_staged(pipeline, source, chunks, batch, want, match, emit, buffers, raw=raw)
     if (buffers is None or buffers[0].shape[0] < batch or buffers[0].shape[1:] != tuple(source.pattern_shape)
             or buffers[0].dtype != want):
         buffers = host_buffers(be, N_BUFFERS, (batch, *source.pattern_shape), source.dtype)
@@ -215,26 +216,32 @@ def stream_chunks(pipeline, source, chunks, *, emit, references=None, buffers=No
     return buffers
 
 
-def staged_reads() -> bool:
-    """Whether GPU runs read through :mod:`~ebsdxc.run.staging` where the source allows it
-    (``EBSDXC_STAGED_READ=0`` turns it off: whole pinned batches, as before)."""
-    return os.environ.get("EBSDXC_STAGED_READ", "1").strip().lower() not in ("0", "no", "false", "off")
+def staged_reads() -> str | None:
+    """How GPU runs read whole patterns (``EBSDXC_STAGED_READ``): ``"batches"`` (the default) or
+    ``"pieces"`` (:mod:`~ebsdxc.run.staging`, raw HDF5 only), both through
+    :class:`~ebsdxc.run.staging.StagedReader`; ``None`` (``0``): whole pinned batches."""
+    v = os.environ.get("EBSDXC_STAGED_READ", "").strip().lower()
+    if v in ("0", "no", "false", "off"):
+        return None
+    return "pieces" if v == "pieces" else "batches"
 
 
-def _stream_staged(pipeline, source, chunks, batch, dtype, match, emit, buffers):
+def _stream_staged(pipeline, source, chunks, batch, dtype, match, emit, buffers, *, raw):
     """:func:`stream_chunks` for whole patterns that a :class:`~ebsdxc.run.staging.StagedReader`
     reads straight into :data:`~ebsdxc.run.staging.DEVICE_BATCHES` device batches used in turn;
     ``buffers`` holds its pinned ring."""
     be = pipeline.backend
     cp = be.xp
-    shape = ring_shape(read_threads(), piece_bytes(batch * source.nbytes_per_pattern))
+    batch_bytes = batch * source.nbytes_per_pattern
+    shape = (ring_shape(read_threads(), piece_bytes(batch_bytes)) if raw
+             else ring_shape(1, part_bytes(batch_bytes, source.nbytes_per_pattern)))
     if buffers is None or len(buffers) != 1 or buffers[0].shape != shape or buffers[0].dtype != np.uint8:
         buffers = host_buffers(be, 1, shape, np.uint8)
     compute, copy_back, _ = pipeline.streams()
     with compute:  # blocks of the compute stream's pool, first written by the readers' streams
         targets = [cp.empty((batch, *source.pattern_shape), dtype=dtype) for _ in range(DEVICE_BATCHES)]
         allocated = compute.record()
-    reader = StagedReader(source, chunks, targets, buffers[0], after=allocated)
+    reader = StagedReader(source, chunks, targets, buffers[0], after=allocated, raw=raw)
     reader.start()
     pending = None
     try:

@@ -52,16 +52,27 @@ def _consume(reader, targets, truth, *, hold=1):
         reader.join(timeout=10)
 
 
+@pytest.mark.parametrize("raw", [True, False], ids=["byte pieces", "parts of patterns"])
 @pytest.mark.parametrize("threads,piece,sizes", [(1, 7, [64]), (3, 5, [64, 17, 1, 40]), (4, 64, [64]),
                                                  (5, 3, [2, 64])])
-def test_batches_arrive_whole_and_in_order(tmp_path, threads, piece, sizes):
+def test_batches_arrive_whole_and_in_order(tmp_path, threads, piece, sizes, raw):
     src = _scan(tmp_path)
     truth = src.read(0, src.n_patterns)
     chunks = _chunks(src.n_patterns, sizes)
     batch = max(b - a for a, b in chunks)
     ring = np.empty(ring_shape(threads, min(piece, batch) * truth[0].nbytes + 6), np.uint8)
     targets = [np.full((batch, *src.pattern_shape), 7, src.dtype) for _ in range(2)]
-    seen, end = _consume(StagedReader(src, chunks, targets, ring), targets, truth)
+    seen, end = _consume(StagedReader(src, chunks, targets, ring, raw=raw), targets, truth)
+    assert end is None and seen == chunks
+
+
+def test_parts_of_patterns_from_any_source():
+    data = np.random.default_rng(3).integers(0, 255, (50, 9, 8), dtype=np.uint8)
+    src = ArraySource(data)
+    chunks = _chunks(50, [16])
+    ring = np.empty(ring_shape(1, 5 * data[0].nbytes), np.uint8)
+    targets = [np.empty((16, 9, 8), np.uint8) for _ in range(3)]
+    seen, end = _consume(StagedReader(src, chunks, targets, ring, raw=False), targets, data, hold=2)
     assert end is None and seen == chunks
 
 
@@ -75,7 +86,8 @@ def test_three_device_batches_and_late_release(tmp_path):
     assert end is None and seen == chunks
 
 
-def test_a_failed_read_comes_after_the_batches_before_it_and_ends_the_stream(tmp_path):
+@pytest.mark.parametrize("raw", [True, False], ids=["byte pieces", "parts of patterns"])
+def test_a_failed_read_comes_after_the_batches_before_it_and_ends_the_stream(tmp_path, raw):
     src = _scan(tmp_path, n=200, chunk=10)
     truth = src.read(0, 200)
     # the file loses its last 25 patterns after it was opened (a copy still being written)
@@ -84,7 +96,7 @@ def test_a_failed_read_comes_after_the_batches_before_it_and_ends_the_stream(tmp
     chunks = _chunks(200, [20])
     ring = np.empty(ring_shape(3, 4 * src.nbytes_per_pattern), np.uint8)
     targets = [np.empty((20, *src.pattern_shape), src.dtype) for _ in range(2)]
-    seen, end = _consume(StagedReader(src, chunks, targets, ring), targets, truth)
+    seen, end = _consume(StagedReader(src, chunks, targets, ring, raw=raw), targets, truth)
     assert isinstance(end, InputError) and src.path in str(end) and "\n" not in str(end)
     # every batch before the one that failed, none after it
     assert seen == chunks[:len(seen)] and seen[-1][1] <= 175 < seen[-1][1] + 20
@@ -203,11 +215,13 @@ def spied(monkeypatch):
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("mode", ["batches", "pieces"])
 @pytest.mark.parametrize("batch", [16, 37])
-def test_gpu_runs_read_in_pieces_equal_runs_read_in_batches(tmp_path, monkeypatch, spied, batch):
+def test_gpu_runs_read_staged_equal_runs_read_in_whole_batches(tmp_path, monkeypatch, spied, batch, mode):
     from ebsdxc.io.results import read_results
 
     path = write_scan(tmp_path / "scan.h5", 300, (96, 96), chunk=16, distinct=16)
+    monkeypatch.setenv("EBSDXC_STAGED_READ", mode)
     staged = read_results(_gpu_process(path, tmp_path / "staged.h5", batch))
     assert len(spied) == 1 and len(spied[0]) == -(-300 // batch)  # one reader, every batch
     monkeypatch.setenv("EBSDXC_STAGED_READ", "0")
@@ -219,10 +233,12 @@ def test_gpu_runs_read_in_pieces_equal_runs_read_in_batches(tmp_path, monkeypatc
 
 
 @pytest.mark.gpu
-def test_gpu_run_on_a_file_cut_short_mid_run_keeps_what_it_read(tmp_path, spied):
+@pytest.mark.parametrize("mode", ["batches", "pieces"])
+def test_gpu_run_on_a_file_cut_short_mid_run_keeps_what_it_read(tmp_path, monkeypatch, spied, mode):
     from ebsdxc.io.results import read_results
 
     path = write_scan(tmp_path / "scan.h5", 300, (96, 96), chunk=16, distinct=16)
+    monkeypatch.setenv("EBSDXC_STAGED_READ", mode)
     whole = read_results(_gpu_process(path, tmp_path / "whole.h5", 20))
     src = open_scan(path)
     src.read(0, 1)  # opened and its chunk index checked, as when the run has started
