@@ -22,7 +22,6 @@ import os
 import threading
 import zlib
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 
 import h5py
 import numpy as np
@@ -30,7 +29,7 @@ import numpy as np
 from ..errors import InputError
 from . import h5check
 
-__all__ = ["DirectReader", "RawRanges", "plan", "split_ranges", "threads"]
+__all__ = ["DirectReader", "plan", "threads"]
 
 _FILTER_DEFLATE = 1
 _FILTER_SHUFFLE = 2
@@ -41,7 +40,6 @@ _GROUP_BYTES = 1 << 20
 
 _pool = None
 _pool_lock = threading.Lock()
-_open_lock = threading.Lock()
 
 
 def threads() -> int:
@@ -95,17 +93,9 @@ class DirectReader:
     # file handle: one per process (readers are pickled to other processes) ------------
     def _file(self) -> int:
         if self._fd is None or self._pid != os.getpid():
-            with _open_lock:  # threads reading pieces at once open one descriptor, not one each
-                if self._fd is None or self._pid != os.getpid():
-                    self._fd = os.open(self.path, os.O_RDONLY)
-                    self._pid = os.getpid()
+            self._fd = os.open(self.path, os.O_RDONLY)
+            self._pid = os.getpid()
         return self._fd
-
-    @property
-    def raw(self) -> bool:
-        """Whether the stored bytes are the patterns (no filters): pieces of a range read in
-        parallel then cost no more than the range."""
-        return not self.filters
 
     def close(self):
         if self._fd is not None and self._pid == os.getpid():
@@ -206,20 +196,15 @@ class DirectReader:
                              f"to {data.size} values, not {int(np.prod(cshape))}", self.path)
         return data.reshape(cshape)
 
-    def _chunk_runs(self, start, stop):
-        """(keys, nav, runs): each record's chunk origin and nav coordinates, and the runs of
-        records that share a chunk, as (a, b) positions in ``start:stop``."""
+    def _read_chunked(self, start, stop, out):
         ids = np.arange(start, stop)
         nav = np.unravel_index(ids, self.nav_shape)
         keys = np.stack([(c // k) * k for c, k in zip(nav, self.chunks[:-2])], axis=1)
         change = np.flatnonzero((np.diff(keys, axis=0) != 0).any(axis=1)) + 1
-        return keys, nav, list(zip(np.r_[0, change], np.r_[change, ids.size]))
-
-    def _read_chunked(self, start, stop, out):
+        runs = list(zip(np.r_[0, change], np.r_[change, ids.size]))
         if not self.filters:
-            self._read_stored_runs(start, stop, out)
+            self._read_stored_runs(keys, nav, runs, out)
             return
-        keys, nav, runs = self._chunk_runs(start, stop)
         last_key, last_data = self._last
 
         def work(run):
@@ -247,19 +232,14 @@ class DirectReader:
             self._dense = (grid, offsets, sizes)
         return self._dense
 
-    def byte_ranges(self, start: int, stop: int):
-        """Where records ``start:stop`` lie in the file, for raw data (no filters; ``None``
-        otherwise): ``(dst, src, size)`` int64 arrays, one entry per run of records stored
-        one after another; bytes ``dst:dst + size`` of the records (as one C-contiguous
-        array) are the file's bytes ``src:src + size``, or zeros where ``src`` is -1 (a
-        chunk never written)."""
-        if self.filters:
-            return None
+    def _read_stored_runs(self, keys, nav, runs, out):
+        """Unfiltered chunks: each run of records is one contiguous byte range of its chunk
+        (runs end where the chunk changes, and records of one chunk row lie in order), read
+        with ``os.preadv`` straight into ``out``. Ranges are cut into pieces of at most
+        :data:`_SPLIT_BYTES` and the pieces dealt to a few tasks of equal size: chunks of one
+        pattern cost a system call each, not a thread hand-off and two copies, and a batch of
+        two large chunks still keeps every thread busy."""
         pb = self.pattern_bytes
-        if self.chunks is None:
-            return (np.zeros(1, np.int64), np.array([self.offset + start * pb], np.int64),
-                    np.array([(stop - start) * pb], np.int64))
-        keys, nav, runs = self._chunk_runs(start, stop)
         cnav = self.chunks[:-2]
         grid, offsets, sizes = self._dense_chunk_index()
         a = np.array([r[0] for r in runs], np.int64)
@@ -272,28 +252,15 @@ class DirectReader:
             raise InputError(f"is damaged: the chunk of the pattern data at byte {off[i]} holds {size[i]} "
                              f"bytes, not {self._chunk_bytes}", self.path)
         pos = np.ravel_multi_index(tuple(nav[d][a] - keys[a, d] for d in range(len(cnav))), cnav)
-        return a * pb, np.where(off >= 0, off + pos * pb, -1), (b - a) * pb
-
-    def fileno(self) -> int:
-        """The file descriptor :meth:`byte_ranges` refer to (this process's, opened on first use)."""
-        return self._file()
-
-    def read_range(self, src: int, size: int, out) -> None:
-        """File bytes ``src:src + size`` into the writable buffer ``out`` (zeros where ``src``
-        is -1), in this thread; a file that ends first is an :class:`InputError` naming it."""
-        if src < 0:
-            memoryview(out)[:size] = bytes(size)
-        else:
-            self._pread_all(self._file(), memoryview(out)[:size], src)
-
-    def _read_stored_runs(self, start, stop, out):
-        """Unfiltered chunks: each run of records is one contiguous byte range of its chunk
-        (runs end where the chunk changes, and records of one chunk row lie in order), read
-        with ``os.preadv`` straight into ``out``. Ranges are cut into pieces of at most
-        :data:`_SPLIT_BYTES` and the pieces dealt to a few tasks of equal size: chunks of one
-        pattern cost a system call each, not a thread hand-off and two copies, and a batch of
-        two large chunks still keeps every thread busy."""
-        o, start, n = split_ranges(*self.byte_ranges(start, stop), _SPLIT_BYTES)
+        start = np.where(off >= 0, off + pos * pb, -1)  # -1: never written, zeros
+        o, n = a * pb, (b - a) * pb
+        if (n > _SPLIT_BYTES).any():  # cut large ranges into pieces
+            k = -(-n // _SPLIT_BYTES)
+            rep = np.repeat(np.arange(n.size), k)
+            within = (np.arange(rep.size) - np.repeat(np.cumsum(k) - k, k)) * _SPLIT_BYTES
+            o = o[rep] + within
+            start = np.where(start[rep] >= 0, start[rep] + within, -1)
+            n = np.minimum(n[rep] - within, _SPLIT_BYTES)
         fd = self._file()
         raw = out.reshape(-1).view(np.uint8)
         flat = memoryview(raw)
@@ -316,35 +283,6 @@ class DirectReader:
         cuts = np.searchsorted(ends, np.arange(1, n_groups) * total / n_groups)
         edges = np.unique(np.r_[0, cuts + 1, len(pieces)].clip(0, len(pieces)))
         list(_executor().map(work, [pieces[i:j] for i, j in zip(edges[:-1], edges[1:]) if j > i]))
-
-
-@dataclass(frozen=True)
-class RawRanges:
-    """Where a range of patterns lies in a file as raw bytes.
-
-    Bytes ``dst[i]:dst[i] + size[i]`` of the patterns (as one C-contiguous array) are the
-    file's bytes ``src[i]:src[i] + size[i]``, or zeros where ``src[i]`` is -1; ``reader``'s
-    :meth:`DirectReader.read_range` reads one such range into a buffer, in the calling thread.
-    """
-
-    reader: DirectReader
-    dst: np.ndarray
-    src: np.ndarray
-    size: np.ndarray
-
-    def split(self, most: int) -> RawRanges:
-        """The same ranges cut into pieces of at most ``most`` bytes."""
-        return RawRanges(self.reader, *split_ranges(self.dst, self.src, self.size, most))
-
-
-def split_ranges(dst, src, size, most: int):
-    """Byte ranges of :meth:`DirectReader.byte_ranges` cut into pieces of at most ``most`` bytes."""
-    if not (size > most).any():
-        return dst, src, size
-    k = -(-size // most)
-    rep = np.repeat(np.arange(size.size), k)
-    within = (np.arange(rep.size) - np.repeat(np.cumsum(k) - k, k)) * most
-    return dst[rep] + within, np.where(src[rep] >= 0, src[rep] + within, -1), np.minimum(size[rep] - within, most)
 
 
 def plan(path, ds: h5py.Dataset, *, chunk_table=None) -> DirectReader | None:

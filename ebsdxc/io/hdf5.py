@@ -32,7 +32,7 @@ import numpy as np
 
 from ..errors import InputError
 from . import direct, h5check
-from .source import PatternSource, ScanGrid, choose_grid, consecutive_runs
+from .source import PatternSource, ScanGrid, choose_grid
 
 NAME = "hdf5"
 DESCRIPTION = "any HDF5 file with one numeric (n, H, W) or (rows, cols, H, W) dataset"
@@ -440,28 +440,6 @@ class HDF5Source(PatternSource):
         if self._direct is None or out.dtype != self._direct.dtype or not out.flags.c_contiguous:
             return None
         return self._direct
-
-    def raw_ranges(self, start: int, stop: int) -> direct.RawRanges | None:
-        """Where patterns ``start:stop`` lie in the file when :mod:`~ebsdxc.io.direct` reads them
-        as raw bytes (no filters, native byte order), else ``None``: see :class:`PatternSource`."""
-        start, stop = int(start), int(stop)
-        self._checked_chunks()
-        fast = self._direct_reader(np.empty((0, *self.pattern_shape), self.dtype))
-        if fast is None or not fast.raw:
-            return None
-        if self._ndim == 4:  # flat slot index = flat index over (rows, cols)
-            return direct.RawRanges(fast, *fast.byte_ranges(start, stop))
-        rec = self._records[start:stop]
-        ok = rec >= 0
-        pb = fast.pattern_bytes
-        parts = [(np.flatnonzero(~ok) * pb, np.full(int((~ok).sum()), -1, np.int64),
-                  np.full(int((~ok).sum()), pb, np.int64))]  # slots with no record: zeros
-        for a, b in consecutive_runs(rec, ok):
-            dst, src, size = fast.byte_ranges(int(rec[a]), int(rec[b - 1]) + 1)
-            parts.append((dst + a * pb, src, size))
-        dst, src, size = (np.concatenate(p).astype(np.int64) for p in zip(*parts))
-        order = np.argsort(dst, kind="stable")
-        return direct.RawRanges(fast, dst[order], src[order], size[order])
 
     # reading ------------------------------------------------------------------------
     def read_records(self, start: int, stop: int, out: np.ndarray) -> None:

@@ -385,15 +385,6 @@ class PatternSource:
         if start < stop:
             self._read_slots(start, stop, out)
 
-    def raw_ranges(self, start: int, stop: int):
-        """Where patterns ``start:stop`` lie in the file as raw bytes, for readers whose files
-        store them so (:class:`ebsdxc.io.direct.RawRanges`), else ``None`` (this default).
-
-        The GPU runner then reads each batch in pieces of a few MB in several threads, each
-        piece copied to the device as soon as it is read (:mod:`ebsdxc.run.staging`).
-        """
-        return None
-
     def read_window(self, index: int, rows, cols) -> np.ndarray:
         """Pixels ``rows`` = (r0, r1), ``cols`` = (c0, c1) of pattern ``index`` (flat scan index)
         as a new (r1 - r0, c1 - c0) array in the source dtype; zeros for a slot that is not

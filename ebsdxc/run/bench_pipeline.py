@@ -17,10 +17,6 @@ in the issue's set-up; a short run of the same configuration compiles the kernel
 - **read bound while copying** (GPU): the read bound again while another thread copies batches
   to the device without pause (reads and copies share the host's memory bandwidth; not one
   of the bounds the share below is taken of);
-- **read to the device in pieces** (GPU, a run that reads that way: :mod:`ebsdxc.run.staging`):
-  the scan read through the pinned ring straight into device batches, with no computation;
-  for such a run this replaces the read bound among the bounds below, since its reads and
-  copies are one stage;
 - **engine bound**: the run's per-batch pipeline (preprocessing, correlation, peaks) on
   patterns already on the device.
 
@@ -42,18 +38,16 @@ import numpy as np
 
 from .. import timing
 from ..backend import select_backend
-from ..io.direct import threads as read_threads
 from ..io.source import PatternSource, ScanGrid
 from ..progress import RecordingProgress
 from ..references import ReferenceSet
 from ..rois import layout_for
 from .pipeline import Pipeline
-from .staging import DEVICE_BATCHES, StagedReader, part_bytes, piece_bytes, ring_shape
-from .streaming import host_buffers, staged_reads
+from .streaming import host_buffers
 from .transfer import copy_to_device
 
-__all__ = ["write_scan", "read_rate", "transfer_rate", "read_rate_while_copying", "staged_rate", "engine_rate",
-           "measure", "format_table", "SyntheticScan", "memory_over_time", "format_memory"]
+__all__ = ["write_scan", "read_rate", "transfer_rate", "read_rate_while_copying", "engine_rate", "measure",
+           "format_table", "SyntheticScan", "memory_over_time", "format_memory"]
 
 
 def _smooth_patterns(distinct: int, shape, seed: int) -> np.ndarray:
@@ -172,39 +166,6 @@ def read_rate_while_copying(source, backend, batch: int, plan=None) -> float | N
         t.join()
 
 
-def staged_rate(source, backend, batch: int) -> float | None:
-    """Patterns/s of reading the scan batch by batch straight into device batches as the run
-    does (:class:`~ebsdxc.run.staging.StagedReader`), nothing computed; None on the CPU or where
-    the run does not read that way (``EBSDXC_STAGED_READ=0``)."""
-    mode = staged_reads()
-    if not backend.is_gpu or mode is None:
-        return None
-    raw = mode == "pieces" and source.raw_ranges(0, 1) is not None
-    cp = backend.xp
-    n, shape = source.n_patterns, tuple(source.pattern_shape)
-    dtype = source.dtype.newbyteorder("=")
-    batch_bytes = batch * source.nbytes_per_pattern
-    ring = host_buffers(backend, 1, ring_shape(read_threads(), piece_bytes(batch_bytes)) if raw
-                        else ring_shape(1, part_bytes(batch_bytes, source.nbytes_per_pattern)), np.uint8)[0]
-    targets = [cp.empty((batch, *shape), dtype=dtype) for _ in range(DEVICE_BATCHES)]
-    cp.cuda.Device().synchronize()
-    reader = StagedReader(source, [(a, min(a + batch, n)) for a in range(0, n, batch)], targets, ring, raw=raw)
-    t = time.perf_counter()
-    reader.start()
-    try:
-        while (item := reader.ready.get()) is not None:
-            if isinstance(item, BaseException):
-                raise item
-            for event in item.events:
-                event.synchronize()
-            reader.release(item.slot)
-        dt = time.perf_counter() - t
-    finally:
-        reader.stop()
-        reader.join(timeout=10)
-    return n / dt
-
-
 def engine_rate(pipeline, patterns, reps: int = 10, plan=None) -> float:
     """Patterns/s of the per-batch pipeline on ``patterns`` (B, H, W) already where it runs
     (cropped by ``plan`` when the run sends only the ROIs)."""
@@ -248,7 +209,7 @@ def measure(config, run, *, patterns: int, shape=(256, 256), workdir: str, repea
     batch = run.batch or 512
     rows = {"end to end, streaming": [], "end to end, wall with set-up": [], "read bound": [],
             "host-to-device bound": [], "host-to-device bound, ROIs only": [], "read bound while copying": [],
-            "read to the device in pieces": [], "engine bound": []}
+            "engine bound": []}
     bounds_by = []
     read_rate(source, batch)  # into the page cache
     warm = write_scan(os.path.join(workdir, f"bench-pipeline-warm-{shape[0]}x{shape[1]}.h5"), min(patterns, 2 * batch),
@@ -274,7 +235,6 @@ def measure(config, run, *, patterns: int, shape=(256, 256), workdir: str, repea
                 rows["host-to-device bound, ROIs only"].append(
                     transfer_rate(be, source.pattern_shape, source.dtype, batch, plan=plan))
             rows["read bound while copying"].append(read_rate_while_copying(source, be, batch, plan=plan))
-            rows["read to the device in pieces"].append(staged_rate(source, be, batch) if plan is None else None)
             rows["engine bound"].append(engine_rate(pipe, dev, plan=plan))
         engine = _engine_name(pipe.engine)
         pipe.close()
@@ -285,12 +245,7 @@ def measure(config, run, *, patterns: int, shape=(256, 256), workdir: str, repea
     if figures[sent] is None:
         del figures[sent]
         sent = "host-to-device bound"
-    # a run that reads in pieces straight to the device: reading and copying are one stage
-    read = "read to the device in pieces"
-    if figures[read] is None:
-        del figures[read]
-        read = "read bound"
-    bounds = [figures[k]["median"] for k in (read, sent, "engine bound") if figures[k] is not None]
+    bounds = [figures[k]["median"] for k in ("read bound", sent, "engine bound") if figures[k] is not None]
     e2e = figures["end to end, streaming"]["median"]
     return {"device": be.name, "engine": engine, "patterns": patterns, "shape": list(shape), "chunk": chunk,
             "batch": batch,

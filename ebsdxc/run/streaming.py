@@ -10,7 +10,6 @@ are copied back and handed on while the next batch computes. Host memory is boun
 
 from __future__ import annotations
 
-import os
 import queue
 import threading
 from dataclasses import dataclass
@@ -20,11 +19,10 @@ import numpy as np
 from .. import timing
 from ..backend import is_out_of_memory
 from ..engines import PeakResult
-from ..io.direct import threads as read_threads
-from .staging import DEVICE_BATCHES, StagedReader, part_bytes, piece_bytes, read_failure, ring_shape
+from ..errors import InputError
 from .transfer import copy_to_device
 
-__all__ = ["N_BUFFERS", "Reader", "host_buffers", "stream_chunks"]
+__all__ = ["N_BUFFERS", "Reader", "host_buffers", "read_failure", "stream_chunks"]
 
 N_BUFFERS = 3  # raw-pattern batches in host memory at once: one being read, one queued, one in transfer
 
@@ -78,6 +76,14 @@ class Reader(threading.Thread):
     def stop(self):
         self._halt.set()
         self.free.put((None, None))
+
+
+def read_failure(error, start: int, stop: int, path) -> InputError:
+    """The one-line :class:`InputError` for a read of patterns ``start:stop`` that raised ``error``
+    mid-run (the file damaged, truncated or changed since it was opened), naming the file once."""
+    if isinstance(error, InputError):  # names the file and the problem already
+        return InputError(f"cannot read patterns {start} to {stop - 1}: {error.problem}", error.path or path)
+    return InputError(f"cannot read patterns {start} to {stop - 1} ({error})", path)
 
 
 def host_buffers(backend, n, shape, dtype):
@@ -142,16 +148,12 @@ def stream_chunks(pipeline, source, chunks, *, emit, references=None, buffers=No
                               present=None if present is None else present[a:a + len(item.view)])
 
     want = np.dtype(source.dtype).newbyteorder("=")
-    plan = None
-    if be.is_gpu and not halo:
-        plan = pipeline.transfer_plan(source.pattern_shape, want.itemsize)
-    mode = staged_reads()
-    if be.is_gpu and not halo and plan is None and mode is not None:
-        raw = mode == "pieces" and source.raw_ranges(chunks[0][0], chunks[0][1]) is not None
-        return _stream_staged(pipeline, source, chunks, batch, want, match, emit, buffers, raw=raw)
     if (buffers is None or buffers[0].shape[0] < batch or buffers[0].shape[1:] != tuple(source.pattern_shape)
             or buffers[0].dtype != want):
         buffers = host_buffers(be, N_BUFFERS, (batch, *source.pattern_shape), source.dtype)
+    plan = None
+    if be.is_gpu and not halo:
+        plan = pipeline.transfer_plan(source.pattern_shape, want.itemsize)
     frame = tuple(source.pattern_shape) if plan is None else plan.shape
     reader = Reader(source, chunks, buffers)
     reader.start()
@@ -210,67 +212,6 @@ def stream_chunks(pipeline, source, chunks, *, emit, references=None, buffers=No
         if pending is not None:
             _flush(be, pending, emit, copy_back)
             pending = None
-    finally:
-        reader.stop()
-        reader.join(timeout=10)
-    return buffers
-
-
-def staged_reads() -> str | None:
-    """How GPU runs read whole patterns (``EBSDXC_STAGED_READ``): ``"batches"`` (the default) or
-    ``"pieces"`` (:mod:`~ebsdxc.run.staging`, raw HDF5 only), both through
-    :class:`~ebsdxc.run.staging.StagedReader`; ``None`` (``0``): whole pinned batches."""
-    v = os.environ.get("EBSDXC_STAGED_READ", "").strip().lower()
-    if v in ("0", "no", "false", "off"):
-        return None
-    return "pieces" if v == "pieces" else "batches"
-
-
-def _stream_staged(pipeline, source, chunks, batch, dtype, match, emit, buffers, *, raw):
-    """:func:`stream_chunks` for whole patterns that a :class:`~ebsdxc.run.staging.StagedReader`
-    reads straight into :data:`~ebsdxc.run.staging.DEVICE_BATCHES` device batches used in turn;
-    ``buffers`` holds its pinned ring."""
-    be = pipeline.backend
-    cp = be.xp
-    batch_bytes = batch * source.nbytes_per_pattern
-    shape = (ring_shape(read_threads(), piece_bytes(batch_bytes)) if raw
-             else ring_shape(1, part_bytes(batch_bytes, source.nbytes_per_pattern)))
-    if buffers is None or len(buffers) != 1 or buffers[0].shape != shape or buffers[0].dtype != np.uint8:
-        buffers = host_buffers(be, 1, shape, np.uint8)
-    compute, copy_back, _ = pipeline.streams()
-    with compute:  # blocks of the compute stream's pool, first written by the readers' streams
-        targets = [cp.empty((batch, *source.pattern_shape), dtype=dtype) for _ in range(DEVICE_BATCHES)]
-        allocated = compute.record()
-    reader = StagedReader(source, chunks, targets, buffers[0], after=allocated, raw=raw)
-    reader.start()
-    pending = None
-    try:
-        while True:
-            item = reader.ready.get()
-            if item is None:
-                break
-            if isinstance(item, BaseException):
-                if pending is not None:  # keep what was computed before the failed read
-                    _flush(be, pending, emit, copy_back)
-                    pending = None
-                raise item
-            try:
-                with compute:
-                    for event in item.events:
-                        compute.wait_event(event)
-                    res = match(item, targets[item.slot][:item.stop - item.start])
-                    done_event = compute.record()
-                reader.release(item.slot, done_event)
-            except Exception as e:
-                if pending is not None and is_out_of_memory(e):
-                    _flush(be, pending, emit, copy_back)  # as in stream_chunks: the caller retries
-                    pending = None
-                raise
-            if pending is not None:
-                _flush(be, pending, emit, copy_back)
-            pending = (item.start, res, done_event)
-        if pending is not None:
-            _flush(be, pending, emit, copy_back)
     finally:
         reader.stop()
         reader.join(timeout=10)

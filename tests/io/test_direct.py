@@ -130,6 +130,7 @@ def test_truncated_file_is_an_error_naming_it(tmp_path, data, layout):
     # chunk now past the end of the file is named there; contiguous data fail in the read
     msg = str(e.value)
     assert str(path) in msg and ("cannot read patterns" in msg or "outside the file" in msg)
+    assert msg.count(str(path)) == 1 and "\n" not in msg  # one line, the file named once
     src.close()
 
 
