@@ -380,13 +380,15 @@ def supports(tile_shape, mode, max_shift=None, *, smem_limit=SMEM_OPTIN, grid=0,
 
 @dataclass(frozen=True)
 class _Source:
-    """Where the kernels read tile t: ``tiles + t * frame`` (prepared float32 tiles, rows ``row``
-    apart), or with ``raw`` (the C type of the values) the ROI at ``offsets[t % n]`` of pattern
-    ``t // n`` (``frame`` = H W, ``row`` = W), prepared from ``mean``, ``status``, ``window``."""
+    """Where the kernels read tile t of ``count`` = (B, n): ``tiles + t * frame`` (prepared float32
+    tiles, rows ``row`` apart), or with ``raw`` (the C type of the values) the ROI at
+    ``offsets[t % n]`` of pattern ``t // n`` (``frame`` = H W, ``row`` = W), prepared from
+    ``mean``, ``status``, ``window``."""
 
     tiles: object
     frame: int
     row: int
+    count: tuple
     offsets: object = NULL_POINTER
     mean: object = NULL_POINTER
     status: object = NULL_POINTER
@@ -479,7 +481,7 @@ class FusedFFTEngine(CorrelationEngine):
         if not tiles.flags.c_contiguous:
             tiles = cp.ascontiguousarray(tiles)
         # tile t, row y, column x at t * frame + y * row + x (a padded frame is read in place)
-        return _Source(tiles, tiles.shape[2] * tiles.shape[3], tiles.shape[3])
+        return _Source(tiles, tiles.shape[2] * tiles.shape[3], tiles.shape[3], tiles.shape[:2])
 
     def match_rois(self, patterns, origins, window, *, references=None, index=None) -> PeakResult:
         """Cut, prepare and correlate the ROIs of whole patterns, without writing the tiles.
@@ -523,8 +525,8 @@ class FusedFFTEngine(CorrelationEngine):
         refs, idx = self._resolve_shape(B, n, references, index)
         patterns, mean, energy, status = tile_statistics(patterns, origins, self.tile_shape, window)
         offsets = origins[:, 1] * np.int32(W) + origins[:, 0]
-        source = _Source(patterns, H * W, W, offsets, mean, status, window, tile_dtype(patterns.dtype))
-        y, x, value, border = self._locate(source, refs, idx, rois=n)
+        source = _Source(patterns, H * W, W, (B, n), offsets, mean, status, window, tile_dtype(patterns.dtype))
+        y, x, value, border = self._peaks(source, refs, idx)
         return self._assemble(y.reshape(B, n), x.reshape(B, n), value.reshape(B, n), border.reshape(B, n),
                               energy.reshape(B, n), status.reshape(B, n), refs, idx)
 
@@ -535,7 +537,7 @@ class FusedFFTEngine(CorrelationEngine):
     def _maps(self, tiles, refs, index):
         cp = self.xp
         src = self._tiles(tiles)
-        B, n = src.tiles.shape[:2]
+        B, n = src.count
         ny, nx = self.fft_shape
         out = cp.empty((B, n, ny, nx), dtype=cp.float32)
         if B * n:
@@ -545,11 +547,12 @@ class FusedFFTEngine(CorrelationEngine):
                                         ref_of, np.int32(indexed), self._twiddles, out), shared_mem=self.plan.smem)
         return out
 
-    def _locate(self, tiles, refs, index, rois=None):
-        # tiles: (B, n, h, w) prepared tiles, or a _Source of whole patterns with `rois` ROIs each
+    def _locate(self, tiles, refs, index):
+        return self._peaks(self._tiles(tiles), refs, index)
+
+    def _peaks(self, src, refs, index):
         cp = self.xp
-        src = tiles if rois is not None else self._tiles(tiles)
-        B, n = (src.tiles.shape[0], rois) if rois is not None else src.tiles.shape[:2]
+        B, n = src.count
         T = B * n
         y = cp.empty(T, dtype=cp.float64)
         x = cp.empty(T, dtype=cp.float64)
