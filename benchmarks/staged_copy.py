@@ -17,12 +17,20 @@ read with ``os.preadv`` at the offsets HDF5 gives, so that only the memory path 
 - ``staged C x K``: thread i reads pieces i, i + R, ... of C bytes into its own K pinned slots
   in turn and queues each slot's copy to its place in a device buffer of two batches, on a stream
   of its own; a slot is refilled once its last copy is done.
+- ``procs C x K``: the same pieces read by R processes (no shared interpreter lock) into their
+  slots of one shared-memory ring that this process pinned (``cudaHostRegister``); one thread of
+  this process queues each slot's copy when its reader reports it full, another hands a slot back
+  to its reader once its copy is done.
+
+``--load``: a thread of this process runs pure Python all along, as the runner's main thread does
+(launching batches, writing results); each line then also gives how much of its idle rate that
+thread kept, which is what the readers cost the run's main thread.
 
 Each mode then checks that the device holds the scan's last whole batch (a sum against the file's).
 Prints patterns/s and GB/s of each, the last-level cache size, the pinned copy bound.
 
     python benchmarks/staged_copy.py [SIDE] [PATTERNS] [--threads 8,16] [--pieces 0.5,1,2,4,8]
-        [--slots 2,3] [--dry-run]
+        [--slots 2,3] [--procs 8,16] [--load] [--dry-run]
 
 ``--dry-run`` runs the same bookkeeping with host memory for the device (no CUDA), to check the
 script on a machine without a GPU.
@@ -31,10 +39,16 @@ script on a machine without a GPU.
 from __future__ import annotations
 
 import argparse
+import mmap
+import multiprocessing as mp
 import os
+import queue
+import struct
+import tempfile
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
+from multiprocessing.connection import wait as wait_connections
 
 import h5py
 import numpy as np
@@ -109,6 +123,15 @@ class Device:
             return
         self.cp.cuda.runtime.memcpyAsync(self.buf.data.ptr + dst, host.ctypes.data, host.size, 1, stream.ptr)
         event.record(stream)
+
+    def register(self, array):
+        """Pin ``array``'s host memory (memory this process did not allocate pinned)."""
+        if not self.dry:
+            self.cp.cuda.runtime.hostRegister(array.ctypes.data, array.nbytes, 0)
+
+    def unregister(self, array):
+        if not self.dry:
+            self.cp.cuda.runtime.hostUnregister(array.ctypes.data)
 
     def wait(self, event):
         if event is not None:
@@ -195,12 +218,164 @@ def run_staged(fd, pieces, batch_bytes, dev, threads, slots, piece_bytes):
     return time.perf_counter() - t
 
 
+def _proc_reader(path, ring_path, ring_bytes, pieces, base, slots, piece_bytes, conn):
+    """A reader process: pieces into its slots of the shared ring, one message per full slot,
+    a slot refilled once this process is told its copy is done (in order: one copy stream)."""
+    fd = os.open(path, os.O_RDONLY)
+    rfd = os.open(ring_path, os.O_RDWR)
+    ring = memoryview(mmap.mmap(rfd, ring_bytes))
+    conn.send_bytes(b"ready")
+    conn.recv_bytes()
+    try:
+        for j, (off, _, nbytes) in enumerate(pieces):
+            s = j % slots
+            if j >= slots:
+                conn.recv_bytes()
+            b = base + s * piece_bytes
+            _pread(fd, ring[b:b + nbytes], off)
+            conn.send_bytes(struct.pack("<q", j))
+        while conn.recv_bytes() != b"end":  # the hand-backs of the last slots
+            pass
+    except BaseException as e:  # noqa: BLE001 - reported to the parent
+        conn.send_bytes(b"error: " + repr(e).encode())  # never 8 bytes long: a piece number is
+
+
+class Procs:
+    """R reader processes over one pinned shared-memory ring, started before the clock."""
+
+    def __init__(self, path, dev, readers, slots, piece_bytes):
+        self.dev, self.readers, self.slots, self.piece_bytes = dev, readers, slots, piece_bytes
+        self.ring_bytes = readers * slots * piece_bytes
+        fd, self.ring_path = tempfile.mkstemp(dir="/dev/shm" if os.path.isdir("/dev/shm") else None)
+        os.ftruncate(fd, self.ring_bytes)
+        self._mm = mmap.mmap(fd, self.ring_bytes)
+        os.close(fd)
+        self.ring = np.frombuffer(self._mm, np.uint8)
+        self.ring[:] = 0  # fault every page in before pinning
+        dev.register(self.ring)
+        self.path = path
+
+    def run(self, pieces, batch_bytes):
+        ctx = mp.get_context("spawn")
+        conns, procs = [], []
+        for i in range(self.readers):
+            mine, theirs = ctx.Pipe()
+            mine_pieces = pieces[i::self.readers]
+            p = ctx.Process(target=_proc_reader, args=(self.path, self.ring_path, self.ring_bytes, mine_pieces,
+                                                       i * self.slots * self.piece_bytes, self.slots,
+                                                       self.piece_bytes, theirs), daemon=True)
+            p.start()
+            conns.append(mine)
+            procs.append(p)
+        for c in conns:
+            c.recv_bytes()
+        dev, stream = self.dev, self.dev.stream()
+        events = [[dev.event() for _ in range(self.slots)] for _ in range(self.readers)]
+        handback = queue.Queue()
+        errors = []
+
+        def release():
+            while True:
+                item = handback.get()
+                if item is None:
+                    return
+                ev, c = item
+                dev.wait(ev)
+                c.send_bytes(b"f")
+
+        releaser = threading.Thread(target=release, daemon=True)
+        releaser.start()
+        who = {id(c): i for i, c in enumerate(conns)}
+        t = time.perf_counter()
+        for c in conns:
+            c.send_bytes(b"go")
+        left = len(pieces)
+        live = list(conns)
+        while left and not errors:
+            for c in wait_connections(live):
+                msg = c.recv_bytes()
+                if len(msg) != 8:
+                    errors.append(msg.decode())
+                    break
+                i = who[id(c)]
+                j = struct.unpack("<q", msg)[0]
+                off, dst, nbytes = pieces[i + j * self.readers]
+                s = j % self.slots
+                b = (i * self.slots + s) * self.piece_bytes
+                dev.copy(self.ring[b:b + nbytes], dst % (2 * batch_bytes), stream, events[i][s])
+                handback.put((events[i][s], c))
+                left -= 1
+        dev.finish()
+        dt = time.perf_counter() - t
+        handback.put(None)
+        releaser.join()
+        for c in conns:
+            c.send_bytes(b"end")
+        for p in procs:
+            p.join(timeout=10)
+        if errors:
+            raise RuntimeError(errors[0])
+        return dt
+
+    def close(self):
+        self.dev.unregister(self.ring)
+        del self.ring
+        self._mm.close()
+        os.unlink(self.ring_path)
+
+
+class Load:
+    """A thread running pure Python in slices of about 1 ms, counting them."""
+
+    def __init__(self):
+        self.count = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    @staticmethod
+    def _slice():
+        x = 0
+        for i in range(20000):
+            x += i
+        return x
+
+    def _run(self):
+        while not self._stop.is_set():
+            self._slice()
+            self.count += 1
+
+    def __enter__(self):
+        self.count = 0
+        self._t = time.perf_counter()
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        self._thread.join()
+        self.rate = self.count / (time.perf_counter() - self._t)
+
+
+def idle_load_rate(seconds=1.0):
+    with Load() as load:
+        time.sleep(seconds)
+    return load.rate
+
+
 def _text(path):
     try:
         with open(path) as f:
             return f.read().strip()
     except OSError:
         return ""
+
+
+class _Nothing:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
 
 
 def last_batch(n, batch):
@@ -217,11 +392,18 @@ def main(argv=None):
     ap.add_argument("--threads", default="8,16")
     ap.add_argument("--pieces", default="0.5,1,2,4,8", help="piece sizes, MB")
     ap.add_argument("--slots", default="2,3")
+    ap.add_argument("--procs", default="", help="reader process counts (procs cases), e.g. 8,16")
+    ap.add_argument("--load", action="store_true", help="also run every case beside a busy Python thread")
+    ap.add_argument("--switch", type=float, default=None, help="the interpreter's switch interval, ms")
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--dir", default="/tmp")
     ap.add_argument("--dry-run", action="store_true")
     a = ap.parse_args(argv)
     batch = a.batch or (512 if a.side <= 512 else 128)
+    if a.switch is not None:
+        import sys
+
+        sys.setswitchinterval(a.switch / 1000)
     path = os.path.join(a.dir, f"staged-{a.side}-{a.patterns}.h5")
     if not os.path.exists(path):
         write_scan(path, a.patterns, (a.side, a.side))
@@ -253,20 +435,39 @@ def main(argv=None):
         cases = [("read", 16, None, None), ("batch", 16, None, None)]
         cases += [("staged", int(t), float(c), int(k)) for t in a.threads.split(",") for c in a.pieces.split(",")
                   for k in a.slots.split(",")]
+        cases += [("procs", int(t), float(c), int(k)) for t in a.procs.split(",") if t for c in a.pieces.split(",")
+                  for k in a.slots.split(",")]
+        idle = idle_load_rate() if a.load else None
+        if idle:
+            print(f"busy Python thread alone: {idle:,.0f} slices/s")
+        rings = {}
         for rep in range(a.repeats):
             for kind, threads, piece_mb, slots in cases:
-                dev.buf[:] = 0
-                if kind == "staged":
-                    size = int(piece_mb * MB)
-                    dt = run_staged(fd, cut(runs, size, batch_bytes), batch_bytes, dev, threads, slots, size)
-                    ring = threads * slots * size >> 20
-                    name = f"staged {piece_mb:g} MB x {slots} slots x {threads} threads ({ring} MB)"
-                else:
-                    dt = run_batches(fd, runs, batch_bytes, total, dev, threads, kind == "batch")
-                    name = f"{kind} ({threads} threads)"
-                ok = kind == "read" or dev.batch_sum(half * batch_bytes, batch_bytes) == want
-                print(f"rep {rep} {name:52s} {n / dt:9,.0f} patterns/s {total / dt / 1e9:6.1f} GB/s"
-                      f"{'' if ok else '  WRONG DATA ON THE DEVICE'}", flush=True)
+                for loaded in ((False, True) if a.load else (False,)):
+                    dev.buf[:] = 0
+                    with (Load() if loaded else _Nothing()) as load:
+                        if kind in ("staged", "procs"):
+                            size = int(piece_mb * MB)
+                            pieces = cut(runs, size, batch_bytes)
+                            if kind == "staged":
+                                dt = run_staged(fd, pieces, batch_bytes, dev, threads, slots, size)
+                            else:
+                                key = (threads, slots, size)
+                                if key not in rings:
+                                    rings[key] = Procs(path, dev, threads, slots, size)
+                                dt = rings[key].run(pieces, batch_bytes)
+                            ring = threads * slots * size >> 20
+                            what = "threads" if kind == "staged" else "processes"
+                            name = f"{kind} {piece_mb:g} MB x {slots} slots x {threads} {what} ({ring} MB)"
+                        else:
+                            dt = run_batches(fd, runs, batch_bytes, total, dev, threads, kind == "batch")
+                            name = f"{kind} ({threads} threads)"
+                    ok = kind == "read" or dev.batch_sum(half * batch_bytes, batch_bytes) == want
+                    kept = f"  busy thread kept {load.rate / idle:4.0%}" if loaded else ""
+                    print(f"rep {rep} {name:56s} {n / dt:9,.0f} patterns/s {total / dt / 1e9:6.1f} GB/s{kept}"
+                          f"{'' if ok else '  WRONG DATA ON THE DEVICE'}", flush=True)
+        for r in rings.values():
+            r.close()
     finally:
         os.close(fd)
 

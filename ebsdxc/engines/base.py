@@ -594,6 +594,16 @@ class CorrelationEngine(ABC):
 
     def _assemble(self, y, x, value, border, energy, status, refs, index) -> PeakResult:
         xp = self.xp
+        if xp is not np and energy.dtype == np.float32 and refs.energy.dtype == np.float32:
+            from .gpu_results import assemble_results
+
+            return PeakResult(*assemble_results(y, x, value, border, energy, status, refs.energy, refs.status,
+                                                index))
+        return self._assemble_arrays(y, x, value, border, energy, status, refs, index)
+
+    def _assemble_arrays(self, y, x, value, border, energy, status, refs, index) -> PeakResult:
+        """:meth:`_assemble` in array operations: the CPU's, and the GPU kernel's oracle."""
+        xp = self.xp
         if index is None:
             ref_status, ref_energy = refs.status[0][None, :], refs.energy[0][None, :]
         else:

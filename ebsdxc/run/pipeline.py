@@ -235,16 +235,13 @@ class Pipeline:
         return PeakResult(d, h, s, extra=record.arrays)
 
     def _flag(self, res, empty, xp):
-        status, disp, height = res.status, res.displacement, res.peak_height
-        bad = empty[:, None]
-        status = xp.where(bad, xp.asarray(np.uint8(st.MISSING_PATTERN)), status)
-        if self.outside is not None:
-            outside = xp.asarray(self.outside)[None, :]
-            status = xp.where(outside & ~bad, xp.asarray(np.uint8(st.OUTSIDE_MASK)), status)
-            bad = bad | outside
-        nan = xp.float32(np.nan)
-        return PeakResult(xp.where(bad[..., None], nan, disp), xp.where(bad, nan, height),
-                          status.astype(xp.uint8, copy=False), extra=res.extra)
+        if xp is not np and res.displacement.dtype == np.float32 and res.peak_height.dtype == np.float32:
+            from ..engines.gpu_results import flag_results
+
+            outside = None if self.outside is None else xp.asarray(self.outside)
+            return PeakResult(*flag_results(res.displacement, res.peak_height, res.status, empty, outside),
+                              extra=res.extra)
+        return _flag_arrays(res, empty, self.outside, xp)
 
     def _match(self, patterns, index, converted=False, references=None, preprocessed=False,
                layout=None) -> PeakResult:
@@ -431,3 +428,17 @@ def _assign(into: PeakResult, part: PeakResult, where) -> None:
     into.status[where] = part.status
     for k, v in (part.extra or {}).items():
         into.extra[k][where] = v
+
+
+def _flag_arrays(res: PeakResult, empty, outside, xp) -> PeakResult:
+    """:meth:`Pipeline._flag` in array operations: the CPU's, and the GPU kernel's oracle."""
+    status, disp, height = res.status, res.displacement, res.peak_height
+    bad = empty[:, None]
+    status = xp.where(bad, xp.asarray(np.uint8(st.MISSING_PATTERN)), status)
+    if outside is not None:
+        outside = xp.asarray(outside)[None, :]
+        status = xp.where(outside & ~bad, xp.asarray(np.uint8(st.OUTSIDE_MASK)), status)
+        bad = bad | outside
+    nan = xp.float32(np.nan)
+    return PeakResult(xp.where(bad[..., None], nan, disp), xp.where(bad, nan, height),
+                      status.astype(xp.uint8, copy=False), extra=res.extra)

@@ -10,7 +10,9 @@ are copied back and handed on while the next batch computes. Host memory is boun
 
 from __future__ import annotations
 
+import contextlib
 import queue
+import sys
 import threading
 from dataclasses import dataclass
 
@@ -25,6 +27,15 @@ from .transfer import copy_to_device
 __all__ = ["N_BUFFERS", "Reader", "host_buffers", "read_failure", "stream_chunks"]
 
 N_BUFFERS = 3  # raw-pattern batches in host memory at once: one being read, one queued, one in transfer
+# The interpreter's switch interval while batches stream on a GPU. A reader thread back from a
+# read waits for the interpreter lock until the thread holding it lets go, by default after
+# 5 ms; the run's main thread holds it most of the time (launching batches, writing results),
+# so reads stalled. With a busy Python thread beside them, 16 reader threads filled whole
+# batches at 6.8-7.1k patterns/s of 512x512 with 5 ms and 25-32k with 0.5 ms (60k alone;
+# NVIDIA H100 host, benchmarks/staged_copy.py --load, 2026-11-27).
+SWITCH_INTERVAL_S = 0.0005
+_switching = {"users": 0, "saved": None}
+_switching_lock = threading.Lock()
 
 
 @dataclass
@@ -120,6 +131,11 @@ def stream_chunks(pipeline, source, chunks, *, emit, references=None, buffers=No
     ``buffers`` are host buffers from an earlier call to use again when they fit (pinning
     host memory is slow); the ones used are returned.
     """
+    with _quick_switching() if pipeline.backend.is_gpu else contextlib.nullcontext():
+        return _stream_chunks(pipeline, source, chunks, emit, references, buffers)
+
+
+def _stream_chunks(pipeline, source, chunks, emit, references, buffers):
     be = pipeline.backend
     if not chunks:
         return buffers
@@ -216,6 +232,23 @@ def stream_chunks(pipeline, source, chunks, *, emit, references=None, buffers=No
         reader.stop()
         reader.join(timeout=10)
     return buffers
+
+
+@contextlib.contextmanager
+def _quick_switching():
+    """:data:`SWITCH_INTERVAL_S` (or less) while any stream runs; the caller's value after."""
+    with _switching_lock:
+        if _switching["users"] == 0:
+            _switching["saved"] = sys.getswitchinterval()
+            sys.setswitchinterval(min(_switching["saved"], SWITCH_INTERVAL_S))
+        _switching["users"] += 1
+    try:
+        yield
+    finally:
+        with _switching_lock:
+            _switching["users"] -= 1
+            if _switching["users"] == 0:
+                sys.setswitchinterval(_switching["saved"])
 
 
 def _flush(be, pending, emit, stream):

@@ -127,3 +127,63 @@ def test_a_damaged_file_of_someone_else_is_never_replaced(tmp_path):
         process(source(), ref_index=0, output=str(other), config=CFG, run=RUN, overwrite=True)
     assert "not an ebsdxc results file" in str(e.value)
     assert other.read_bytes() == before and not os.path.exists(str(other) + ".lock")
+
+
+# ----------------------------------------------------------------------------- write order
+
+
+def test_points_are_marked_done_only_after_their_data_was_flushed(tmp_path):
+    """One flush per batch: a batch's points are marked done with the next batch's flush, so
+    at every flush the points marked done are points whose data an earlier flush wrote."""
+    from ebsdxc.io.results import ResultsWriter
+    from ebsdxc.io.source import ScanGrid
+
+    rows, cols, n_roi = 5, 7, 3
+    rng = np.random.default_rng(2)
+    disp = rng.normal(size=(rows * cols, n_roi, 2)).astype(np.float32)
+    height = rng.uniform(size=(rows * cols, n_roi)).astype(np.float32)
+    status = rng.integers(0, 3, (rows * cols, n_roi)).astype(np.uint8)
+    out = tmp_path / "r.h5"
+    w = ResultsWriter.create(out, grid=ScanGrid(rows, cols), centres=np.zeros((n_roi, 2)) + 10, roi_size=(16, 16),
+                             parameters={}, inputs=[])
+    g = w._g
+    flushes = []  # (points marked done, points holding data) at each flush
+    real_flush = w._f.flush
+
+    def flush():
+        flushes.append((g["done"][...].ravel().copy(), ~np.isnan(g["displacement"][..., 0, 0]).ravel()))
+        real_flush()
+
+    w._f.flush = flush
+    # part of a row, then part of a row and two whole rows at once, then one whole row
+    for a, b in ((0, 9), (9, 28), (28, 35)):
+        w.write(a, disp[a:b], height[a:b], status[a:b])
+    w.finish()
+    w.close()
+    assert len(flushes) >= 3
+    for (done, _), (_, had_data) in zip(flushes[1:], flushes[:-1]):
+        assert not (done & ~had_data).any(), "a point was marked done before its data were flushed"
+    assert not flushes[0][0].any()
+    with h5py.File(out, "r") as f:
+        e = f["ebsdxc"]
+        np.testing.assert_array_equal(e["displacement"][...].reshape(-1, n_roi, 2), disp)
+        np.testing.assert_array_equal(e["peak_height"][...].reshape(-1, n_roi), height)
+        np.testing.assert_array_equal(e["status"][...].reshape(-1, n_roi), status)
+        assert e["done"][...].all() and bool(e.attrs["complete"])
+
+
+def test_the_last_batch_is_marked_done_when_the_writer_closes(tmp_path):
+    from ebsdxc.io.results import ResultsWriter
+    from ebsdxc.io.source import ScanGrid
+
+    out = tmp_path / "r.h5"
+    w = ResultsWriter.create(out, grid=ScanGrid(2, 4), centres=np.zeros((1, 2)) + 10, roi_size=(16, 16),
+                             parameters={}, inputs=[])
+    w.write(0, np.zeros((3, 1, 2), np.float32), np.ones((3, 1), np.float32), np.zeros((3, 1), np.uint8))
+    assert not w._g["done"][...].any()  # written and flushed, marked with the next operation
+    assert w.done.sum() == 3  # reading `done` is such an operation
+    w.write(3, np.zeros((2, 1, 2), np.float32), np.ones((2, 1), np.float32), np.zeros((2, 1), np.uint8))
+    w.close()
+    with h5py.File(out, "r") as f:
+        assert f["ebsdxc/done"][...].ravel().tolist() == [True] * 5 + [False] * 3
+        assert not bool(f["ebsdxc"].attrs["complete"])

@@ -582,3 +582,35 @@ def test_a_wide_scan_is_chunked_within_a_row(tmp_path):
                                run=RunConfig(device="cpu", batch=3000)))
     for k in ("displacement", "peak_height", "status"):
         np.testing.assert_array_equal(r[k], one[k])
+
+
+def test_quick_switching_is_the_callers_again_after_overlapping_streams():
+    """Streams on a GPU lower the interpreter's switch interval while any of them runs (reader
+    threads then get the lock back sooner); the caller's value returns after the last, and a
+    caller's lower value is kept."""
+    import sys
+    import threading
+
+    from ebsdxc.run import streaming
+
+    before = sys.getswitchinterval()
+    try:
+        sys.setswitchinterval(0.004)
+        first, second = streaming._quick_switching(), streaming._quick_switching()
+        first.__enter__()
+        assert sys.getswitchinterval() == pytest.approx(streaming.SWITCH_INTERVAL_S, rel=0.05)
+        seen = []
+        t = threading.Thread(target=lambda: (second.__enter__(), seen.append(sys.getswitchinterval())))
+        t.start()
+        t.join()
+        first.__exit__(None, None, None)  # the other stream still runs
+        assert seen == [pytest.approx(streaming.SWITCH_INTERVAL_S, rel=0.05)]
+        assert sys.getswitchinterval() == pytest.approx(streaming.SWITCH_INTERVAL_S, rel=0.05)
+        second.__exit__(None, None, None)
+        assert sys.getswitchinterval() == pytest.approx(0.004, rel=0.05)
+        sys.setswitchinterval(0.0001)
+        with streaming._quick_switching():
+            assert sys.getswitchinterval() == pytest.approx(0.0001, rel=0.05)
+        assert sys.getswitchinterval() == pytest.approx(0.0001, rel=0.05)
+    finally:
+        sys.setswitchinterval(before)

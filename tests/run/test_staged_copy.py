@@ -4,16 +4,17 @@ place for every mode (CPU)."""
 
 from __future__ import annotations
 
-import importlib.util
+import importlib
+import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-_SPEC = importlib.util.spec_from_file_location(
-    "ebsdxc_staged_copy", Path(__file__).resolve().parents[2] / "benchmarks" / "staged_copy.py")
-staged = importlib.util.module_from_spec(_SPEC)
-_SPEC.loader.exec_module(staged)
+# Imported by its name from the benchmarks folder, so that the reader processes it starts
+# (spawned: they import the module of their function again) find it too.
+sys.path.append(str(Path(__file__).resolve().parents[2] / "benchmarks"))
+staged = importlib.import_module("staged_copy")
 
 
 @pytest.mark.parametrize("size,wrap", [(7, 20), (64, 48), (1000, 96), (5, 5)])
@@ -34,6 +35,16 @@ def test_dry_run_puts_the_scan_in_place(tmp_path, capsys):
                  "--repeats", "1", "--dir", str(tmp_path), "--dry-run"])
     out = capsys.readouterr().out
     assert out.count("patterns/s") == 2 + 2 * 2 and "WRONG DATA" not in out
+
+
+def test_dry_run_of_reader_processes_and_a_busy_thread_puts_the_scan_in_place(tmp_path, capsys):
+    staged.main(["64", "300", "--batch", "40", "--threads", "2", "--pieces", "0.01,0.05", "--slots", "2",
+                 "--procs", "2,3", "--load", "--repeats", "1", "--dir", str(tmp_path), "--dry-run"])
+    out = capsys.readouterr().out
+    lines = [line for line in out.splitlines() if line.startswith("rep ")]
+    assert len(lines) == 2 * (2 + 2 + 2 * 2) and "WRONG DATA" not in out
+    assert sum("processes" in line for line in lines) == 2 * 2 * 2
+    assert sum("busy thread kept" in line for line in lines) == len(lines) // 2
 
 
 def test_the_device_check_sees_wrong_data(tmp_path):
