@@ -14,9 +14,14 @@ read with ``os.preadv`` at the offsets HDF5 gives, so that only the memory path 
 - ``read``: threads read each batch into a pinned batch buffer, no copies (the read bound);
 - ``batch``: the runner's scheme, two pinned batch buffers: batch k is read while batch k - 1
   copies (each copy waits for its batch; a batch buffer waits for its copy two batches back);
+- ``source``: as ``batch``, but each batch read by the runner's own reader (``read_into`` of
+  the scan as :func:`ebsdxc.io.open_scan` opens it);
 - ``staged C x K``: thread i reads pieces i, i + R, ... of C bytes into its own K pinned slots
   in turn and queues each slot's copy to its place in a device buffer of two batches, on a stream
   of its own; a slot is refilled once its last copy is done.
+- ``ipc C x K``: R reader processes, each with a CUDA context of its own, copy their pieces
+  themselves from their own pinned slots into this process's device buffer (opened through a
+  CUDA IPC handle): nothing of this process takes part per piece.
 - ``procs C x K``: the same pieces read by R processes (no shared interpreter lock) into their
   slots of one shared-memory ring that this process pinned (``cudaHostRegister``); one thread of
   this process queues each slot's copy when its reader reports it full, another hands a slot back
@@ -30,7 +35,10 @@ Each mode then checks that the device holds the scan's last whole batch (a sum a
 Prints patterns/s and GB/s of each, the last-level cache size, the pinned copy bound.
 
     python benchmarks/staged_copy.py [SIDE] [PATTERNS] [--threads 8,16] [--pieces 0.5,1,2,4,8]
-        [--slots 2,3] [--procs 8,16] [--load] [--dry-run]
+        [--slots 2,3] [--procs 8,16] [--ipc 8,16] [--load] [--gpu-load] [--dry-run]
+
+``--gpu-load``: this process keeps the GPU computing (matrix products on a stream of its own) all
+along, to see whether the copies of other processes' CUDA contexts overlap it.
 
 ``--dry-run`` runs the same bookkeeping with host memory for the device (no CUDA), to check the
 script on a machine without a GPU.
@@ -101,7 +109,10 @@ class Device:
             import cupy as cp
 
             self.cp = cp
-            self.buf = cp.empty(nbytes, cp.uint8)
+            # its own allocation (not the memory pool's), so that an IPC handle names it exactly
+            self.ptr = cp.cuda.runtime.malloc(nbytes)
+            mem = cp.cuda.UnownedMemory(self.ptr, nbytes, self)
+            self.buf = cp.ndarray((nbytes,), cp.uint8, cp.cuda.MemoryPointer(mem, 0))
 
     def pinned(self, nbytes):
         if self.dry:
@@ -180,6 +191,27 @@ def run_batches(fd, runs, batch_bytes, total, dev, threads, copy):
     return dt
 
 
+def run_source(path, batch, per, n, dev):
+    """``source``: ``batch`` but read by the runner's own reader (the scan's ``read_into``)."""
+    from ebsdxc.io import open_scan
+
+    src = open_scan(path)
+    batch_bytes = batch * per
+    bufs = [dev.pinned(batch_bytes) for _ in range(2)]
+    events = [dev.event() for _ in range(2)]
+    stream = dev.stream()
+    t = time.perf_counter()
+    for b, start in enumerate(range(0, n, batch)):
+        k = b % 2
+        dev.wait(events[k])
+        stop = min(start + batch, n)
+        view = bufs[k][:(stop - start) * per].view(src.dtype).reshape(stop - start, *src.pattern_shape)
+        src.read_into(start, stop, view)
+        dev.copy(bufs[k][:(stop - start) * per], k * batch_bytes, stream, events[k])
+    dev.finish()
+    return time.perf_counter() - t
+
+
 def run_staged(fd, pieces, batch_bytes, dev, threads, slots, piece_bytes):
     """``staged``: thread i reads pieces i, i + R, ... into its own ``slots`` pinned slots and
     queues each slot's copy to the piece's place in the device's two batches."""
@@ -238,6 +270,98 @@ def _proc_reader(path, ring_path, ring_bytes, pieces, base, slots, piece_bytes, 
             pass
     except BaseException as e:  # noqa: BLE001 - reported to the parent
         conn.send_bytes(b"error: " + repr(e).encode())  # never 8 bytes long: a piece number is
+
+
+def _ipc_reader(path, handle, pieces, slots, piece_bytes, two_batches, conn):
+    """A reader process with its own CUDA context: pieces into its own pinned slots, each copied
+    at once into the parent's device buffer (``handle``); a slot refilled once its copy is done."""
+    try:
+        import cupy as cp
+        import cupyx
+
+        base = cp.cuda.runtime.ipcOpenMemHandle(handle)
+        ring = cupyx.empty_pinned((slots * piece_bytes,), np.uint8)
+        stream = cp.cuda.Stream(non_blocking=True)
+        events = [cp.cuda.Event(block=True, disable_timing=True) for _ in range(slots)]  # block: no spinning
+        fd = os.open(path, os.O_RDONLY)
+        conn.send_bytes(b"ready")
+        conn.recv_bytes()
+        for j, (off, dst, nbytes) in enumerate(pieces):
+            s = j % slots
+            if j >= slots:
+                events[s].synchronize()
+            slot = ring[s * piece_bytes:s * piece_bytes + nbytes]
+            _pread(fd, memoryview(slot), off)
+            cp.cuda.runtime.memcpyAsync(base + dst % two_batches, slot.ctypes.data, nbytes, 1, stream.ptr)
+            events[s].record(stream)
+        stream.synchronize()
+        conn.send_bytes(b"done")
+        conn.recv_bytes()
+        cp.cuda.runtime.ipcCloseMemHandle(base)
+    except BaseException as e:  # noqa: BLE001 - reported to the parent
+        conn.send_bytes(b"error: " + repr(e).encode())
+
+
+def run_ipc(path, pieces, batch_bytes, dev, readers, slots, piece_bytes):
+    """``ipc``: the clock runs from the readers' start signal (their CUDA contexts made) to the
+    last reader's copies done."""
+    handle = dev.cp.cuda.runtime.ipcGetMemHandle(dev.ptr)
+    ctx = mp.get_context("spawn")
+    conns, procs = [], []
+    for i in range(readers):
+        mine, theirs = ctx.Pipe()
+        p = ctx.Process(target=_ipc_reader, args=(path, handle, pieces[i::readers], slots, piece_bytes,
+                                                  2 * batch_bytes, theirs), daemon=True)
+        p.start()
+        conns.append(mine)
+        procs.append(p)
+    msgs = [c.recv_bytes() for c in conns]
+    bad = [m for m in msgs if m != b"ready"]
+    if bad:
+        raise RuntimeError(bad[0].decode())
+    free, total = dev.cp.cuda.runtime.memGetInfo()
+    run_ipc.used = total - free  # device memory in use with every reader's context made
+    t = time.perf_counter()
+    for c in conns:
+        c.send_bytes(b"go")
+    msgs = [c.recv_bytes() for c in conns]
+    dt = time.perf_counter() - t
+    for c in conns:
+        c.send_bytes(b"end")
+    for p in procs:
+        p.join(timeout=30)
+    bad = [m for m in msgs if m != b"done"]
+    if bad:
+        raise RuntimeError(bad[0].decode())
+    return dt
+
+
+class GpuLoad:
+    """A thread of this process keeping the GPU busy with float32 matrix products."""
+
+    def __init__(self, dev):
+        self.dev, self.count = dev, 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self):
+        cp = self.dev.cp
+        with cp.cuda.Stream(non_blocking=True) as s:
+            a = cp.ones((4096, 4096), cp.float32)
+            while not self._stop.is_set():
+                a @ a
+                s.synchronize()
+                self.count += 1
+
+    def __enter__(self):
+        self._t = time.perf_counter()
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        self._thread.join()
+        self.rate = self.count / (time.perf_counter() - self._t)
 
 
 class Procs:
@@ -393,6 +517,8 @@ def main(argv=None):
     ap.add_argument("--pieces", default="0.5,1,2,4,8", help="piece sizes, MB")
     ap.add_argument("--slots", default="2,3")
     ap.add_argument("--procs", default="", help="reader process counts (procs cases), e.g. 8,16")
+    ap.add_argument("--ipc", default="", help="reader process counts with CUDA contexts (ipc cases), e.g. 8,16")
+    ap.add_argument("--gpu-load", action="store_true", help="also run ipc cases beside GPU computation")
     ap.add_argument("--load", action="store_true", help="also run every case beside a busy Python thread")
     ap.add_argument("--switch", type=float, default=None, help="the interpreter's switch interval, ms")
     ap.add_argument("--repeats", type=int, default=3)
@@ -432,21 +558,38 @@ def main(argv=None):
             dev.finish()
             rate = 10 * batch_bytes / (time.perf_counter() - t)
             print(f"pinned batch to device alone: {rate / 1e9:.1f} GB/s = {rate / per:,.0f} patterns/s")
-        cases = [("read", 16, None, None), ("batch", 16, None, None)]
+        cases = [("read", 16, None, None), ("batch", 16, None, None), ("source", 16, None, None)]
         cases += [("staged", int(t), float(c), int(k)) for t in a.threads.split(",") for c in a.pieces.split(",")
                   for k in a.slots.split(",")]
         cases += [("procs", int(t), float(c), int(k)) for t in a.procs.split(",") if t for c in a.pieces.split(",")
                   for k in a.slots.split(",")]
+        cases += [("ipc", int(t), float(c), int(k)) for t in a.ipc.split(",") if t and not a.dry_run
+                  for c in a.pieces.split(",") for k in a.slots.split(",")]
         idle = idle_load_rate() if a.load else None
         if idle:
             print(f"busy Python thread alone: {idle:,.0f} slices/s")
+        if a.gpu_load and not a.dry_run:
+            free, whole = dev.cp.cuda.runtime.memGetInfo()
+            with GpuLoad(dev) as g:
+                time.sleep(1.0)
+            print(f"matrix products alone: {g.rate:,.0f}/s; device memory in use {(whole - free) >> 20} MB")
         rings = {}
         for rep in range(a.repeats):
             for kind, threads, piece_mb, slots in cases:
-                for loaded in ((False, True) if a.load else (False,)):
+                loads = (False, True) if a.load else (False,)
+                if kind == "ipc" and a.gpu_load:
+                    loads = (False, "gpu")
+                for loaded in loads:
                     dev.buf[:] = 0
-                    with (Load() if loaded else _Nothing()) as load:
-                        if kind in ("staged", "procs"):
+                    dev.finish()
+                    load_cm = GpuLoad(dev) if loaded == "gpu" else Load() if loaded else _Nothing()
+                    with load_cm as load:
+                        if kind == "ipc":
+                            size = int(piece_mb * MB)
+                            dt = run_ipc(path, cut(runs, size, batch_bytes), batch_bytes, dev, threads, slots, size)
+                            name = (f"ipc {piece_mb:g} MB x {slots} slots x {threads} CUDA processes "
+                                    f"({run_ipc.used >> 20} MB used)")
+                        elif kind in ("staged", "procs"):
                             size = int(piece_mb * MB)
                             pieces = cut(runs, size, batch_bytes)
                             if kind == "staged":
@@ -459,11 +602,17 @@ def main(argv=None):
                             ring = threads * slots * size >> 20
                             what = "threads" if kind == "staged" else "processes"
                             name = f"{kind} {piece_mb:g} MB x {slots} slots x {threads} {what} ({ring} MB)"
+                        elif kind == "source":
+                            dt = run_source(path, batch, per, n, dev)
+                            name = "source (the runner's reader, batches as in batch)"
                         else:
                             dt = run_batches(fd, runs, batch_bytes, total, dev, threads, kind == "batch")
                             name = f"{kind} ({threads} threads)"
                     ok = kind == "read" or dev.batch_sum(half * batch_bytes, batch_bytes) == want
-                    kept = f"  busy thread kept {load.rate / idle:4.0%}" if loaded else ""
+                    if loaded == "gpu":
+                        kept = f"  beside {load.rate:,.0f} matrix products/s"
+                    else:
+                        kept = f"  busy thread kept {load.rate / idle:4.0%}" if loaded else ""
                     print(f"rep {rep} {name:56s} {n / dt:9,.0f} patterns/s {total / dt / 1e9:6.1f} GB/s{kept}"
                           f"{'' if ok else '  WRONG DATA ON THE DEVICE'}", flush=True)
         for r in rings.values():

@@ -197,11 +197,7 @@ class DirectReader:
         return data.reshape(cshape)
 
     def _read_chunked(self, start, stop, out):
-        ids = np.arange(start, stop)
-        nav = np.unravel_index(ids, self.nav_shape)
-        keys = np.stack([(c // k) * k for c, k in zip(nav, self.chunks[:-2])], axis=1)
-        change = np.flatnonzero((np.diff(keys, axis=0) != 0).any(axis=1)) + 1
-        runs = list(zip(np.r_[0, change], np.r_[change, ids.size]))
+        keys, nav, runs = self._chunk_runs(start, stop)
         if not self.filters:
             self._read_stored_runs(keys, nav, runs, out)
             return
@@ -232,13 +228,9 @@ class DirectReader:
             self._dense = (grid, offsets, sizes)
         return self._dense
 
-    def _read_stored_runs(self, keys, nav, runs, out):
-        """Unfiltered chunks: each run of records is one contiguous byte range of its chunk
-        (runs end where the chunk changes, and records of one chunk row lie in order), read
-        with ``os.preadv`` straight into ``out``. Ranges are cut into pieces of at most
-        :data:`_SPLIT_BYTES` and the pieces dealt to a few tasks of equal size: chunks of one
-        pattern cost a system call each, not a thread hand-off and two copies, and a batch of
-        two large chunks still keeps every thread busy."""
+    def _stored_pieces(self, keys, nav, runs, split):
+        """(offset in the output, file offset or -1 for zeros, bytes) int64 arrays of the
+        unfiltered chunks' byte ranges holding ``runs`` of records, cut at ``split`` bytes."""
         pb = self.pattern_bytes
         cnav = self.chunks[:-2]
         grid, offsets, sizes = self._dense_chunk_index()
@@ -253,14 +245,40 @@ class DirectReader:
                              f"bytes, not {self._chunk_bytes}", self.path)
         pos = np.ravel_multi_index(tuple(nav[d][a] - keys[a, d] for d in range(len(cnav))), cnav)
         start = np.where(off >= 0, off + pos * pb, -1)  # -1: never written, zeros
-        o, n = a * pb, (b - a) * pb
-        if (n > _SPLIT_BYTES).any():  # cut large ranges into pieces
-            k = -(-n // _SPLIT_BYTES)
-            rep = np.repeat(np.arange(n.size), k)
-            within = (np.arange(rep.size) - np.repeat(np.cumsum(k) - k, k)) * _SPLIT_BYTES
-            o = o[rep] + within
-            start = np.where(start[rep] >= 0, start[rep] + within, -1)
-            n = np.minimum(n[rep] - within, _SPLIT_BYTES)
+        return _cut(a * pb, start, (b - a) * pb, split)
+
+    def byte_pieces(self, start: int, stop: int, split: int = _SPLIT_BYTES):
+        """(m, 3) int64 rows [offset in a C-contiguous buffer of records ``start:stop``, file
+        offset (-1: never written, zeros), bytes]: positioned reads of :attr:`path` that fill
+        the buffer, none longer than ``split``; ``None`` when chunks are filtered (they need
+        inflating, not just reading)."""
+        if self.filters:
+            return None
+        if stop <= start:
+            return np.zeros((0, 3), np.int64)
+        if self.chunks is None:
+            n = (stop - start) * self.pattern_bytes
+            o, f, k = _cut(np.zeros(1, np.int64), np.array([self.offset + start * self.pattern_bytes], np.int64),
+                           np.array([n], np.int64), split)
+        else:
+            o, f, k = self._stored_pieces(*self._chunk_runs(start, stop), split)
+        return np.stack([o, f, k], axis=1)
+
+    def _chunk_runs(self, start, stop):
+        ids = np.arange(start, stop)
+        nav = np.unravel_index(ids, self.nav_shape)
+        keys = np.stack([(c // k) * k for c, k in zip(nav, self.chunks[:-2])], axis=1)
+        change = np.flatnonzero((np.diff(keys, axis=0) != 0).any(axis=1)) + 1
+        return keys, nav, list(zip(np.r_[0, change], np.r_[change, ids.size]))
+
+    def _read_stored_runs(self, keys, nav, runs, out):
+        """Unfiltered chunks: each run of records is one contiguous byte range of its chunk
+        (runs end where the chunk changes, and records of one chunk row lie in order), read
+        with ``os.preadv`` straight into ``out``. Ranges are cut into pieces of at most
+        :data:`_SPLIT_BYTES` and the pieces dealt to a few tasks of equal size: chunks of one
+        pattern cost a system call each, not a thread hand-off and two copies, and a batch of
+        two large chunks still keeps every thread busy."""
+        o, start, n = self._stored_pieces(keys, nav, runs, _SPLIT_BYTES)
         fd = self._file()
         raw = out.reshape(-1).view(np.uint8)
         flat = memoryview(raw)
@@ -283,6 +301,19 @@ class DirectReader:
         cuts = np.searchsorted(ends, np.arange(1, n_groups) * total / n_groups)
         edges = np.unique(np.r_[0, cuts + 1, len(pieces)].clip(0, len(pieces)))
         list(_executor().map(work, [pieces[i:j] for i, j in zip(edges[:-1], edges[1:]) if j > i]))
+
+
+def _cut(o, start, n, split):
+    """Byte ranges (offsets ``o`` in the output, file offsets ``start`` or -1, lengths ``n``)
+    cut into pieces of at most ``split`` bytes."""
+    if (n > split).any():
+        k = -(-n // split)
+        rep = np.repeat(np.arange(n.size), k)
+        within = (np.arange(rep.size) - np.repeat(np.cumsum(k) - k, k)) * split
+        o = o[rep] + within
+        start = np.where(start[rep] >= 0, start[rep] + within, -1)
+        n = np.minimum(n[rep] - within, split)
+    return o, start, n
 
 
 def plan(path, ds: h5py.Dataset, *, chunk_table=None) -> DirectReader | None:

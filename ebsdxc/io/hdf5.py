@@ -32,7 +32,7 @@ import numpy as np
 
 from ..errors import InputError
 from . import direct, h5check
-from .source import PatternSource, ScanGrid, choose_grid
+from .source import PatternSource, ScanGrid, choose_grid, consecutive_runs
 
 NAME = "hdf5"
 DESCRIPTION = "any HDF5 file with one numeric (n, H, W) or (rows, cols, H, W) dataset"
@@ -442,6 +442,27 @@ class HDF5Source(PatternSource):
         return self._direct
 
     # reading ------------------------------------------------------------------------
+    def byte_pieces(self, start: int, stop: int, split: int):
+        start, stop = int(start), int(stop)
+        self._checked_chunks()
+        fast = self._direct_reader(np.empty((0, *self.pattern_shape), dtype=self.dtype))
+        if fast is None:
+            return None
+        if self._ndim != 3:  # (rows, cols, H, W): flat slot index = flat index over the grid
+            return fast.byte_pieces(start, stop, split)
+        pb = self.nbytes_per_pattern
+        rec = self._records[start:stop]
+        ok = rec >= 0
+        parts = [np.array([[a * pb, -1, (b - a) * pb]], np.int64)
+                 for a, b in consecutive_runs(np.arange(rec.size), ~ok)]  # slots with no record: zeros
+        for a, b in consecutive_runs(rec, ok):
+            p = fast.byte_pieces(int(rec[a]), int(rec[b - 1]) + 1, split)
+            if p is None:
+                return None
+            p[:, 0] += a * pb
+            parts.append(p)
+        return np.concatenate(parts) if parts else np.zeros((0, 3), np.int64)
+
     def read_records(self, start: int, stop: int, out: np.ndarray) -> None:
         """Records ``start:stop`` of a 3-D dataset straight into ``out`` (one hyperslab)."""
         fast = self._direct_reader(out)

@@ -313,6 +313,16 @@ class PatternSource:
         """Read stored records ``start:stop`` (acquisition order) into ``out`` in place."""
         raise NotImplementedError
 
+    def byte_pieces(self, start: int, stop: int, split: int):
+        """How positioned reads of :attr:`path` fill patterns ``start:stop``, or ``None``.
+
+        Returns (m, 3) int64 rows [byte offset in a C-contiguous (stop - start, H, W) buffer of
+        :attr:`dtype`, file offset (-1: zeros), bytes], none longer than ``split``: what a
+        reader in another process (:mod:`ebsdxc.run.device_readers`) needs to fill the buffer
+        without this object. ``None`` (the default) where the storage needs decoding.
+        """
+        return None
+
     def _check_range(self, start, stop, out):
         start, stop = int(start), int(stop)
         if not 0 <= start <= stop <= self.n_patterns:

@@ -43,7 +43,7 @@ from ..progress import RecordingProgress
 from ..references import ReferenceSet
 from ..rois import layout_for
 from .pipeline import Pipeline
-from .streaming import host_buffers
+from .streaming import host_buffers, start_device_readers
 from .transfer import copy_to_device
 
 __all__ = ["write_scan", "read_rate", "transfer_rate", "read_rate_while_copying", "engine_rate", "measure",
@@ -219,6 +219,8 @@ def measure(config, run, *, patterns: int, shape=(256, 256), workdir: str, repea
         process(warm, ref=ref, output=out, config=config, run=run, overwrite=True)
         layout = layout_for(config.roi, source.pattern_shape, path=scan)
         pipe = Pipeline(be, config, layout, ReferenceSet.single(first))
+        # and the reader processes' start (seconds, once per Python process) when the scan uses them
+        start_device_readers(pipe, source, wait=True)
         plan = pipe.transfer_plan(source.pattern_shape, source.dtype.itemsize)
         dev = be.xp.asarray(source.read(0, min(batch, patterns)))
         for _ in range(repeats):

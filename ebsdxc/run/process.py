@@ -41,6 +41,7 @@ from .pipeline import Pipeline
 from .planning import plan_tasks, processed_shape
 from .simulated_references import POINT_DATASETS as SIMULATED_DATASETS
 from .simulated_references import SimulatedReferences, point_geometry, simulated_geometry_maps, start_orientations
+from .streaming import start_device_readers
 from .tasks import Job
 
 __all__ = ["process", "SIMULATED"]
@@ -294,6 +295,8 @@ def _process(source, ref, ref_index, reference_index, output, config, run, execu
         else:
             pipeline = Pipeline(backend, config, layout, references, static_background=static_bg, batch=run.batch,
                                 simulated=sim)
+            if isinstance(executor, InlineExecutor):  # it streams with this pipeline
+                start_device_readers(pipeline, source)  # their start overlaps the set-up below
         try:
             job = Job(scan=source.path, dataset=source.metadata.get("dataset"), format=source.format,
                       grid=(source.grid.rows, source.grid.cols), config=config, layout=layout,

@@ -14,6 +14,7 @@ import contextlib
 import queue
 import sys
 import threading
+import warnings
 from dataclasses import dataclass
 
 import numpy as np
@@ -24,7 +25,7 @@ from ..engines import PeakResult
 from ..errors import InputError
 from .transfer import copy_to_device
 
-__all__ = ["N_BUFFERS", "Reader", "host_buffers", "read_failure", "stream_chunks"]
+__all__ = ["N_BUFFERS", "Reader", "host_buffers", "read_failure", "start_device_readers", "stream_chunks"]
 
 N_BUFFERS = 3  # raw-pattern batches in host memory at once: one being read, one queued, one in transfer
 # The interpreter's switch interval while batches stream on a GPU. A reader thread back from a
@@ -171,6 +172,11 @@ def _stream_chunks(pipeline, source, chunks, emit, references, buffers):
     if be.is_gpu and not halo:
         plan = pipeline.transfer_plan(source.pattern_shape, want.itemsize)
     frame = tuple(source.pattern_shape) if plan is None else plan.shape
+    if be.is_gpu and not halo and plan is None:
+        readers = _device_readers(pipeline, source)
+        if readers is not None:
+            _stream_device_read(pipeline, source, chunks, emit, match, readers, batch)
+            return buffers
     reader = Reader(source, chunks, buffers)
     reader.start()
     pending = None
@@ -232,6 +238,104 @@ def _stream_chunks(pipeline, source, chunks, emit, references, buffers):
         reader.stop()
         reader.join(timeout=10)
     return buffers
+
+
+def _device_readers(pipeline, source, wait=True):
+    """This process's :class:`~ebsdxc.run.device_readers.DeviceReaders` (started on first use
+    and kept for later runs) when ``source`` is worth reading with them, or None: this process
+    reads."""
+    from . import device_readers as dr
+
+    cp = pipeline.backend.xp
+    spec = dr.reader_processes(source.n_patterns * source.nbytes_per_pattern, cp.cuda.Device().mem_info[0])
+    if spec is None or _refused.get(spec) or source.byte_pieces(0, 1, dr.PIECE_BYTES) is None:
+        return None
+    try:
+        readers = dr.shared(*spec)
+        if wait:
+            readers.wait_ready()
+    except (OSError, RuntimeError, InputError) as e:
+        dr.close_shared()
+        _refused[spec] = True
+        warnings.warn(f"reading in this process: reader processes did not start ({e})", stacklevel=3)
+        return None
+    return readers
+
+
+_refused = {}  # (processes, threads) that failed to start in this process: not tried again
+
+
+def start_device_readers(pipeline, source, *, wait=False) -> None:
+    """Start the reader processes of :func:`stream_chunks` for ``source`` now, when it will use
+    them, so that their start (a CUDA context each) overlaps the run's set-up; ``wait``: return
+    once they are ready."""
+    if pipeline.backend.is_gpu and not getattr(pipeline, "reads_frames", False):
+        _device_readers(pipeline, source, wait=wait)
+
+
+def _stream_device_read(pipeline, source, chunks, emit, match, readers, batch):
+    """:func:`stream_chunks` with reader processes copying each batch to one of three device
+    buffers: batch k + 2 is read while batch k computes and batch k - 1's buffer is free once
+    its results are back."""
+    be = pipeline.backend
+    compute, copy_back, _ = pipeline.streams()
+    shape, dtype = tuple(source.pattern_shape), np.dtype(source.dtype).newbyteorder("=")
+    pb = source.nbytes_per_pattern
+    from .device_readers import DeviceBuffer
+
+    bufs = []
+    pending = None
+    try:
+        bufs = [DeviceBuffer(batch * pb) for _ in range(3)]
+        readers.attach(bufs)
+
+        def submit(k):
+            start, stop = chunks[k][:2]
+            readers.submit(k, k % 3, source.path, source.byte_pieces(start, stop, readers.piece_bytes))
+
+        for k in range(min(2, len(chunks))):
+            submit(k)
+        for k, chunk in enumerate(chunks):
+            start, stop = chunk[:2]
+            item = _Batch(start, stop, None, None)
+            try:
+                with timing.stage("read"):  # the wait for the reader processes
+                    readers.wait(k)
+            except InputError as e:
+                if pending is not None:  # keep what was computed before the failed read
+                    _flush(be, pending, emit, copy_back)
+                    pending = None
+                raise read_failure(e, start, stop, source.path) from e
+            patterns = bufs[k % 3].view(dtype, (stop - start, *shape))
+            try:
+                with compute:
+                    res = match(item, patterns)
+                    done_event = compute.record()
+            except Exception as e:
+                if pending is not None and is_out_of_memory(e):
+                    _flush(be, pending, emit, copy_back)
+                    pending = None
+                raise
+            if pending is not None:
+                _flush(be, pending, emit, copy_back)  # batch k - 1 computed: its buffer is free
+            if k + 2 < len(chunks):
+                submit(k + 2)
+            pending = (start, res, done_event)
+        if pending is not None:
+            _flush(be, pending, emit, copy_back)
+            pending = None
+    finally:
+        try:
+            readers.drain()  # no reader still writes into a buffer about to go
+            if bufs:
+                be.xp.cuda.Device().synchronize()  # nor a kernel still reads one
+                readers.detach()  # nor has it open (freeing it first is undefined in CUDA)
+        except (InputError, OSError):  # a reader died: its handles went with it
+            from .device_readers import close_shared
+
+            close_shared()
+        for b in bufs:
+            b.free()
 
 
 @contextlib.contextmanager

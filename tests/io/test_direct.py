@@ -168,3 +168,73 @@ def test_unfiltered_reads_cut_into_pieces(tmp_path, data, monkeypatch, chunks):
         out = np.full((b - a, 32, 24), 7, np.uint16)
         reader.read(a, b, out)
         np.testing.assert_array_equal(out, data[a:b])
+
+
+def _fill(path, pieces, shape, dtype):
+    """What positioned reads of ``pieces`` put in a buffer (a reader process's work, here)."""
+    buf = np.full(shape, 7, dtype)
+    raw = buf.reshape(-1).view(np.uint8)
+    with open(path, "rb") as fh:
+        for o, off, n in pieces:
+            if off < 0:
+                raw[o:o + n] = 0
+            else:
+                fh.seek(off)
+                raw[o:o + n] = np.frombuffer(fh.read(n), np.uint8)
+    return buf
+
+
+@pytest.mark.parametrize("layout", ["contiguous", "chunked", "one pattern per chunk"])
+@pytest.mark.parametrize("split", [1 << 20, 3000, 1536])
+def test_byte_pieces_fill_what_the_reader_reads(tmp_path, data, layout, split):
+    path = tmp_path / "d.h5"
+    with h5py.File(path, "w") as f:
+        f.create_dataset("p", data=data, **LAYOUTS[layout])
+    with open_scan(path) as src:
+        for a, b in RANGES:
+            pieces = src.byte_pieces(a, b, split)
+            assert pieces.shape[1] == 3 and (pieces[:, 2] <= split).all()
+            assert pieces[:, 2].sum() == (b - a) * 32 * 24 * 2  # every byte once
+            np.testing.assert_array_equal(_fill(path, pieces, (b - a, 32, 24), np.uint16), data[a:b])
+
+
+def test_byte_pieces_of_4d_scans_and_unwritten_chunks(tmp_path, data):
+    path = tmp_path / "d4.h5"
+    grid = data.reshape(15, 20, 32, 24)
+    with h5py.File(path, "w") as f:
+        ds = f.create_dataset("p", shape=grid.shape, dtype=grid.dtype, chunks=(2, 3, 32, 24))
+        ds[:9] = grid[:9]  # chunks of two rows: row 9 is written as zeros, rows 10 and after never
+    want = grid.reshape(300, 32, 24).copy()
+    want[9 * 20:] = 0
+    with open_scan(path) as src:
+        for a, b in [(0, 300), (17, 203), (175, 185)]:
+            pieces = src.byte_pieces(a, b, 5000)
+            assert (pieces[:, 1] < 0).any() == (b > 200)  # chunks of rows 10 and after: none
+            np.testing.assert_array_equal(_fill(path, pieces, (b - a, 32, 24), np.uint16), want[a:b])
+
+
+@pytest.mark.parametrize("layout", ["gzip", "shuffle only"])
+def test_no_byte_pieces_where_chunks_need_decoding(tmp_path, data, layout):
+    path = tmp_path / "d.h5"
+    with h5py.File(path, "w") as f:
+        f.create_dataset("p", data=data, **LAYOUTS[layout])
+    with open_scan(path) as src:
+        assert src.byte_pieces(0, 10, 1 << 20) is None
+
+
+def test_reader_processes_setting(monkeypatch):
+    from ebsdxc.run.device_readers import MIN_SCAN_BYTES, reader_processes
+
+    monkeypatch.delenv("EBSDXC_READER_PROCESSES", raising=False)
+    assert reader_processes(MIN_SCAN_BYTES - 1, 80 << 30) is None  # a small scan: threads
+    assert reader_processes(MIN_SCAN_BYTES, 10 << 30) is None  # no room for the contexts
+    assert reader_processes(MIN_SCAN_BYTES, 80 << 30) == (4, 4)
+    monkeypatch.setenv("EBSDXC_READER_PROCESSES", "0")
+    assert reader_processes(MIN_SCAN_BYTES, 80 << 30) is None
+    monkeypatch.setenv("EBSDXC_READER_PROCESSES", "3x2")
+    assert reader_processes(1, 0) == (3, 2)
+    monkeypatch.setenv("EBSDXC_READER_PROCESSES", "8")
+    assert reader_processes(1, 0) == (8, 1)
+    monkeypatch.setenv("EBSDXC_READER_PROCESSES", "many")
+    with pytest.raises(InputError, match="EBSDXC_READER_PROCESSES"):
+        reader_processes(1, 0)

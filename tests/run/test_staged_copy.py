@@ -34,7 +34,7 @@ def test_dry_run_puts_the_scan_in_place(tmp_path, capsys):
     staged.main(["64", "300", "--batch", "40", "--threads", "2,3", "--pieces", "0.01,0.05", "--slots", "2",
                  "--repeats", "1", "--dir", str(tmp_path), "--dry-run"])
     out = capsys.readouterr().out
-    assert out.count("patterns/s") == 2 + 2 * 2 and "WRONG DATA" not in out
+    assert out.count("patterns/s") == 3 + 2 * 2 and "WRONG DATA" not in out
 
 
 def test_dry_run_of_reader_processes_and_a_busy_thread_puts_the_scan_in_place(tmp_path, capsys):
@@ -42,7 +42,7 @@ def test_dry_run_of_reader_processes_and_a_busy_thread_puts_the_scan_in_place(tm
                  "--procs", "2,3", "--load", "--repeats", "1", "--dir", str(tmp_path), "--dry-run"])
     out = capsys.readouterr().out
     lines = [line for line in out.splitlines() if line.startswith("rep ")]
-    assert len(lines) == 2 * (2 + 2 + 2 * 2) and "WRONG DATA" not in out
+    assert len(lines) == 2 * (3 + 2 + 2 * 2) and "WRONG DATA" not in out
     assert sum("processes" in line for line in lines) == 2 * 2 * 2
     assert sum("busy thread kept" in line for line in lines) == len(lines) // 2
 
