@@ -336,13 +336,44 @@ def run_ipc(path, pieces, batch_bytes, dev, readers, slots, piece_bytes):
     return dt
 
 
-class GpuLoad:
+class Load:
+    """A thread running pure Python in slices of about 1 ms, counting them."""
+
+    def __init__(self):
+        self.count = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    @staticmethod
+    def _slice():
+        x = 0
+        for i in range(20000):
+            x += i
+        return x
+
+    def _run(self):
+        while not self._stop.is_set():
+            self._slice()
+            self.count += 1
+
+    def __enter__(self):
+        self.count = 0
+        self._t = time.perf_counter()
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        self._thread.join()
+        self.rate = self.count / (time.perf_counter() - self._t)
+
+
+class GpuLoad(Load):
     """A thread of this process keeping the GPU busy with float32 matrix products."""
 
     def __init__(self, dev):
-        self.dev, self.count = dev, 0
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
+        super().__init__()
+        self.dev = dev
 
     def _run(self):
         cp = self.dev.cp
@@ -352,16 +383,6 @@ class GpuLoad:
                 a @ a
                 s.synchronize()
                 self.count += 1
-
-    def __enter__(self):
-        self._t = time.perf_counter()
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc):
-        self._stop.set()
-        self._thread.join()
-        self.rate = self.count / (time.perf_counter() - self._t)
 
 
 class Procs:
@@ -446,38 +467,6 @@ class Procs:
         del self.ring
         self._mm.close()
         os.unlink(self.ring_path)
-
-
-class Load:
-    """A thread running pure Python in slices of about 1 ms, counting them."""
-
-    def __init__(self):
-        self.count = 0
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-
-    @staticmethod
-    def _slice():
-        x = 0
-        for i in range(20000):
-            x += i
-        return x
-
-    def _run(self):
-        while not self._stop.is_set():
-            self._slice()
-            self.count += 1
-
-    def __enter__(self):
-        self.count = 0
-        self._t = time.perf_counter()
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc):
-        self._stop.set()
-        self._thread.join()
-        self.rate = self.count / (time.perf_counter() - self._t)
 
 
 def idle_load_rate(seconds=1.0):

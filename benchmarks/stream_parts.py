@@ -21,26 +21,17 @@ MODES = [("everything", 0, 0, 0), ("no correlation", 1, 0, 0), ("no writing", 0,
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else argv
     import cupy as cp
-    import tifffile
+    from stream_rate import scan_and_reference, streaming_rates  # this folder's: the same scan and runs
 
-    from ebsdxc.config import RunConfig, load_config
+    from ebsdxc.config import load_config
     from ebsdxc.engines import PeakResult
-    from ebsdxc.io import direct, open_scan
+    from ebsdxc.io import direct
     from ebsdxc.io.results import ResultsWriter
-    from ebsdxc.progress import RecordingProgress
-    from ebsdxc.run import process
-    from ebsdxc.run.bench_pipeline import write_scan
     from ebsdxc.run.pipeline import Pipeline
 
     recipe, side, n = argv[0], int(argv[1]), int(argv[2])
-    batch = 512 if side <= 512 else 128
     cfg = load_config(recipe)[0]
-    path = f"/tmp/cmp{side}-{n}.h5"
-    if not os.path.exists(path):
-        write_scan(path, n, (side, side))
-    ref = f"/tmp/cmpref{side}.tif"
-    tifffile.imwrite(ref, open_scan(path).read(0, 1)[0])
-    run = RunConfig(device="cuda", batch=batch)
+    path, ref, run = scan_and_reference(side, n)
     real = (Pipeline.match, ResultsWriter.write, direct.DirectReader.read)
     ready = {}
 
@@ -56,12 +47,7 @@ def main(argv=None):
             Pipeline.match = no_match if no_corr else real[0]
             ResultsWriter.write = (lambda self, *a, **k: None) if no_write else real[1]
             direct.DirectReader.read = (lambda self, a, b, out: None) if no_read else real[2]
-            process(path, ref=ref, output="/tmp/cmpout.h5", config=cfg, run=run, overwrite=True)  # warm-up
-            rates = []
-            for _ in range(3):
-                prog = RecordingProgress()
-                process(path, ref=ref, output="/tmp/cmpout.h5", config=cfg, run=run, overwrite=True, progress=prog)
-                rates.append(prog.count / prog.elapsed)
+            rates = streaming_rates(path, ref, cfg, run)
             print(f"{name:28s} {os.path.basename(recipe):34s} {side} n={n}: median {statistics.median(rates):9,.0f} "
                   f"patterns/s  ({', '.join(f'{r:,.0f}' for r in rates)})", flush=True)
 

@@ -222,11 +222,8 @@ def _stream_chunks(pipeline, source, chunks, emit, references, buffers):
                     reader.release(item.buffer)
                     done_event = None
             except Exception as e:
-                if pending is not None and is_out_of_memory(e):
-                    # The batch before this one is computed: keep it, the caller retries
-                    # from this batch's first point with smaller batches.
-                    _flush(be, pending, emit, copy_back)
-                    pending = None
+                _keep_before_failure(e, be, pending, emit, copy_back)
+                pending = None
                 raise
             if pending is not None:
                 _flush(be, pending, emit, copy_back)
@@ -312,9 +309,8 @@ def _stream_device_read(pipeline, source, chunks, emit, match, readers, batch):
                     res = match(item, patterns)
                     done_event = compute.record()
             except Exception as e:
-                if pending is not None and is_out_of_memory(e):
-                    _flush(be, pending, emit, copy_back)
-                    pending = None
+                _keep_before_failure(e, be, pending, emit, copy_back)
+                pending = None
                 raise
             if pending is not None:
                 _flush(be, pending, emit, copy_back)  # batch k - 1 computed: its buffer is free
@@ -353,6 +349,13 @@ def _quick_switching():
             _switching["users"] -= 1
             if _switching["users"] == 0:
                 sys.setswitchinterval(_switching["saved"])
+
+
+def _keep_before_failure(error, be, pending, emit, stream):
+    """A batch ran out of memory: the batch before it is computed, keep it (the caller retries
+    from the failed batch's first point with smaller batches). Any other error: nothing kept."""
+    if pending is not None and is_out_of_memory(error):
+        _flush(be, pending, emit, stream)
 
 
 def _flush(be, pending, emit, stream):
