@@ -24,6 +24,7 @@ import os
 import socket
 import subprocess
 import sys
+import threading
 from concurrent.futures import ThreadPoolExecutor
 from multiprocessing.connection import Connection
 
@@ -31,7 +32,7 @@ import numpy as np
 
 from ..errors import InputError
 
-__all__ = ["DeviceReaders", "reader_processes", "shared", "close_shared", "DeviceBuffer", "PIECE_BYTES"]
+__all__ = ["DeviceReaders", "reader_processes", "shared", "discard", "close_shared", "DeviceBuffer", "PIECE_BYTES"]
 
 PIECE_BYTES = 4 << 20  # a slot: 4 MB pieces x 2 slots x 16 readers ran fastest (staged_copy.py --ipc)
 _SLOTS = 2
@@ -46,8 +47,8 @@ def reader_processes(scan_bytes: int, free_device_bytes: int) -> tuple[int, int]
     None: read in this process.
 
     ``EBSDXC_READER_PROCESSES``: ``0`` never, ``P`` or ``PxT`` always (P processes of T
-    threads); unset: the default for scans of at least 4 GB when the device has room for the
-    contexts and 8 GB more.
+    threads); unset: the default on Linux for scans of at least 4 GB when the device has room
+    for the contexts and 8 GB more.
     """
     env = os.environ.get("EBSDXC_READER_PROCESSES", "").strip().lower()
     if env:
@@ -58,6 +59,8 @@ def reader_processes(scan_bytes: int, free_device_bytes: int) -> tuple[int, int]
             raise InputError(f"EBSDXC_READER_PROCESSES must be P or PxT (processes x threads), got {env!r}") from None
         return spec if spec[0] > 0 and spec[1] > 0 else None
     p, t = _DEFAULT
+    if not sys.platform.startswith("linux"):  # CUDA IPC and descriptor passing as used here: Linux
+        return None
     if scan_bytes < MIN_SCAN_BYTES or free_device_bytes < p * _CONTEXT_BYTES + (8 << 30):
         return None
     return p, t
@@ -107,6 +110,8 @@ class DeviceReaders:
         self._outstanding = []
         self._attached = None
         self._paths = {}
+        #: Held by the one stream that uses the readers (their jobs are answered in order).
+        self.lock = threading.Lock()
         # A fresh interpreter running this module, not multiprocessing's spawn: that would run
         # the caller's main script again in every reader, and a script without a main guard
         # would start its whole run there. The package is found where this process found it.
@@ -242,29 +247,36 @@ def _pread_all(fd, view, offset):
 
 
 def shared(processes: int, threads: int) -> DeviceReaders:
-    """This process's reader processes on the current device, started on first use and kept
-    (their start costs seconds: a CUDA context each); others are replaced."""
+    """This process's reader processes of that shape on the current device, started on first
+    use and kept (their start costs seconds: a CUDA context each)."""
     import cupy as cp
 
-    global _shared
-    spec, device = (int(processes), int(threads)), cp.cuda.Device().id
-    if _shared is not None and (_shared.spec != spec or _shared.device != device or not _shared.alive()):
-        _shared.close()
-        _shared = None
-    if _shared is None:
-        _shared = DeviceReaders(processes=processes, threads=threads)
-    return _shared
+    key = (cp.cuda.Device().id, int(processes), int(threads))
+    readers = _shared.get(key)
+    if readers is not None and not readers.alive() and readers.lock.acquire(blocking=False):
+        readers.lock.release()  # dead and nobody streams with it: start a new set
+        readers.close()
+        readers = None
+    if readers is None:
+        readers = _shared[key] = DeviceReaders(processes=processes, threads=threads)
+    return readers
+
+
+def discard(readers: DeviceReaders) -> None:
+    """Stop ``readers`` and forget them (a set that failed to start)."""
+    for key, r in list(_shared.items()):
+        if r is readers:
+            del _shared[key]
+    readers.close()
 
 
 def close_shared() -> None:
     """Stop the reader processes of :func:`shared` (their device memory is given back)."""
-    global _shared
-    if _shared is not None:
-        _shared.close()
-        _shared = None
+    while _shared:
+        _shared.popitem()[1].close()
 
 
-_shared = None
+_shared = {}  # (device, processes, threads) -> DeviceReaders
 atexit.register(close_shared)
 
 

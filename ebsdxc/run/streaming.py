@@ -1,5 +1,8 @@
 """Streaming batches through a pipeline: the reader thread, pinned host buffers, CUDA streams.
 
+(On a GPU, large unfiltered HDF5 scans are read instead by reader processes that copy each
+batch to the device themselves: :mod:`ebsdxc.run.device_readers`, :func:`_stream_device_read`.)
+
 A reader thread fills the next batch of patterns (into pinned host buffers on the GPU)
 while the device correlates the current one on its own CUDA stream. The next batch travels
 to the device on a transfer stream meanwhile, into one of two device buffers used in turn
@@ -174,8 +177,12 @@ def _stream_chunks(pipeline, source, chunks, emit, references, buffers):
     frame = tuple(source.pattern_shape) if plan is None else plan.shape
     if be.is_gpu and not halo and plan is None:
         readers = _device_readers(pipeline, source)
-        if readers is not None:
-            _stream_device_read(pipeline, source, chunks, emit, match, readers, batch)
+        # one stream at a time: another task's thread (ThreadExecutor) reads for itself meanwhile
+        if readers is not None and readers.lock.acquire(blocking=False):
+            try:
+                _stream_device_read(pipeline, source, chunks, emit, match, readers, batch)
+            finally:
+                readers.lock.release()
             return buffers
     reader = Reader(source, chunks, buffers)
     reader.start()
@@ -247,12 +254,14 @@ def _device_readers(pipeline, source, wait=True):
     spec = dr.reader_processes(source.n_patterns * source.nbytes_per_pattern, cp.cuda.Device().mem_info[0])
     if spec is None or _refused.get(spec) or source.byte_pieces(0, 1, dr.PIECE_BYTES) is None:
         return None
+    readers = None
     try:
         readers = dr.shared(*spec)
         if wait:
             readers.wait_ready()
-    except (OSError, RuntimeError, InputError) as e:
-        dr.close_shared()
+    except (OSError, RuntimeError, ValueError, InputError) as e:  # ValueError: no descriptor passing here
+        if readers is not None:
+            dr.discard(readers)
         _refused[spec] = True
         warnings.warn(f"reading in this process: reader processes did not start ({e})", stacklevel=3)
         return None
@@ -326,10 +335,8 @@ def _stream_device_read(pipeline, source, chunks, emit, match, readers, batch):
             if bufs:
                 be.xp.cuda.Device().synchronize()  # nor a kernel still reads one
                 readers.detach()  # nor has it open (freeing it first is undefined in CUDA)
-        except (InputError, OSError):  # a reader died: its handles went with it
-            from .device_readers import close_shared
-
-            close_shared()
+        except (InputError, OSError):  # a reader died (its handles went with it): the set is replaced
+            readers.close()
         for b in bufs:
             b.free()
 
