@@ -25,6 +25,7 @@ import socket
 import subprocess
 import sys
 import threading
+from concurrent import futures
 from concurrent.futures import ThreadPoolExecutor
 from multiprocessing.connection import Connection
 
@@ -304,20 +305,22 @@ def _serve(device, conn, threads, piece_bytes):  # pragma: no cover - runs in a 
     def work(t, base, fd, pieces):
         cp.cuda.Device(device).use()
         stream, j = streams[t], 0
-        for dst, off, n in pieces:
-            if off < 0:
-                cp.cuda.runtime.memsetAsync(base + dst, 0, n, stream.ptr)
-                continue
-            s = j % _SLOTS
-            j += 1
-            if used[t][s]:
-                events[t][s].synchronize()  # the slot's last copy is done
-            b = (t * _SLOTS + s) * piece_bytes
-            _pread_all(fd, mv[b:b + n], off)
-            cp.cuda.runtime.memcpyAsync(base + dst, ring.ctypes.data + b, n, 1, stream.ptr)
-            events[t][s].record(stream)
-            used[t][s] = True
-        stream.synchronize()
+        try:
+            for dst, off, n in pieces:
+                if off < 0:
+                    cp.cuda.runtime.memsetAsync(base + dst, 0, n, stream.ptr)
+                    continue
+                s = j % _SLOTS
+                j += 1
+                if used[t][s]:
+                    events[t][s].synchronize()  # the slot's last copy is done
+                b = (t * _SLOTS + s) * piece_bytes
+                _pread_all(fd, mv[b:b + n], off)
+                cp.cuda.runtime.memcpyAsync(base + dst, ring.ctypes.data + b, n, 1, stream.ptr)
+                events[t][s].record(stream)
+                used[t][s] = True
+        finally:
+            stream.synchronize()  # failed or not, nothing of this job is in flight after it
 
     while True:
         try:
@@ -343,8 +346,12 @@ def _serve(device, conn, threads, piece_bytes):  # pragma: no cover - runs in a 
             if pool is None or len(pieces) < 2:
                 work(0, base, fd, pieces)
             else:
-                list(pool.map(work, range(threads), [base] * threads, [fd] * threads,
-                              [pieces[t::threads] for t in range(threads)]))
+                # every thread finished (its copies done) before any reply, failed or not: the
+                # parent may free the buffer once it has one
+                tasks = [pool.submit(work, t, base, fd, pieces[t::threads]) for t in range(threads)]
+                futures.wait(tasks)
+                for task in tasks:
+                    task.result()
             conn.send(("done", job))
         except BaseException as e:  # noqa: BLE001 - the parent raises it, naming the file
             why = str(e) if isinstance(e, EOFError) else f"cannot read the patterns ({type(e).__name__}: {e})"
