@@ -1,0 +1,119 @@
+"""The reader process's side of :mod:`ebsdxc.run.device_readers` on the CPU: its loop
+(``_serve``) run in a thread, with host memory standing in for the device the way
+``benchmarks/staged_copy.py --dry-run`` does (copies made at once by ``ctypes.memmove``). The
+GPU tests (``tests/run/test_device_readers.py``) run the real processes; these check the
+protocol's answers where no GPU is: bytes in place, zeros for unstored patterns, a short file
+reported after every thread stopped, a file replaced under its name opened again."""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import socket
+import sys
+import threading
+from multiprocessing.connection import Connection
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+from ebsdxc.run import device_readers
+
+
+class _Stream:
+    ptr = 0
+
+    def __init__(self, non_blocking=True):
+        pass
+
+    def synchronize(self):
+        pass
+
+
+class _Event:
+    def __init__(self, block=True, disable_timing=True):
+        pass
+
+    def record(self, stream=None):
+        pass
+
+    def synchronize(self):
+        pass
+
+
+_RUNTIME = SimpleNamespace(
+    memsetAsync=lambda ptr, value, n, stream: ctypes.memset(ptr, value, n),
+    memcpyAsync=lambda dst, src, n, kind, stream: ctypes.memmove(dst, src, n),
+    ipcOpenMemHandle=lambda handle: handle,  # the "handle" is the buffer's address here
+    ipcCloseMemHandle=lambda ptr: None,
+)
+_CUPY = SimpleNamespace(cuda=SimpleNamespace(runtime=_RUNTIME, Device=lambda i: SimpleNamespace(use=lambda: None),
+                                             Stream=_Stream, Event=_Event))
+_CUPYX = SimpleNamespace(empty_pinned=lambda shape, dtype: np.empty(shape, dtype))
+
+
+@pytest.fixture
+def reader(monkeypatch):
+    """(connection to a reader loop with 3 threads and 1000-byte slots, its thread)."""
+    monkeypatch.setitem(sys.modules, "cupy", _CUPY)
+    monkeypatch.setitem(sys.modules, "cupyx", _CUPYX)
+    mine, theirs = socket.socketpair()
+    t = threading.Thread(target=device_readers._serve, args=(0, Connection(theirs.detach()), 3, 1000), daemon=True)
+    t.start()
+    conn = Connection(mine.detach())
+    assert conn.recv()[0] == "ready"
+    yield conn
+    conn.send(("stop",))
+    t.join(timeout=10)
+    assert not t.is_alive()
+    conn.close()
+
+
+def _key(path):
+    st = os.stat(path)
+    return (str(path), (st.st_dev, st.st_ino))
+
+
+def test_pieces_land_in_place_with_zeros_for_unstored_ones(tmp_path, reader):
+    data = np.random.default_rng(0).integers(0, 256, 20000, dtype=np.uint8)
+    path = tmp_path / "raw.bin"
+    path.write_bytes(data.tobytes())
+    out = np.full(12000, 7, np.uint8)
+    reader.send(("open", [out.ctypes.data]))
+    assert reader.recv() == ("opened",)
+    # 11 pieces of at most a slot, out of order in the file, and 2000 bytes never stored
+    pieces = [(o, 19000 - o - 1000 if o < 10000 else -1, 1000) for o in range(0, 12000, 1000)]
+    reader.send(("read", 5, 0, _key(path), pieces))
+    assert reader.recv() == ("done", 5)
+    for o, off, n in pieces:
+        want = np.zeros(n, np.uint8) if off < 0 else data[off:off + n]
+        np.testing.assert_array_equal(out[o:o + n], want)
+
+
+def test_a_short_file_is_one_error_reply_for_the_job(tmp_path, reader):
+    path = tmp_path / "short.bin"
+    path.write_bytes(bytes(range(256)) * 10)  # 2560 bytes
+    out = np.zeros(6000, np.uint8)
+    reader.send(("open", [out.ctypes.data]))
+    reader.recv()
+    reader.send(("read", 1, 0, _key(path), [(0, 0, 1000), (1000, 1000, 1000), (2000, 2000, 1000), (3000, 3000, 1000)]))
+    kind, job, why = reader.recv()
+    assert (kind, job) == ("error", 1) and "truncated" in why, why
+    reader.send(("read", 2, 0, _key(path), [(0, 1000, 500)]))  # the next job is answered as its own
+    assert reader.recv() == ("done", 2)
+    np.testing.assert_array_equal(out[:500], np.frombuffer(path.read_bytes()[1000:1500], np.uint8))
+
+
+def test_a_file_written_again_under_its_name_is_opened_again(tmp_path, reader):
+    path = tmp_path / "scan.bin"
+    path.write_bytes(b"\x01" * 3000)
+    out = np.zeros(3000, np.uint8)
+    reader.send(("open", [out.ctypes.data]))
+    reader.recv()
+    reader.send(("read", 0, 0, _key(path), [(0, 0, 1000), (1000, 1000, 1000), (2000, 2000, 1000)]))
+    assert reader.recv() == ("done", 0) and (out == 1).all()
+    path.unlink()
+    path.write_bytes(b"\x02" * 3000)  # a new file (a new inode) under the same name
+    reader.send(("read", 1, 0, _key(path), [(0, 0, 1000), (1000, 1000, 1000), (2000, 2000, 1000)]))
+    assert reader.recv() == ("done", 1) and (out == 2).all()
