@@ -29,7 +29,7 @@ import numpy as np
 from ..errors import InputError
 from . import h5check
 
-__all__ = ["DirectReader", "plan", "threads"]
+__all__ = ["DirectReader", "byte_groups", "plan", "threads"]
 
 _FILTER_DEFLATE = 1
 _FILTER_SHUFFLE = 2
@@ -296,11 +296,19 @@ class DirectReader:
         if n_groups == 1:
             work(pieces)
             return
-        # contiguous groups of about equal bytes
-        ends = np.cumsum(n)
-        cuts = np.searchsorted(ends, np.arange(1, n_groups) * total / n_groups)
-        edges = np.unique(np.r_[0, cuts + 1, len(pieces)].clip(0, len(pieces)))
-        list(_executor().map(work, [pieces[i:j] for i, j in zip(edges[:-1], edges[1:]) if j > i]))
+        groups = byte_groups(n, n_groups)
+        list(_executor().map(work, [pieces[g[0]:g[-1] + 1] for g in groups if g.size]))
+
+
+def byte_groups(nbytes, k: int) -> list[np.ndarray]:
+    """``k`` contiguous groups (index arrays, some perhaps empty) of pieces of ``nbytes`` bytes
+    each, of about equal bytes per group: a piece goes to the group its end falls in."""
+    nbytes = np.asarray(nbytes, np.int64)
+    if nbytes.size == 0:
+        return [np.zeros(0, np.int64) for _ in range(k)]
+    ends = np.cumsum(nbytes)
+    cuts = np.searchsorted(ends, np.arange(1, k) * ends[-1] / k) + 1
+    return np.split(np.arange(nbytes.size), cuts.clip(0, nbytes.size))
 
 
 def _cut(o, start, n, split):

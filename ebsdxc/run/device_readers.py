@@ -32,6 +32,7 @@ from multiprocessing.connection import Connection
 import numpy as np
 
 from ..errors import InputError
+from ..io.direct import byte_groups
 
 __all__ = ["DeviceReaders", "reader_processes", "shared", "discard", "close_shared", "DeviceBuffer", "PIECE_BYTES"]
 
@@ -191,11 +192,7 @@ class DeviceReaders:
         st = os.stat(path)
         ident = (st.st_dev, st.st_ino)  # a file replaced under the same name is opened again
         pieces = np.asarray(pieces, np.int64).reshape(-1, 3)
-        groups = np.array_split(np.arange(len(pieces)), len(self._conns))
-        if len(pieces) > len(self._conns):  # by bytes, not by count
-            ends = np.cumsum(pieces[:, 2])
-            cuts = np.searchsorted(ends, np.arange(1, len(self._conns)) * ends[-1] / len(self._conns), side="right")
-            groups = np.split(np.arange(len(pieces)), cuts)
+        groups = byte_groups(pieces[:, 2], len(self._conns))  # every process gets a message
         for c, g in zip(self._conns, groups):
             c.send(("read", job, int(buffer), (path, ident), pieces[g].tolist()))
         self._outstanding.append(job)

@@ -238,3 +238,12 @@ def test_reader_processes_setting(monkeypatch):
     monkeypatch.setenv("EBSDXC_READER_PROCESSES", "many")
     with pytest.raises(InputError, match="EBSDXC_READER_PROCESSES"):
         reader_processes(1, 0)
+
+
+@pytest.mark.parametrize("sizes,k", [([8] * 10, 4), ([100, 1, 1, 1, 100], 3), ([5], 4), ([], 3), ([3, 3], 1)])
+def test_byte_groups_are_k_contiguous_groups_of_about_equal_bytes(sizes, k):
+    groups = direct.byte_groups(sizes, k)
+    assert len(groups) == k  # one per worker (a reader process waits for its message), some empty
+    np.testing.assert_array_equal(np.concatenate(groups) if sizes else [], np.arange(len(sizes)))
+    sums = [int(np.asarray(sizes, int)[g].sum()) for g in groups]
+    assert max(sums, default=0) <= sum(sizes) / k + max(sizes, default=0)
