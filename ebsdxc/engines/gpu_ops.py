@@ -14,7 +14,11 @@ from ..kernel_loader import NULL_POINTER, get_function
 _TILE_TYPES = {np.dtype(np.uint8): "unsigned char", np.dtype(np.uint16): "unsigned short",
                np.dtype(np.int16): "short", np.dtype(np.int32): "int",
                np.dtype(np.float32): "float", np.dtype(np.float64): "double"}
-_TILE_NAMES = tuple(f"prepare_tiles<{t}>" for t in _TILE_TYPES.values())
+_STAGED_TYPES = ("unsigned char", "unsigned short", "short")
+_TILE_NAMES = (tuple(f"prepare_tiles<{t}>" for t in _TILE_TYPES.values())
+               + tuple(f"prepare_tiles_staged<{t}, {k}>" for t in _STAGED_TYPES for k in (4, 8)))
+#: Largest tile (bytes) that prepare_tiles_staged keeps in shared memory (256x256 uint16 is 128 KB).
+STAGED_TILE_MAX = 160 * 1024
 _METHODS = {"none": 0, "parabolic": 1, "gaussian": 2, "quadratic": 3}
 _PEAK_NAMES = tuple(f"find_peaks<{m}>" for m in _METHODS.values())
 
@@ -82,12 +86,29 @@ def _tile_pass(patterns, origins, tile_shape, window, out):
     mean = None if out is not None else cp.empty(T, dtype=cp.float32)
     if T == 0:
         return patterns, mean, energy, status
-    fn = get_function("tiles.cu", f"prepare_tiles<{_TILE_TYPES[dt]}>", name_expressions=_TILE_NAMES)
-    threads = 256 if h * w >= 2048 else 128
+    name, threads, smem = _tile_kernel(dt, h, w)
+    fn = get_function("tiles.cu", name, name_expressions=_TILE_NAMES)
+    if smem > 48 * 1024:
+        fn.max_dynamic_shared_size_bytes = smem
     fn((T,), (threads,), (patterns, np.int32(H), np.int32(W), origins, np.int32(n), np.int32(h),
                           np.int32(w), window, NULL_POINTER if out is None else out, np.int32(Ny), np.int32(Nx), energy,
-                          status, NULL_POINTER if mean is None else mean))
+                          status, NULL_POINTER if mean is None else mean), shared_mem=smem)
     return patterns, mean, energy, status
+
+
+def _tile_kernel(dtype, h, w):
+    """(kernel name, block size, dynamic shared memory) of the tile pass for ``dtype`` tiles of
+    h x w: tiles of 1- and 2-byte values up to :data:`STAGED_TILE_MAX` are read from global memory
+    once (``prepare_tiles_staged``). Measured on an H100 (``BENCHMARKS.md``, "The tile statistics
+    from one read"): 1024 threads and 8 loads in flight per lane where only one or two tiles fit
+    an SM; 4-byte values kept the plain kernel, which was faster there. Both uses of the pass
+    (prepared tiles, statistics only) take the same kernel, so their sums agree bit for bit."""
+    c_type = _TILE_TYPES[np.dtype(dtype)]
+    nbytes = h * w * np.dtype(dtype).itemsize
+    if c_type not in _STAGED_TYPES or nbytes > STAGED_TILE_MAX:
+        return f"prepare_tiles<{c_type}>", 256 if h * w >= 2048 else 128, 0
+    threads = 1024 if nbytes > 48 * 1024 else 256 if h * w >= 2048 else 128
+    return f"prepare_tiles_staged<{c_type}, {8 if w >= 256 else 4}>", threads, nbytes
 
 
 def find_peaks(corr, max_lag, method, window_lags=None, *, with_flat=False):

@@ -30,16 +30,18 @@ def _oracle_prepare(patterns, origins, tile, window):
     return np.array(out), np.array(energy)
 
 
-@pytest.mark.parametrize("dtype", [np.uint8, np.uint16, np.float32, np.float64])
-@pytest.mark.parametrize("tile", [(1, 1), (7, 13), (17, 5), (33, 64), (96, 96)])
+@pytest.mark.parametrize("dtype", [np.uint8, np.uint16, np.int16, np.float32, np.float64])
+@pytest.mark.parametrize("tile", [(1, 1), (7, 13), (17, 5), (33, 64), (96, 96), (128, 128), (200, 210), (256, 256)])
 def test_prepare_tiles_kernel_matches_float64_oracle(cp, rng, dtype, tile):
+    """Both kernels (the staged one for 1- and 2-byte values: 128, 256 and 1024 threads, 4 and
+    8 loads per lane) against NumPy in float64."""
     from ebsdxc.engines.gpu_ops import prepare_tiles_padded
 
     h, w = tile
     H, W = h + 23, w + 31
     B, n = 3, 5
-    hi = 250 if dtype == np.uint8 else 60000
-    patterns = rng.uniform(0, hi, (B, H, W)).astype(dtype)
+    hi = {np.uint8: 250, np.int16: 30000}.get(dtype, 60000)
+    patterns = rng.uniform(-hi if dtype == np.int16 else 0, hi, (B, H, W)).astype(dtype)
     origins = np.stack([rng.integers(0, W - w + 1, n), rng.integers(0, H - h + 1, n)], axis=1).astype(np.int32)
     win = np.outer(window_1d(h), window_1d(w))
     Ny, Nx = h + 4, w + 9
@@ -76,6 +78,33 @@ def test_prepare_tiles_kernel_flags_nan_and_constant_tiles(cp, rng):
     assert status.get().tolist() == [st.NOT_FINITE, st.OK, st.OK, st.CONSTANT_TILE]
     f = frames.get()
     assert not f[0].any() and not f[3].any() and np.isfinite(f).all()
+
+
+@pytest.mark.parametrize("dtype,tile", [(np.uint16, (256, 256)), (np.uint16, (128, 128)), (np.uint8, (200, 210)),
+                                        (np.int16, (64, 64)), (np.float32, (128, 128))])
+def test_tile_statistics_are_those_of_the_prepared_tiles_bit_for_bit(cp, rng, dtype, tile):
+    """The statistics-only pass and the pass that writes the tiles take the same kernel, so
+    the fused engine's tiles (prepared from that mean as they load) are prepare_tiles' own;
+    a constant tile is flagged in both."""
+    from ebsdxc.engines.gpu_ops import _tile_kernel, prepare_tiles_padded, tile_statistics
+
+    h, w = tile
+    patterns = rng.uniform(0, 250 if dtype == np.uint8 else 20000, (2, h + 40, w + 30)).astype(dtype)
+    patterns[1, 5:5 + h, 7:7 + w] = 9
+    origins = np.array([[0, 0], [7, 5], [30, 40]], dtype=np.int32)
+    win = cp.asarray(window_2d(tile))
+    frames = cp.zeros((6, h, w), dtype=cp.float32)
+    e1, s1 = prepare_tiles_padded(cp.asarray(patterns), cp.asarray(origins), tile, win, frames)
+    _, mean, e2, s2 = tile_statistics(cp.asarray(patterns), cp.asarray(origins), tile, win)
+    np.testing.assert_array_equal(e1.get(), e2.get())
+    assert s1.get().tolist() == s2.get().tolist() == [st.OK] * 4 + [st.CONSTANT_TILE, st.OK]
+    for t in range(6):
+        b, k = divmod(t, 3)
+        x0, y0 = origins[k]
+        want = patterns[b, y0:y0 + h, x0:x0 + w].astype(np.float64).mean()
+        assert float(mean.get()[t]) == pytest.approx(want, rel=1e-6)
+    staged = _tile_kernel(dtype, h, w)[0].startswith("prepare_tiles_staged")
+    assert staged == (np.dtype(dtype).itemsize <= 2)
 
 
 def _smooth_maps(rng, T, shape):
