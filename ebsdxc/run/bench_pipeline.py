@@ -17,6 +17,11 @@ in the issue's set-up; a short run of the same configuration compiles the kernel
 - **read bound while copying** (GPU): the read bound again while another thread copies batches
   to the device without pause (reads and copies share the host's memory bandwidth; not one
   of the bounds the share below is taken of);
+- **read to the device by reader processes** (GPU, where the run reads with them,
+  :mod:`ebsdxc.run.device_readers`): the same processes reading the scan into three device
+  buffers in turn, two batches in flight, as the run does, and nothing computed; such a run
+  neither reads in this process nor copies pinned batches, so this figure, not the read bound,
+  is the bound the share below is taken of;
 - **engine bound**: the run's per-batch pipeline (preprocessing, correlation, peaks) on
   patterns already on the device.
 
@@ -166,6 +171,37 @@ def read_rate_while_copying(source, backend, batch: int, plan=None) -> float | N
         t.join()
 
 
+def device_read_rate(readers, source, batch: int) -> float:
+    """Patterns/s of ``readers`` (a :class:`~ebsdxc.run.device_readers.DeviceReaders`) reading
+    the whole of ``source`` to the device batch by batch, into three device buffers in turn with
+    two batches in flight, as :func:`~ebsdxc.run.streaming.stream_chunks` has them read."""
+    from .device_readers import DeviceBuffer
+
+    n = source.n_patterns
+    chunks = [(i, min(i + batch, n)) for i in range(0, n, batch)]
+    with readers.lock:  # the one stream that uses them
+        bufs = [DeviceBuffer(batch * source.nbytes_per_pattern) for _ in range(3)]
+        try:
+            readers.attach(bufs)
+
+            def submit(k):
+                readers.submit(k, k % 3, source.path, source.byte_pieces(*chunks[k], readers.piece_bytes))
+
+            t = time.perf_counter()
+            for k in range(min(2, len(chunks))):
+                submit(k)
+            for k in range(len(chunks)):
+                readers.wait(k)
+                if k + 2 < len(chunks):
+                    submit(k + 2)
+            return n / (time.perf_counter() - t)
+        finally:
+            readers.drain()
+            readers.detach()
+            for b in bufs:
+                b.free()
+
+
 def engine_rate(pipeline, patterns, reps: int = 10, plan=None) -> float:
     """Patterns/s of the per-batch pipeline on ``patterns`` (B, H, W) already where it runs
     (cropped by ``plan`` when the run sends only the ROIs)."""
@@ -179,6 +215,9 @@ def engine_rate(pipeline, patterns, reps: int = 10, plan=None) -> float:
         pipeline.match(patterns, transferred=plan)
     be.synchronize()
     return reps * len(patterns) / (time.perf_counter() - t)
+
+
+_DEVICE_READ = "read to the device by reader processes"
 
 
 def _median(values):
@@ -209,7 +248,7 @@ def measure(config, run, *, patterns: int, shape=(256, 256), workdir: str, repea
     batch = run.batch or 512
     rows = {"end to end, streaming": [], "end to end, wall with set-up": [], "read bound": [],
             "host-to-device bound": [], "host-to-device bound, ROIs only": [], "read bound while copying": [],
-            "engine bound": []}
+            _DEVICE_READ: [], "engine bound": []}
     bounds_by = []
     read_rate(source, batch)  # into the page cache
     warm = write_scan(os.path.join(workdir, f"bench-pipeline-warm-{shape[0]}x{shape[1]}.h5"), min(patterns, 2 * batch),
@@ -220,7 +259,7 @@ def measure(config, run, *, patterns: int, shape=(256, 256), workdir: str, repea
         layout = layout_for(config.roi, source.pattern_shape, path=scan)
         pipe = Pipeline(be, config, layout, ReferenceSet.single(first))
         # and the reader processes' start (seconds, once per Python process) when the scan uses them
-        start_device_readers(pipe, source, wait=True)
+        readers = start_device_readers(pipe, source, wait=True)
         plan = pipe.transfer_plan(source.pattern_shape, source.dtype.itemsize)
         dev = be.xp.asarray(source.read(0, min(batch, patterns)))
         for _ in range(repeats):
@@ -237,6 +276,8 @@ def measure(config, run, *, patterns: int, shape=(256, 256), workdir: str, repea
                 rows["host-to-device bound, ROIs only"].append(
                     transfer_rate(be, source.pattern_shape, source.dtype, batch, plan=plan))
             rows["read bound while copying"].append(read_rate_while_copying(source, be, batch, plan=plan))
+            if readers is not None:
+                rows[_DEVICE_READ].append(device_read_rate(readers, source, batch))
             rows["engine bound"].append(engine_rate(pipe, dev, plan=plan))
         engine = _engine_name(pipe.engine)
         pipe.close()
@@ -247,7 +288,12 @@ def measure(config, run, *, patterns: int, shape=(256, 256), workdir: str, repea
     if figures[sent] is None:
         del figures[sent]
         sent = "host-to-device bound"
-    bounds = [figures[k]["median"] for k in ("read bound", sent, "engine bound") if figures[k] is not None]
+    read = "read bound"
+    if figures[_DEVICE_READ] is None:
+        del figures[_DEVICE_READ]
+    else:  # the run read with the reader processes
+        read = _DEVICE_READ
+    bounds = [figures[k]["median"] for k in (read, sent, "engine bound") if figures[k] is not None]
     e2e = figures["end to end, streaming"]["median"]
     return {"device": be.name, "engine": engine, "patterns": patterns, "shape": list(shape), "chunk": chunk,
             "batch": batch,

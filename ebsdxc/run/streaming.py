@@ -175,7 +175,7 @@ def _stream_chunks(pipeline, source, chunks, emit, references, buffers):
     if be.is_gpu and not halo:
         plan = pipeline.transfer_plan(source.pattern_shape, want.itemsize)
     frame = tuple(source.pattern_shape) if plan is None else plan.shape
-    if be.is_gpu and not halo and plan is None:
+    if _may_read_to_device(pipeline, halo, plan):
         readers = _device_readers(pipeline, source)
         # one stream at a time: another task's thread (ThreadExecutor) reads for itself meanwhile
         if readers is not None and readers.lock.acquire(blocking=False):
@@ -271,12 +271,23 @@ def _device_readers(pipeline, source, wait=True):
 _refused = {}  # (processes, threads) that failed to start in this process: not tried again
 
 
-def start_device_readers(pipeline, source, *, wait=False) -> None:
+def start_device_readers(pipeline, source, *, wait=False):
     """Start the reader processes of :func:`stream_chunks` for ``source`` now, when it will use
     them, so that their start (a CUDA context each) overlaps the run's set-up; ``wait``: return
-    once they are ready."""
-    if pipeline.backend.is_gpu and not getattr(pipeline, "reads_frames", False):
-        _device_readers(pipeline, source, wait=wait)
+    once they are ready. Returns them (a :class:`~ebsdxc.run.device_readers.DeviceReaders`), or
+    None where the run reads in this process."""
+    if getattr(pipeline, "reads_frames", False) or not pipeline.backend.is_gpu:
+        return None
+    halo = pipeline.preprocessor.halo_rows
+    plan = pipeline.transfer_plan(source.pattern_shape, np.dtype(source.dtype).itemsize)
+    return _device_readers(pipeline, source, wait=wait) if _may_read_to_device(pipeline, halo, plan) else None
+
+
+def _may_read_to_device(pipeline, halo, plan) -> bool:
+    """Whether a stream may have reader processes copy whole batches to the device: not where
+    it reads neighbours' rows too (``halo``) or sends only the ROIs (``plan``), which this
+    process arranges from its own pinned batches."""
+    return pipeline.backend.is_gpu and not halo and plan is None
 
 
 def _stream_device_read(pipeline, source, chunks, emit, match, readers, batch):

@@ -31,6 +31,7 @@ def test_measure_gives_every_figure_and_the_share_of_the_bound(tmp_path):
     for k in ("end to end, streaming", "end to end, wall with set-up", "read bound", "engine bound"):
         assert f[k]["min"] > 0 and f[k]["min"] <= f[k]["median"] <= f[k]["max"]
     assert f["host-to-device bound"] is None  # no GPU
+    assert "read to the device by reader processes" not in f  # nor reader processes
     # the run can't beat its own engine on the same machine by much, nor the wall its streaming
     smallest = min(f["read bound"]["median"], f["engine bound"]["median"])
     assert r["smallest_bound"] == smallest and 0 < r["share_of_bound"] < 2

@@ -160,3 +160,24 @@ def test_a_scan_replaced_under_its_name_is_read_anew(tmp_path, monkeypatch, used
     for k in KEYS:
         np.testing.assert_array_equal(second[k], here[k], err_msg=k)
     assert not np.array_equal(second["displacement"], first["displacement"], equal_nan=True)
+
+
+def test_bench_takes_the_run_to_the_bound_of_its_own_readers(tmp_path, monkeypatch):
+    """``bench --pipeline`` on a scan the readers read: their rate to the device is measured
+    (two batches in flight, as the run) and is the read bound the share is taken of; the readers
+    still serve a run afterwards (the measurement detached its buffers and gave the lock back)."""
+    from ebsdxc.run.bench_pipeline import format_table, measure
+
+    monkeypatch.setenv("EBSDXC_READER_PROCESSES", "2x2")
+    r = measure(CFG, RunConfig(device="cuda", batch=64), patterns=400, shape=(96, 96), workdir=str(tmp_path),
+                repeats=2)
+    f = r["figures"]
+    dev = f["read to the device by reader processes"]
+    assert dev is not None and 0 < dev["min"] <= dev["median"] <= dev["max"]
+    sent = f["host-to-device bound, ROIs only"] or f["host-to-device bound"]
+    assert r["smallest_bound"] == min(dev["median"], sent["median"], f["engine bound"]["median"])
+    assert "| read to the device by reader processes |" in format_table(r)
+    path, ref = _scan(tmp_path, 120)
+    out = tmp_path / "after.h5"
+    process(path, ref=ref, output=out, config=CFG, run=RunConfig(device="cuda", batch=32))
+    assert read_results(out)["done"].all()
