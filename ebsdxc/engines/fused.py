@@ -74,7 +74,10 @@ two rows 2 j, 2 j + 1 of the column pass, one row of 2 ``ld`` complex, and the i
 peak search and the subpixel sums are those of the row split. Measured (H100, ``benchmarks/fused_fft.py
 --tile 256 --rois 45 --patterns 20 --mode window --max-shift 24``, tiles on the device to peaks):
 quadratic 0.995 ms (cuFFT engine 2.65 ms, tensor engine in bf16 1.68 ms), dft 1.43 ms (3.32),
-upsampled 2.95 ms (7.32).
+upsampled 2.95 ms (7.32). These blocks run 384 threads (:data:`COLS_THREADS_MAX`), not 512: at 512
+the compiler's cap of 128 registers a thread made the FFT passes spill (one run, shifted noisy tiles:
+dft 1.18 ms at 384 threads against 1.39 at 512, quadratic 0.88 against 0.97;
+``benchmarks/fused_threads.py``).
 
 Sizes whose spectrum (and subpixel grid) do not fit in shared memory even split, or with a length
 over 1024, are refused with a ValueError (:func:`supports` says so beforehand); the FFT engine

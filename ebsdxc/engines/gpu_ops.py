@@ -99,8 +99,8 @@ def _tile_pass(patterns, origins, tile_shape, window, out):
 def _tile_kernel(dtype, h, w):
     """(kernel name, block size, dynamic shared memory) of the tile pass for ``dtype`` tiles of
     h x w: tiles of 1- and 2-byte values up to :data:`STAGED_TILE_MAX` are read from global memory
-    once (``prepare_tiles_staged``). Measured on an H100 (``BENCHMARKS.md``, "The tile statistics
-    from one read"): 1024 threads and 8 loads in flight per lane where only one or two tiles fit
+    once (``prepare_tiles_staged``). Measured on an H100 (``BENCHMARKS.md``, "The tile pass from
+    one read"): 1024 threads and 8 loads in flight per lane where only one or two tiles fit
     an SM; 4-byte values kept the plain kernel, which was faster there. Both uses of the pass
     (prepared tiles, statistics only) take the same kernel, so their sums agree bit for bit."""
     c_type = _TILE_TYPES[np.dtype(dtype)]
