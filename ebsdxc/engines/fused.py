@@ -113,7 +113,8 @@ SMEM_OPTIN = 232448     # bytes of opt-in dynamic shared memory per block on sm_
 THREADS_MAX = 512
 # A column split's blocks at 512 threads get 128 registers a thread and spill in their FFT
 # passes; at 384 they spill nothing. H100, 45 ROIs of 256x256 at +-24, tiles on the device to
-# peaks: dft 1.496 -> 1.278 ms, quadratic 1.092 -> 0.979 ms (256 threads: 1.362, 1.020).
+# peaks (benchmarks/fused_threads.py): dft 1.385 -> 1.181 ms, quadratic 0.971 -> 0.876 ms
+# (256 threads: 1.208, 0.917).
 COLS_THREADS_MAX = 384
 _STATIC_SMEM = 512      # static shared memory of the kernel (reduction slots), rounded up
 _METHODS = {"none": 0, "parabolic": 1, "gaussian": 2, "quadratic": 3}

@@ -117,3 +117,24 @@ def test_a_file_written_again_under_its_name_is_opened_again(tmp_path, reader):
     path.write_bytes(b"\x02" * 3000)  # a new file (a new inode) under the same name
     reader.send(("read", 1, 0, _key(path), [(0, 0, 1000), (1000, 1000, 1000), (2000, 2000, 1000)]))
     assert reader.recv() == ("done", 1) and (out == 2).all()
+
+
+@pytest.mark.parametrize("gpu,frames,halo,rois_only,starts", [
+    (True, False, 0, False, True), (True, False, 2, False, False), (True, False, 0, True, False),
+    (False, False, 0, False, False), (True, True, 0, False, False)])
+def test_reader_processes_start_only_for_runs_that_use_them(monkeypatch, gpu, frames, halo, rois_only, starts):
+    """A run that averages neighbours (halo rows), sends only its ROIs, runs on the CPU or reads
+    DIC frames reads in its own process: starting the readers for it would cost seconds and
+    device memory for nothing (the stream makes the same choice, ``_may_read_to_device``)."""
+    from ebsdxc.run import streaming
+
+    started = []
+    monkeypatch.setattr(streaming, "_device_readers", lambda *a, **k: started.append(k) or "the readers")
+    pipeline = SimpleNamespace(backend=SimpleNamespace(is_gpu=gpu), reads_frames=frames,
+                               preprocessor=SimpleNamespace(halo_rows=halo),
+                               transfer_plan=lambda shape, itemsize: "a plan" if rois_only else None)
+    source = SimpleNamespace(pattern_shape=(64, 64), dtype=np.dtype(np.uint16))
+    got = streaming.start_device_readers(pipeline, source, wait=True)
+    assert (got == "the readers") == starts and len(started) == int(starts)
+    if starts:
+        assert started == [{"wait": True}]
