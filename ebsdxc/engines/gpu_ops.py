@@ -7,6 +7,8 @@ They compute what :func:`ebsdxc.preprocess.prepare_tiles` and
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
 from ..kernel_loader import NULL_POINTER, get_function
@@ -19,6 +21,7 @@ _TILE_NAMES = (tuple(f"prepare_tiles<{t}>" for t in _TILE_TYPES.values())
                + tuple(f"prepare_tiles_staged<{t}, {k}>" for t in _STAGED_TYPES for k in (4, 8)))
 #: Largest tile (bytes) that prepare_tiles_staged keeps in shared memory (256x256 uint16 is 128 KB).
 STAGED_TILE_MAX = 160 * 1024
+_TILE_STATIC_SMEM = 512  # the tile kernels' own shared memory (reduction slots), rounded up
 _METHODS = {"none": 0, "parabolic": 1, "gaussian": 2, "quadratic": 3}
 _PEAK_NAMES = tuple(f"find_peaks<{m}>" for m in _METHODS.values())
 
@@ -86,7 +89,7 @@ def _tile_pass(patterns, origins, tile_shape, window, out):
     mean = None if out is not None else cp.empty(T, dtype=cp.float32)
     if T == 0:
         return patterns, mean, energy, status
-    name, threads, smem = _tile_kernel(dt, h, w)
+    name, threads, smem = _tile_kernel(dt, h, w, smem_limit=_smem_optin(cp.cuda.Device().id))
     fn = get_function("tiles.cu", name, name_expressions=_TILE_NAMES)
     if smem > 48 * 1024:
         fn.max_dynamic_shared_size_bytes = smem
@@ -96,16 +99,25 @@ def _tile_pass(patterns, origins, tile_shape, window, out):
     return patterns, mean, energy, status
 
 
-def _tile_kernel(dtype, h, w):
+@functools.cache
+def _smem_optin(device_id) -> int:
+    import cupy as cp
+
+    return int(cp.cuda.Device(device_id).attributes.get("MaxSharedMemoryPerBlockOptin", 48 * 1024))
+
+
+def _tile_kernel(dtype, h, w, *, smem_limit):
     """(kernel name, block size, dynamic shared memory) of the tile pass for ``dtype`` tiles of
-    h x w: tiles of 1- and 2-byte values up to :data:`STAGED_TILE_MAX` are read from global memory
-    once (``prepare_tiles_staged``). Measured on an H100 (``BENCHMARKS.md``, "The tile pass from
-    one read"): 1024 threads and 8 loads in flight per lane where only one or two tiles fit
-    an SM; 4-byte values kept the plain kernel, which was faster there. Both uses of the pass
-    (prepared tiles, statistics only) take the same kernel, so their sums agree bit for bit."""
+    h x w: tiles of 1- and 2-byte values up to :data:`STAGED_TILE_MAX` that fit the device's
+    ``smem_limit`` (opt-in shared memory per block: 227 KB on an H100, 99 KB on sm_86) are read
+    from global memory once (``prepare_tiles_staged``). Measured on an H100 (``BENCHMARKS.md``,
+    "The tile pass from one read"): 1024 threads and 8 loads in flight per lane where only one
+    or two tiles fit an SM; 4-byte values kept the plain kernel, which was faster there. Both
+    uses of the pass (prepared tiles, statistics only) take the same kernel, so their sums agree
+    bit for bit."""
     c_type = _TILE_TYPES[np.dtype(dtype)]
     nbytes = h * w * np.dtype(dtype).itemsize
-    if c_type not in _STAGED_TYPES or nbytes > STAGED_TILE_MAX:
+    if c_type not in _STAGED_TYPES or nbytes > min(STAGED_TILE_MAX, smem_limit - _TILE_STATIC_SMEM):
         return f"prepare_tiles<{c_type}>", 256 if h * w >= 2048 else 128, 0
     threads = 1024 if nbytes > 48 * 1024 else 256 if h * w >= 2048 else 128
     return f"prepare_tiles_staged<{c_type}, {8 if w >= 256 else 4}>", threads, nbytes

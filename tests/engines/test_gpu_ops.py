@@ -103,7 +103,7 @@ def test_tile_statistics_are_those_of_the_prepared_tiles_bit_for_bit(cp, rng, dt
         x0, y0 = origins[k]
         want = patterns[b, y0:y0 + h, x0:x0 + w].astype(np.float64).mean()
         assert float(mean.get()[t]) == pytest.approx(want, rel=1e-6)
-    staged = _tile_kernel(dtype, h, w)[0].startswith("prepare_tiles_staged")
+    staged = _tile_kernel(dtype, h, w, smem_limit=227 * 1024)[0].startswith("prepare_tiles_staged")
     assert staged == (np.dtype(dtype).itemsize <= 2)
 
 

@@ -1,0 +1,31 @@
+"""Which tile-pass kernel (``kernels/tiles.cu``) runs for which tiles and devices (CPU: the
+choice only; ``tests/engines/test_gpu_ops.py`` runs both kernels against float64 oracles)."""
+
+import numpy as np
+import pytest
+
+from ebsdxc.engines.gpu_ops import STAGED_TILE_MAX, _tile_kernel
+
+H100 = 227 * 1024  # opt-in shared memory per block
+SM86 = 99 * 1024
+
+
+@pytest.mark.parametrize("dtype,tile,limit,want", [
+    (np.uint16, (256, 256), H100, ("prepare_tiles_staged<unsigned short, 8>", 1024, 131072)),
+    (np.uint16, (128, 128), H100, ("prepare_tiles_staged<unsigned short, 4>", 256, 32768)),
+    (np.uint8, (20, 30), H100, ("prepare_tiles_staged<unsigned char, 4>", 128, 600)),
+    (np.int16, (200, 210), H100, ("prepare_tiles_staged<short, 4>", 1024, 84000)),
+    (np.float32, (128, 128), H100, ("prepare_tiles<float>", 256, 0)),
+    (np.float64, (7, 13), H100, ("prepare_tiles<double>", 128, 0)),
+    (np.uint16, (300, 300), H100, ("prepare_tiles<unsigned short>", 256, 0)),  # over STAGED_TILE_MAX
+    (np.uint16, (256, 256), SM86, ("prepare_tiles<unsigned short>", 256, 0)),  # does not fit the device
+    (np.uint16, (200, 200), SM86, ("prepare_tiles_staged<unsigned short, 4>", 1024, 80000)),
+    (np.uint16, (160, 160), 48 * 1024, ("prepare_tiles<unsigned short>", 256, 0)),
+])
+def test_tile_pass_kernel_fits_the_device(dtype, tile, limit, want):
+    """Tiles of 1- and 2-byte values stay in shared memory where they fit both the kernel's cap
+    and the device's opt-in limit (a 256x256 uint16 tile, 128 KB, does not fit an sm_86 block);
+    a launch never asks for more than the device has."""
+    got = _tile_kernel(dtype, *tile, smem_limit=limit)
+    assert got == want
+    assert got[2] + 512 <= limit and got[2] <= STAGED_TILE_MAX
