@@ -48,6 +48,11 @@ class Executor(ABC):
         after running out of memory); ``()`` where they are not known (Dask: the workers log them)."""
         return ()
 
+    def readings(self, job) -> tuple:
+        """How the tasks of ``job`` read their patterns here (``"reader processes (P x T)"``,
+        ``"this process"``), in the order first seen; ``()`` where not known (Dask workers)."""
+        return ()
+
     def close(self) -> None:  # noqa: B027 (optional: an executor may keep nothing)
         """Release what the executor keeps (pipelines, workers)."""
 
@@ -70,6 +75,9 @@ class InlineExecutor(Executor):
 
     def batch_sizes(self, job) -> tuple:
         return self._contexts.batch_sizes(job)
+
+    def readings(self, job) -> tuple:
+        return self._contexts.readings(job)
 
     def close(self) -> None:
         self._contexts.close()
@@ -133,6 +141,9 @@ class ThreadExecutor(Executor):
 
     def batch_sizes(self, job) -> tuple:
         return self._contexts.batch_sizes(job)
+
+    def readings(self, job) -> tuple:
+        return self._contexts.readings(job)
 
     def close(self) -> None:
         self._contexts.close()

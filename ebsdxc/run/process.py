@@ -454,6 +454,9 @@ def _run(job, executor, source, ref, ref_param, out, config, resume, overwrite, 
                 sizes = executor.batch_sizes(job)
                 if sizes:
                     writer.set_attr("batch_sizes", np.asarray(sizes, dtype=np.int64))
+                reading = executor.readings(job)
+                if reading:  # which readers fed the run decides how fast it could go
+                    writer.set_attr("pattern_reading", ", ".join(reading))
             writer.finish()
         finally:
             progress.close()

@@ -122,7 +122,7 @@ def _to_host(backend, res: PeakResult, stream=None):
     return res.displacement, res.peak_height, res.status, extra
 
 
-def stream_chunks(pipeline, source, chunks, *, emit, references=None, buffers=None):
+def stream_chunks(pipeline, source, chunks, *, emit, references=None, buffers=None, on_read=None):
     """Correlate ``chunks`` [(start, stop[, read_start, read_stop]), ...] of ``source``.
 
     ``emit(start, displacement, peak_height, status)`` receives host arrays, in order, and a
@@ -133,18 +133,21 @@ def stream_chunks(pipeline, source, chunks, *, emit, references=None, buffers=No
     ``references`` is the :class:`~ebsdxc.references.ReferenceSet` whose ``index`` says
     which reference each point uses (``None``: the pipeline's, all points reference 0).
     ``buffers`` are host buffers from an earlier call to use again when they fit (pinning
-    host memory is slow); the ones used are returned.
+    host memory is slow); the ones used are returned. ``on_read(how)``, when given, is told
+    how the patterns are read: ``"reader processes (P x T)"`` (they copy to the device
+    themselves) or ``"this process"``.
     """
     with _quick_switching() if pipeline.backend.is_gpu else contextlib.nullcontext():
-        return _stream_chunks(pipeline, source, chunks, emit, references, buffers)
+        return _stream_chunks(pipeline, source, chunks, emit, references, buffers, on_read or (lambda how: None))
 
 
-def _stream_chunks(pipeline, source, chunks, emit, references, buffers):
+def _stream_chunks(pipeline, source, chunks, emit, references, buffers, on_read):
     be = pipeline.backend
     if not chunks:
         return buffers
     if getattr(pipeline, "reads_frames", False):
         # frames larger than memory (tiled DIC): the pipeline reads its own windows
+        on_read("this process")
         for chunk in chunks:
             start, stop = chunk[:2]
             _flush(be, (start, pipeline.match(None, index=np.arange(start, stop)), None), emit, None)
@@ -180,10 +183,12 @@ def _stream_chunks(pipeline, source, chunks, emit, references, buffers):
         # one stream at a time: another task's thread (ThreadExecutor) reads for itself meanwhile
         if readers is not None and readers.lock.acquire(blocking=False):
             try:
+                on_read(f"reader processes ({readers.processes} x {readers.threads})")
                 _stream_device_read(pipeline, source, chunks, emit, match, readers, batch)
             finally:
                 readers.lock.release()
             return buffers
+    on_read("this process")
     reader = Reader(source, chunks, buffers)
     reader.start()
     pending = None

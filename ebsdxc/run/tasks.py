@@ -96,6 +96,7 @@ class TaskContexts:
         self._idle: dict = {}
         self._local_used: set = set()
         self._batches: dict = {}
+        self._readings: dict = {}
 
     def record_batch(self, job: Job, batch: int) -> None:
         """Note that a task of ``job`` streams batches of ``batch`` patterns."""
@@ -103,6 +104,18 @@ class TaskContexts:
             sizes = self._batches.setdefault(job.key, [])
             if int(batch) not in sizes:
                 sizes.append(int(batch))
+
+    def record_reading(self, job: Job, how: str) -> None:
+        """Note how a task of ``job`` read its patterns (``stream_chunks``' ``on_read``)."""
+        with self._lock:
+            ways = self._readings.setdefault(job.key, [])
+            if how not in ways:
+                ways.append(how)
+
+    def readings(self, job: Job) -> tuple[str, ...]:
+        """How the tasks of ``job`` run here read their patterns, in the order first seen."""
+        with self._lock:
+            return tuple(self._readings.get(job.key, ()))
 
     def batch_sizes(self, job: Job) -> tuple[int, ...]:
         """The batch sizes the tasks of ``job`` run here used, in the order first used: the
@@ -212,7 +225,8 @@ def run_task(job: Job, task, emit, *, contexts: TaskContexts = WORKER_CONTEXTS) 
             try:
                 with pipeline.backend.use():
                     entry["buffers"] = stream_chunks(pipeline, source, chunks, emit=emitted,
-                                                     references=job.references, buffers=entry["buffers"])
+                                                     references=job.references, buffers=entry["buffers"],
+                                                     on_read=lambda how: contexts.record_reading(job, how))
                 return
             except Exception as e:
                 if not is_out_of_memory(e):

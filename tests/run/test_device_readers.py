@@ -76,6 +76,9 @@ def test_reader_processes_give_the_results_of_reading_here(tmp_path, monkeypatch
     for k in KEYS:
         np.testing.assert_array_equal(there[k], here[k], err_msg=k)
     assert there["attrs"]["complete"] and (there["status"] == st.OK).mean() > 0.3  # measured, not all flagged
+    p, t = spec.split("x")
+    assert (here["attrs"]["pattern_reading"], there["attrs"]["pattern_reading"]) == (
+        "this process", f"reader processes ({p} x {t})")
 
 
 def test_patterns_never_stored_arrive_as_zeros(tmp_path, monkeypatch, used):

@@ -59,6 +59,8 @@ def test_inline_threads_and_own_executor_agree(tmp_path, sample_dir):
     for other in (threads, three, own):
         _same(inline, other)
     assert inline["done"].all() and own["attrs"]["complete"]
+    # how the patterns were read, where the executor knows (an executor of one's own: not said)
+    assert [r["attrs"].get("pattern_reading") for r in (inline, threads, three, own)] == ["this process"] * 3 + [None]
 
 
 def test_a_failing_task_stops_the_run_and_resume_finishes_it(tmp_path):
