@@ -171,9 +171,6 @@ def _stream_chunks(pipeline, source, chunks, emit, references, buffers, on_read)
                               present=None if present is None else present[a:a + len(item.view)])
 
     want = np.dtype(source.dtype).newbyteorder("=")
-    if (buffers is None or buffers[0].shape[0] < batch or buffers[0].shape[1:] != tuple(source.pattern_shape)
-            or buffers[0].dtype != want):
-        buffers = host_buffers(be, N_BUFFERS, (batch, *source.pattern_shape), source.dtype)
     plan = None
     if be.is_gpu and not halo:
         plan = pipeline.transfer_plan(source.pattern_shape, want.itemsize)
@@ -187,7 +184,10 @@ def _stream_chunks(pipeline, source, chunks, emit, references, buffers, on_read)
                 _stream_device_read(pipeline, source, chunks, emit, match, readers, batch)
             finally:
                 readers.lock.release()
-            return buffers
+            return buffers  # reader processes need no pinned batches here
+    if (buffers is None or buffers[0].shape[0] < batch or buffers[0].shape[1:] != tuple(source.pattern_shape)
+            or buffers[0].dtype != want):
+        buffers = host_buffers(be, N_BUFFERS, (batch, *source.pattern_shape), source.dtype)
     on_read("this process")
     reader = Reader(source, chunks, buffers)
     reader.start()

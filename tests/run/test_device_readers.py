@@ -185,3 +185,18 @@ def test_bench_takes_the_run_to_the_bound_of_its_own_readers(tmp_path, monkeypat
     out = tmp_path / "after.h5"
     process(path, ref=ref, output=out, config=CFG, run=RunConfig(device="cuda", batch=32))
     assert read_results(out)["done"].all()
+
+
+def test_a_run_with_reader_processes_pins_no_batches_here(tmp_path, monkeypatch, used):
+    """The reader processes copy from their own pinned slots: the run allocates none of the
+    pinned batches (three of them: 768 MB at 1024x1024 in batches of 128) it reads into itself."""
+    scan, ref = _scan(tmp_path, 200)
+    pinned = []
+    real = streaming.host_buffers
+    monkeypatch.setattr(streaming, "host_buffers", lambda *a, **k: pinned.append(a[2]) or real(*a, **k))
+    monkeypatch.setenv("EBSDXC_READER_PROCESSES", "2x2")
+    _run(scan, ref, tmp_path / "there.h5")
+    assert used and not pinned
+    monkeypatch.setenv("EBSDXC_READER_PROCESSES", "0")
+    _run(scan, ref, tmp_path / "here.h5")
+    assert pinned  # the control: reading here pins them
