@@ -154,7 +154,9 @@ def cli(*args):
 
 
 def wait_for_progress(proc, total, timeout=180):
-    """Read the client's progress bar (stderr) until some, not all, points are done; the text read."""
+    """Read the client's progress bar (stderr) until some, not all, points are done, in at least
+    two writes (the results writer marks a write's points done with the next write's flush, so
+    a kill after the first leaves none marked); the text read."""
     seen = b""
     deadline = time.monotonic() + timeout
     os.set_blocking(proc.stderr.fileno(), False)
@@ -162,8 +164,8 @@ def wait_for_progress(proc, total, timeout=180):
         chunk = proc.stderr.read()
         if chunk:
             seen += chunk
-            done = [int(n) for n in re.findall(rb"(\d+)/%d \[" % total, seen)]
-            if done and 0 < done[-1] < total:
+            done = {int(n) for n in re.findall(rb"(\d+)/%d \[" % total, seen)} - {0}
+            if len(done) >= 2 and max(done) < total:
                 return seen.decode(errors="replace")
         time.sleep(0.02)
     raise AssertionError(f"the run made no progress to kill into (exit {proc.poll()}): {seen[-2000:]!r}")
