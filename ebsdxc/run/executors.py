@@ -63,15 +63,12 @@ class Executor(ABC):
         self.close()
 
 
-class InlineExecutor(Executor):
-    """Tasks one after another in the calling thread (one GPU or the CPU's thread pool)."""
+class _InProcess(Executor):
+    """An executor whose tasks run in this process, sharing its task contexts (what they
+    recorded is known here)."""
 
     def __init__(self):
         self._contexts = TaskContexts()
-
-    def run_tasks(self, job, tasks, emit) -> None:
-        for task in tasks:
-            run_task(job, task, emit, contexts=self._contexts)
 
     def batch_sizes(self, job) -> tuple:
         return self._contexts.batch_sizes(job)
@@ -83,7 +80,15 @@ class InlineExecutor(Executor):
         self._contexts.close()
 
 
-class ThreadExecutor(Executor):
+class InlineExecutor(_InProcess):
+    """Tasks one after another in the calling thread (one GPU or the CPU's thread pool)."""
+
+    def run_tasks(self, job, tasks, emit) -> None:
+        for task in tasks:
+            run_task(job, task, emit, contexts=self._contexts)
+
+
+class ThreadExecutor(_InProcess):
     """Tasks on ``threads`` threads of this process, each with its own pipeline.
 
     For several tasks in flight in one process: e.g. one thread per task overlapping one
@@ -93,9 +98,9 @@ class ThreadExecutor(Executor):
     def __init__(self, threads: int = 2, *, rows_per_task: int | None = None):
         if threads < 1:
             raise ValueError(f"threads must be >= 1, got {threads}")
+        super().__init__()
         self.threads = int(threads)
         self.rows_per_task = rows_per_task
-        self._contexts = TaskContexts()
 
     def plan_rows(self, cols: int) -> int | None:
         return self.rows_per_task or default_rows_per_task(cols)
@@ -138,12 +143,3 @@ class ThreadExecutor(Executor):
             halt.set()
             for w in workers:
                 w.join()
-
-    def batch_sizes(self, job) -> tuple:
-        return self._contexts.batch_sizes(job)
-
-    def readings(self, job) -> tuple:
-        return self._contexts.readings(job)
-
-    def close(self) -> None:
-        self._contexts.close()

@@ -98,30 +98,32 @@ class TaskContexts:
         self._batches: dict = {}
         self._readings: dict = {}
 
+    def _note(self, notes: dict, job: Job, value) -> None:
+        with self._lock:
+            seen = notes.setdefault(job.key, [])
+            if value not in seen:
+                seen.append(value)
+
+    def _noted(self, notes: dict, job: Job) -> tuple:
+        with self._lock:
+            return tuple(notes.get(job.key, ()))
+
     def record_batch(self, job: Job, batch: int) -> None:
         """Note that a task of ``job`` streams batches of ``batch`` patterns."""
-        with self._lock:
-            sizes = self._batches.setdefault(job.key, [])
-            if int(batch) not in sizes:
-                sizes.append(int(batch))
+        self._note(self._batches, job, int(batch))
 
     def record_reading(self, job: Job, how: str) -> None:
         """Note how a task of ``job`` read its patterns (``stream_chunks``' ``on_read``)."""
-        with self._lock:
-            ways = self._readings.setdefault(job.key, [])
-            if how not in ways:
-                ways.append(how)
+        self._note(self._readings, job, how)
 
     def readings(self, job: Job) -> tuple[str, ...]:
         """How the tasks of ``job`` run here read their patterns, in the order first seen."""
-        with self._lock:
-            return tuple(self._readings.get(job.key, ()))
+        return self._noted(self._readings, job)
 
     def batch_sizes(self, job: Job) -> tuple[int, ...]:
         """The batch sizes the tasks of ``job`` run here used, in the order first used: the
         planned size, then each size it was halved to after running out of memory."""
-        with self._lock:
-            return tuple(self._batches.get(job.key, ()))
+        return self._noted(self._batches, job)
 
     def checkout(self, job: Job) -> dict:
         key = job.key
