@@ -21,6 +21,36 @@ __device__ __forceinline__ void lane_values(const T* __restrict__ r, int x0, int
     for (int u = 0; u < 4; ++u) v[u] = x0 + 32 * u < w ? (float)r[x0 + 32 * u] : 0.0f;
 }
 
+// The first value of the block's tile t (ROI t % n_roi of pattern t / n_roi; rows W apart).
+template <typename T>
+__device__ __forceinline__ const T* tile_start(const T* __restrict__ patterns, int H, int W,
+                                               const int* __restrict__ origins, int n_roi, long long t) {
+    const int b = (int)(t / n_roi), k = (int)(t % n_roi);
+    return patterns + (long long)b * H * W + (long long)origins[2 * k + 1] * W + origins[2 * k];
+}
+
+// After the energy's block sum, in every thread: the status (the rule of
+// ebsdxc.preprocess.prepare_tiles: only rounding noise left after the mean), zeros in the output
+// frame o of an unusable tile (correlate zeros, as the NumPy path does), and from thread 0 the
+// tile's energy, status and mean.
+__device__ __forceinline__ void finish_tile(float* __restrict__ o, int w, int Nx, int npx, double e, float mean,
+                                            float bad, long long t, float* __restrict__ energy,
+                                            unsigned char* __restrict__ status, float* __restrict__ mean_out) {
+    const bool constant = e <= 1e-10 * (double)npx * (double)mean * mean + 1e-30;
+    const unsigned char code = bad > 0.0f ? ST_NOT_FINITE : (constant ? ST_CONSTANT : ST_OK);
+    if (code != ST_OK && o != nullptr) {
+        for (int i = threadIdx.x; i < npx; i += blockDim.x) {
+            const int yy = i / w, xx = i - yy * w;
+            o[yy * Nx + xx] = 0.0f;
+        }
+    }
+    if (threadIdx.x == 0) {
+        energy[t] = (float)e;
+        status[t] = code;
+        if (mean_out != nullptr) mean_out[t] = mean;
+    }
+}
+
 template <typename T>
 __global__ void prepare_tiles(const T* __restrict__ patterns, int H, int W,
                               const int* __restrict__ origins,  // (n_roi, 2): x0, y0
@@ -33,9 +63,7 @@ __global__ void prepare_tiles(const T* __restrict__ patterns, int H, int W,
     __shared__ double sred[32];
     __shared__ float fred[32];
     const long long t = blockIdx.x;
-    const int b = (int)(t / n_roi), k = (int)(t % n_roi);
-    const int x0 = origins[2 * k], y0 = origins[2 * k + 1];
-    const T* p = patterns + (long long)b * H * W + (long long)y0 * W + x0;
+    const T* p = tile_start(patterns, H, W, origins, n_roi, t);
     float* o = out != nullptr ? out + t * (long long)Ny * Nx : nullptr;
     const int npx = h * w;
 
@@ -79,20 +107,7 @@ __global__ void prepare_tiles(const T* __restrict__ patterns, int H, int W,
         }
     }
     e = block_sum(e, sred);
-    // Same rule as ebsdxc.preprocess.prepare_tiles: only rounding noise left after the mean.
-    const bool constant = e <= 1e-10 * (double)npx * (double)mean * mean + 1e-30;
-    const unsigned char code = bad > 0.0f ? ST_NOT_FINITE : (constant ? ST_CONSTANT : ST_OK);
-    if (code != ST_OK && out != nullptr) {  // unusable tile: correlate zeros, as the NumPy path does
-        for (int i = threadIdx.x; i < npx; i += blockDim.x) {
-            const int yy = i / w, xx = i - yy * w;
-            o[yy * Nx + xx] = 0.0f;
-        }
-    }
-    if (threadIdx.x == 0) {
-        energy[t] = (float)e;
-        status[t] = code;
-        if (mean_out != nullptr) mean_out[t] = mean;
-    }
+    finish_tile(o, w, Nx, npx, e, mean, bad, t, energy, status, mean_out);
 }
 
 // A lane's K values x0, x0 + 32, ... of tile row r in their stored type (0 past w), all
@@ -120,9 +135,7 @@ __global__ void prepare_tiles_staged(const T* __restrict__ patterns, int H, int 
     __shared__ double sred[32];
     __shared__ float fred[32];
     const long long t = blockIdx.x;
-    const int b = (int)(t / n_roi), k = (int)(t % n_roi);
-    const int x0 = origins[2 * k], y0 = origins[2 * k + 1];
-    const T* p = patterns + (long long)b * H * W + (long long)y0 * W + x0;
+    const T* p = tile_start(patterns, H, W, origins, n_roi, t);
     float* o = out != nullptr ? out + t * (long long)Ny * Nx : nullptr;
     const int npx = h * w;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
@@ -157,17 +170,5 @@ __global__ void prepare_tiles_staged(const T* __restrict__ patterns, int H, int 
         }
     }
     e = block_sum(e, sred);
-    const bool constant = e <= 1e-10 * (double)npx * (double)mean * mean + 1e-30;
-    const unsigned char code = bad > 0.0f ? ST_NOT_FINITE : (constant ? ST_CONSTANT : ST_OK);
-    if (code != ST_OK && out != nullptr) {
-        for (int i = threadIdx.x; i < npx; i += blockDim.x) {
-            const int yy = i / w, xx = i - yy * w;
-            o[yy * Nx + xx] = 0.0f;
-        }
-    }
-    if (threadIdx.x == 0) {
-        energy[t] = (float)e;
-        status[t] = code;
-        if (mean_out != nullptr) mean_out[t] = mean;
-    }
+    finish_tile(o, w, Nx, npx, e, mean, bad, t, energy, status, mean_out);
 }
