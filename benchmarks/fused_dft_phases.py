@@ -40,7 +40,11 @@ NAMES = ["correlate", "integer start", "row weights (6ce0174)", "window autocorr
 ANCHORS = [
     (0, "              true, s);\n    const float* Mf = reinterpret_cast<const float*>(S);\n    integer_start(Mf, d,",
      "inside"),
+    (0, "              true, s, pk);\n    const float* Mf = reinterpret_cast<const float*>(S);\n"
+        "    integer_start(Mf, d,", "inside"),
     (1, "    integer_start(Mf, d, lag_y, lag_y + NY, comp, true, sval, sidx, t, out_value, out_border, s);\n", "after"),
+    (1, "    integer_start(Mf, d, lag_y, lag_y + NY, comp, true, sval, sidx, t, out_value, out_border, s, pk);\n",
+     "after"),
     (2, "        d.wy[i] = weight_full(tt - NY * rint(tt / NY));\n    }\n", "after_if_stencil"),
     (3, "    if (STENCIL && 9 * NWARPS <= 6 * NYL) {", "before_if_stencil"),
     (4, "        column_weights(d, xc, h, c, q);\n", "after"),
@@ -74,7 +78,8 @@ def instrument(src):
             continue
         st = STAMP % phase
         if where == "inside":
-            new = anchor.replace("true, s);\n", f"true, s);\n    {st}\n", 1)
+            end = "true, s, pk);\n" if "s, pk);" in anchor else "true, s);\n"
+            new = anchor.replace(end, f"{end}    {st}\n", 1)
         elif where == "after":
             new = anchor + f"    {st}\n"
         elif where == "after_if_stencil":

@@ -266,6 +266,22 @@ constexpr int PAIR_LO = (NY - RY - 1) / 2;
 constexpr bool PAIRS_ALL = PAIR_LO <= PAIR_FIRST;
 constexpr int PAIR_ITEMS = PAIRS_ALL ? NPAIRS : PAIR_FIRST + (NPAIRS - PAIR_LO);
 
+// Wide windows (full mode): the inverse row pass keeps each thread's integer peak of the values
+// it writes, so the peak search reads no map of its own (a pass over up to 37k values). Narrow
+// windows keep the search over their lags, which are a few of the values written.
+constexpr bool TRACK = 2 * (2 * RX + 1) >= NX;
+// A thread's running integer peak of the values it wrote (search index bi: the block's search
+// takes it where TRACK).
+struct Peak {
+    float best;
+    int bi;
+};
+// Index of lag row (column) y of the circular map in the search's row-major order over
+// |dy| <= RY, or -1 outside; where the window wraps onto itself the lower index, which is
+// the one the search over lags keeps on a tie.
+__device__ __forceinline__ int lag_row(int y) { return y >= NY - RY ? y - NY + RY : (y <= RY ? y + RY : -1); }
+__device__ __forceinline__ int lag_col(int x) { return x >= NX - RX ? x - NX + RX : (x <= RX ? x + RX : -1); }
+
 // Stage A of a column's forward FFT: lane n2 < N2Y takes rows n2 + N2Y n1 (zero from H on).
 __device__ __forceinline__ void column_stage_a(const float2* col, int lane, const float2* twy, float2 (&v)[N1Y]) {
 #pragma unroll
@@ -418,11 +434,13 @@ __device__ __forceinline__ TileIn tile_in(const FC_IN* __restrict__ tiles, long 
 // shared memory, map row y at floats [j * 2 LD, j * 2 LD + NX) of S.
 __device__ __forceinline__ void correlate(float2* S, const float2* twx, const float2* twy,
                                           const TileIn& tile, const float2* __restrict__ R, bool all_rows,
-                                          int s) {
+                                          int s, Peak& pk) {
     // 1. rows: tile rows 2p, 2p+1 as one complex row, zero-padded to NX; the pair's two rows
     //    of S (2 LD >= NX + 1 complex) hold the FFT, then the two half spectra. A column split:
     //    block s takes half the pairs, each in a line of NX of its team's own after the lag
     //    tables, and writes each column of the pair's half spectra to the block that owns it.
+    pk.best = EBSDXC_NEG_INF;
+    pk.bi = 0x7fffffff;
     if (COLS > 1) cluster_sync();  // the peer runs: its shared memory may be written
     {
         Teams<FC_TX> tm;
@@ -591,11 +609,18 @@ __device__ __forceinline__ void correlate(float2* S, const float2* twx, const fl
             __syncwarp();
             if (act) {
                 float* ya = Mf + (long long)(2 * q) * 2 * MLD;
+                const int iya = TRACK ? lag_row(2 * q * SPLIT + s) : -1;
+                const int iyb = TRACK && 2 * q + 1 < NYL ? lag_row((2 * q + 1) * SPLIT + s) : -1;
 #pragma unroll
                 for (int k2 = 0; k2 < N2X; ++k2) {
                     const int m = tm.lane + N1X * k2;
                     ya[m] = u[k2].x;
                     ya[2 * MLD + m] = u[k2].y;
+                    if (TRACK) {
+                        const int ix = lag_col(m);
+                        if (ix >= 0 && iya >= 0) argmax_take(pk.best, pk.bi, u[k2].x, iya * (2 * RX + 1) + ix);
+                        if (ix >= 0 && iyb >= 0) argmax_take(pk.best, pk.bi, u[k2].y, iyb * (2 * RX + 1) + ix);
+                    }
                 }
             }
         }
@@ -636,8 +661,13 @@ __device__ __forceinline__ const float* map_row(const float* Mf, int y, int s) {
 
 // The integer peak over |dy| <= RY, |dx| <= RX of the whole map: thread 0 returns true with it
 // (in both blocks of a split, after a cluster barrier every thread of both blocks reaches).
-__device__ __forceinline__ bool map_argmax(const float* Mf, int s, float* sval, int* sidx, float& best, int& bi) {
-    const bool lead = block_lag_argmax(Mf, NY, NX, 2 * MLD, RY, RX, sval, sidx, best, bi, SPLIT, s);
+// pk: this thread's peak of the values it wrote (correlate), taken where TRACK.
+__device__ __forceinline__ bool map_argmax(const float* Mf, int s, float* sval, int* sidx, const Peak& pk,
+                                           float& best, int& bi) {
+    best = pk.best;
+    bi = pk.bi;
+    const bool lead = TRACK ? block_argmax(best, bi, sval, sidx)
+                            : block_lag_argmax(Mf, NY, NX, 2 * MLD, RY, RX, sval, sidx, best, bi, SPLIT, s);
     if (SPLIT > 1) {
         if (lead) { sval[0] = best; sidx[0] = bi; }
         cluster_sync();
@@ -651,20 +681,36 @@ __device__ __forceinline__ bool map_argmax(const float* Mf, int s, float* sval, 
 }
 
 // The 3x3 neighbourhood v[y][x] of the integer peak (ly, lx) of the map in shared memory,
-// divided by the window autocorrelation w (lag tables lag_y, lag_x) where comp.
-__device__ __forceinline__ void neighbourhood(const float* Mf, int ly, int lx, const double* lag_y,
-                                              const double* lag_x, int comp, double v[3][3], double w[3][3],
-                                              int s = 0) {
-    for (int a = 0; a < 3; ++a) {
+// divided by the window autocorrelation where comp, and whether it is barely concave
+// (flat; peaks.cu): all 32 lanes of one warp call it, and each gets them. Lanes 0..8 read one
+// value each, so that their nine divisions run at once; lanes 0 and 1 take the curvatures of
+// the values and of the autocorrelation at once. The same operations as one thread's
+// barely_concave, so the same bits.
+__device__ __forceinline__ void start_3x3(const float* Mf, int ly, int lx, const double* lag_y, const double* lag_x,
+                                          int comp, int s, double v[3][3], bool& flat) {
+    const int lane = threadIdx.x & 31, a = lane / 3, q = lane - 3 * a;
+    double val = 0.0, wl = 1.0;
+    if (lane < 9) {
         const int yy = ((ly + a - 1) % NY + NY) % NY;
-        const float* mr = map_row(Mf, yy, s);
-        for (int q = 0; q < 3; ++q) {
-            const int xx = ((lx + q - 1) % NX + NX) % NX;
-            double val = mr[xx];
-            w[a][q] = comp ? lag_y[yy] * lag_x[xx] : 1.0;
-            if (comp) val /= w[a][q];
-            v[a][q] = val;
+        const int xx = ((lx + q - 1) % NX + NX) % NX;
+        val = map_row(Mf, yy, s)[xx];
+        if (comp) {
+            wl = lag_y[yy] * lag_x[xx];
+            val /= wl;
         }
+    }
+    double w[3][3], x[3][3];
+#pragma unroll
+    for (int i = 0; i < 9; ++i) {
+        v[i / 3][i % 3] = __shfl_sync(0xffffffffu, val, i);
+        w[i / 3][i % 3] = __shfl_sync(0xffffffffu, wl, i);
+        x[i / 3][i % 3] = lane == 1 ? w[i / 3][i % 3] : v[i / 3][i % 3];
+    }
+    flat = false;
+    if (comp) {
+        const double k = largest_curvature(x), kw = __shfl_sync(0xffffffffu, k, 1);
+        const double cn = v[1][1], cw = w[1][1];
+        flat = !(cn > 0.0 && cw > 0.0 && k * cw <= CONDITION_MIN * kw * cn);
     }
 }
 
@@ -683,8 +729,9 @@ fused_maps(const FC_IN* __restrict__ tiles, long long frame, int row, const int*
     const long long t = blockIdx.x / SPLIT;
     const int s = cluster_rank();
     const TileIn in = tile_in(tiles, frame, row, offsets, mean, status, window, n_ref, t);
+    Peak pk;  // not searched here
     correlate(S, S + ROWS * LD, S + ROWS * LD + NX, in, reference(ref, n_ref, ref_of, indexed, t),
-              true, s);
+              true, s, pk);
     const float* Mf = reinterpret_cast<const float*>(S);
     float* o = out + t * (long long)NY * NX;
     for (int i = threadIdx.x; i < NYL * NX; i += blockDim.x) {
@@ -713,28 +760,35 @@ fused_peaks(const FC_IN* __restrict__ tiles, long long frame, int row, const int
     const long long t = blockIdx.x / SPLIT;
     const int s = cluster_rank();
     const TileIn in = tile_in(tiles, frame, row, offsets, mean, status, window, n_ref, t);
+    Peak pk;
     correlate(S, S + ROWS * LD, S + ROWS * LD + NX, in, reference(ref, n_ref, ref_of, indexed, t),
-              false, s);
+              false, s, pk);
     const float* Mf = reinterpret_cast<const float*>(S);
     constexpr int rw = 2 * RX + 1;
     float best;
     int bi;
-    // rank 0 reports; in a split it reads the peer's rows, so neither block leaves before the end
-    if (map_argmax(Mf, s, sval, sidx, best, bi) && s == 0) {
+    // rank 0 reports (its warp 0 fits); in a split it reads the peer's rows, so neither block
+    // leaves before the end
+    const bool lead = map_argmax(Mf, s, sval, sidx, pk, best, bi);
+    if (threadIdx.x < 32 && s == 0) {
+        bi = __shfl_sync(0xffffffffu, bi, 0);
         const int ly = bi / rw - RY, lx = bi % rw - RX;
-        out_value[t] = best;
-        out_border[t] = ((RY > 0 && abs(ly) == RY) || (RX > 0 && abs(lx) == RX)) ? 1 : 0;
         double dy = 0.0, dx = 0.0;
         if (method != M_NONE) {
-            double v[3][3], w[3][3];
-            neighbourhood(Mf, ly, lx, lag_y, lag_x, comp, v, w, s);
+            double v[3][3];
+            bool flat;
+            start_3x3(Mf, ly, lx, lag_y, lag_x, comp, s, v, flat);
             if (method == M_PARABOLIC) fit_3x3<M_PARABOLIC>(v, dy, dx);
             else if (method == M_GAUSSIAN) fit_3x3<M_GAUSSIAN>(v, dy, dx);
             else fit_3x3<M_QUADRATIC>(v, dy, dx);
-            drop_loose(comp && barely_concave(v, w), dy, dx);  // as find_peaks (peaks.cu)
+            drop_loose(flat, dy, dx);  // as find_peaks (peaks.cu)
         }
-        out_y[t] = ly + dy;
-        out_x[t] = lx + dx;
+        if (lead) {
+            out_value[t] = best;
+            out_border[t] = ((RY > 0 && abs(ly) == RY) || (RX > 0 && abs(lx) == RX)) ? 1 : 0;
+            out_y[t] = ly + dy;
+            out_x[t] = lx + dx;
+        }
     }
     if (SPLIT > 1) cluster_sync();
 }
@@ -922,13 +976,19 @@ __device__ __forceinline__ double warp_sum9(const double (&v)[9]) {
     return k4[0] + __shfl_xor_sync(0xffffffffu, k4[0], 1);
 }
 
-// The row sums of the general grid in pieces p = j G + g: map row j, every G-th column from g.
-// G is a power of two <= 32 that keeps the rounds over the block few and their idle threads
-// few; a row's G pieces are summed by log2(G) shuffles of six doubles (weighed here as 5
-// columns each against 2 per column: a map read, three weight reads, six multiply-adds).
+// The row sums of the general grid in pieces p = b G + g: map rows RB b .. RB b + RB - 1, every
+// G-th column from g. Each column's three complex weights are read once for RB rows: with one
+// row a piece, those reads (48 bytes for six multiply-adds) bound the sums. G is a power of two
+// <= 32 that keeps the rounds over the block few and their idle threads few; a row's G pieces
+// are summed by log2(G) shuffles of six doubles (weighed here as 5 columns each against 1 + RB
+// per column: the weight reads, then a map read and six multiply-adds per row).
+#ifndef FC_GRID_RB
+#define FC_GRID_RB 2
+#endif
+constexpr int RB = FC_GRID_RB, NB = (NYL + RB - 1) / RB;
 __host__ __device__ constexpr int piece_cost(int g, int shuffles) {
-    return ((NYL * g + NT - 1) / NT) * (2 * ((NX + g - 1) / g) + shuffles * (g > 1) + shuffles * (g > 2)
-                                        + shuffles * (g > 4) + shuffles * (g > 8) + shuffles * (g > 16));
+    return ((NB * g + NT - 1) / NT) * ((1 + RB) * ((NX + g - 1) / g) + RB * shuffles * ((g > 1) + (g > 2) + (g > 4)
+                                                                                       + (g > 8) + (g > 16)));
 }
 __host__ __device__ constexpr int best_pieces(int shuffles) {
     int best = 1;
@@ -938,24 +998,34 @@ __host__ __device__ constexpr int best_pieces(int shuffles) {
 }
 constexpr int GR = best_pieces(5);
 
-// sum_k c[j][k] (Re, Im) Dx_v(k) over the columns of piece p, v < 3, in double: a subpixel
-// value is a sum of terms up to (log N)^2 times larger than it, and the finest stencils of a
-// broad peak differ by 1e-4 of it. The weights are doubles in shared memory: converting float
-// weights at every multiply-add (F2F runs at a quarter of the FP64 rate) was the bound.
+// sum_k c[j][k] (Re, Im) Dx_v(k) over the columns of piece p, v < 3, for its RB rows (the last
+// block's rows past the map repeat its last row), in double: a subpixel value is a sum of terms
+// up to (log N)^2 times larger than it, and the finest stencils of a broad peak differ by 1e-4
+// of it. The weights are doubles in shared memory: converting float weights at every
+// multiply-add (F2F runs at a quarter of the FP64 rate) was the bound.
 template <int G>
-__device__ __forceinline__ void piece_sums(const float* Mf, const double2* wx, int p, double (&a)[6]) {
-    const int j = p / G, g = p - j * G;
-    const float* mr = Mf + j * 2 * MLD;
+__device__ __forceinline__ void piece_sums(const float* Mf, const double2* wx, int p, double (&a)[RB][6]) {
+    const int b = p / G, g = p - b * G;
+    const float* mr[RB];
 #pragma unroll
-    for (int r = 0; r < 6; ++r) a[r] = 0.0;
-#pragma unroll 4
+    for (int r = 0; r < RB; ++r) {
+        mr[r] = Mf + min(RB * b + r, NYL - 1) * 2 * MLD;
+#pragma unroll
+        for (int c = 0; c < 6; ++c) a[r][c] = 0.0;
+    }
+#pragma unroll 2
     for (int k = g; k < NX; k += G) {
-        const double cv = mr[k];
+        double cv[RB];
+#pragma unroll
+        for (int r = 0; r < RB; ++r) cv[r] = mr[r][k];
 #pragma unroll
         for (int v = 0; v < 3; ++v) {
             const double2 q = wx[v * NX + k];
-            a[2 * v] = fma(cv, q.x, a[2 * v]);
-            a[2 * v + 1] = fma(cv, q.y, a[2 * v + 1]);
+#pragma unroll
+            for (int r = 0; r < RB; ++r) {
+                a[r][2 * v] = fma(cv[r], q.x, a[r][2 * v]);
+                a[r][2 * v + 1] = fma(cv[r], q.y, a[r][2 * v + 1]);
+            }
         }
     }
 }
@@ -1218,18 +1288,33 @@ __device__ void grid_values(const float* Mf, const GridScratch& d, double yc, do
         const int nv = min(3, R - v0);
         // row sums: the GR pieces of a row in neighbouring lanes, summed by shuffles
         column_table(d, xc, h, v0, nv, c);
-        for (int p0 = 0; p0 < NYL * GR; p0 += NT) {  // the same rounds in every lane of a warp
+        for (int p0 = 0; p0 < NB * GR; p0 += NT) {  // the same rounds in every lane of a warp
             const int p = p0 + threadIdx.x;
-            double a[6] = {0.0, 0.0, 0.0, 0.0, 0.0, 0.0};
-            if (p < NYL * GR) piece_sums<GR>(Mf, d.wx, p, a);
+            double a[RB][6];
+            if (p < NB * GR) {
+                piece_sums<GR>(Mf, d.wx, p, a);
+            } else {
+#pragma unroll
+                for (int r = 0; r < RB; ++r)
+#pragma unroll
+                    for (int c = 0; c < 6; ++c) a[r][c] = 0.0;
+            }
 #pragma unroll
             for (int o = GR / 2; o > 0; o >>= 1) {
 #pragma unroll
-                for (int r = 0; r < 6; ++r) a[r] += __shfl_xor_sync(0xffffffffu, a[r], o);
-            }
-            if (p < NYL * GR && p % GR == 0) {
+                for (int r = 0; r < RB; ++r)
 #pragma unroll
-                for (int r = 0; r < 6; ++r) d.rows[(p / GR) * 6 + r] = a[r];
+                    for (int c = 0; c < 6; ++c) a[r][c] += __shfl_xor_sync(0xffffffffu, a[r][c], o);
+            }
+            if (p < NB * GR && p % GR == 0) {
+#pragma unroll
+                for (int r = 0; r < RB; ++r) {
+                    const int j = RB * (p / GR) + r;
+                    if (j < NYL) {
+#pragma unroll
+                        for (int c = 0; c < 6; ++c) d.rows[j * 6 + c] = a[r][c];
+                    }
+                }
             }
         }
         __syncthreads();
@@ -1253,29 +1338,33 @@ __device__ void grid_values(const float* Mf, const GridScratch& d, double yc, do
 // (ly, lx), then ly, lx, flat; all threads return after a barrier.
 __device__ void integer_start(const float* Mf, const GridScratch& d, const double* lag_y, const double* lag_x,
                               int comp, bool fit, float* sval, int* sidx, long long t, float* out_value,
-                              unsigned char* out_border, int s) {
+                              unsigned char* out_border, int s, const Peak& pk) {
     constexpr int rw = 2 * RX + 1;
     float best;
     int bi;
-    if (map_argmax(Mf, s, sval, sidx, best, bi)) {
+    const bool lead = map_argmax(Mf, s, sval, sidx, pk, best, bi);
+    if (threadIdx.x < 32) {  // warp 0 (thread 0 leads)
+        bi = __shfl_sync(0xffffffffu, bi, 0);
         const int ly = bi / rw - RY, lx = bi % rw - RX;
-        if (s == 0) {
-            out_value[t] = best;
-            out_border[t] = ((RY > 0 && abs(ly) == RY) || (RX > 0 && abs(lx) == RX)) ? 1 : 0;
+        double v[3][3], dy = 0.0, dx = 0.0;
+        bool flat;
+        start_3x3(Mf, ly, lx, lag_y, lag_x, comp, s, v, flat);
+        if (lead) {
+            if (s == 0) {
+                out_value[t] = best;
+                out_border[t] = ((RY > 0 && abs(ly) == RY) || (RX > 0 && abs(lx) == RX)) ? 1 : 0;
+            }
+            if (fit) {
+                fit_3x3<M_QUADRATIC>(v, dy, dx);
+                drop_loose(flat, dy, dx);
+            }
+            d.pos[0] = ly + dy;
+            d.pos[1] = lx + dx;
+            d.pos[2] = ly;
+            d.pos[3] = lx;
+            d.pos[4] = flat ? 1.0 : 0.0;
+            d.pos[5] = 0.0;
         }
-        double v[3][3], w[3][3], dy = 0.0, dx = 0.0;
-        neighbourhood(Mf, ly, lx, lag_y, lag_x, comp, v, w, s);
-        const bool flat = comp && barely_concave(v, w);
-        if (fit) {
-            fit_3x3<M_QUADRATIC>(v, dy, dx);
-            drop_loose(flat, dy, dx);
-        }
-        d.pos[0] = ly + dy;
-        d.pos[1] = lx + dx;
-        d.pos[2] = ly;
-        d.pos[3] = lx;
-        d.pos[4] = flat ? 1.0 : 0.0;
-        d.pos[5] = 0.0;
     }
     __syncthreads();
 }
@@ -1352,10 +1441,11 @@ fused_dft(const FC_IN* __restrict__ tiles, long long frame, int row, const int* 
     const long long t = blockIdx.x / SPLIT;
     const int s = cluster_rank();
     const TileIn in = tile_in(tiles, frame, row, offsets, mean, status, window, n_ref, t);
+    Peak pk;
     correlate(S, S + ROWS * LD, S + ROWS * LD + NX, in, reference(ref, n_ref, ref_of, indexed, t),
-              true, s);
+              true, s, pk);
     const float* Mf = reinterpret_cast<const float*>(S);
-    integer_start(Mf, d, lag_y, lag_y + NY, comp, true, sval, sidx, t, out_value, out_border, s);
+    integer_start(Mf, d, lag_y, lag_y + NY, comp, true, sval, sidx, t, out_value, out_border, s, pk);
     for (int st = 0, moves = 0; st < n_steps;) {
         const double h = steps[st], yc = d.pos[0], xc = d.pos[1];
         if (!(isfinite(yc) && isfinite(xc))) break;  // a failed start stays NaN (the same in every thread)
@@ -1406,10 +1496,11 @@ fused_upsampled(const FC_IN* __restrict__ tiles, long long frame, int row, const
     const long long t = blockIdx.x / SPLIT;
     const int s = cluster_rank();
     const TileIn in = tile_in(tiles, frame, row, offsets, mean, status, window, n_ref, t);
+    Peak pk;
     correlate(S, S + ROWS * LD, S + ROWS * LD + NX, in, reference(ref, n_ref, ref_of, indexed, t),
-              true, s);
+              true, s, pk);
     const float* Mf = reinterpret_cast<const float*>(S);
-    integer_start(Mf, d, lag_y, lag_y + NY, comp, false, sval, sidx, t, out_value, out_border, s);
+    integer_start(Mf, d, lag_y, lag_y + NY, comp, false, sval, sidx, t, out_value, out_border, s, pk);
     if (threadIdx.x == 0) { d.pos[6] = d.pos[0]; d.pos[7] = d.pos[1]; }  // the grid's centre
     __syncthreads();
     for (int it = 0; it <= max_recentre; ++it) {

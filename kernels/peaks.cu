@@ -86,6 +86,21 @@ __device__ __forceinline__ void drop_loose(bool flat, double& dy, double& dx) {
     if (flat && !(fabs(dy) <= LOOSE_REACH && fabs(dx) <= LOOSE_REACH)) { dy = PEAK_NAN; dx = PEAK_NAN; }
 }
 
+// The block's argmax of every thread's (best, bi): thread 0 returns true with it. The warps'
+// results are taken by warp 0 in shuffles (the rule does not depend on the order), where one
+// thread's loop over them held the block up for 16 dependent shared-memory reads.
+__device__ __forceinline__ bool block_argmax(float& best, int& bi, float* sval, int* sidx) {
+    warp_argmax(best, bi);
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
+    if (lane == 0) { sval[warp] = best; sidx[warp] = bi; }
+    __syncthreads();
+    if (warp != 0) return false;
+    best = lane < nwarps ? sval[lane] : EBSDXC_NEG_INF;
+    bi = lane < nwarps ? sidx[lane] : 0x7fffffff;
+    warp_argmax(best, bi);
+    return lane == 0;
+}
+
 // First maximum in row-major order over the lags |dy| <= ry, |dx| <= rx of a circular
 // (Ny, Nx) map whose rows are `stride` floats apart, as numpy.argmax: (value, index
 // iy * (2 rx + 1) + ix) in thread 0, which alone returns true. Warps walk rows, lanes walk
@@ -107,13 +122,7 @@ __device__ bool block_lag_argmax(const float* c, int Ny, int Nx, int stride, int
             argmax_take(best, bi, row[xx], iy * rw + ix);
         }
     }
-    warp_argmax(best, bi);
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    if (lane == 0) { sval[warp] = best; sidx[warp] = bi; }
-    __syncthreads();
-    if (threadIdx.x != 0) return false;
-    for (int wi = 1; wi < nwarps; ++wi) argmax_take(best, bi, sval[wi], sidx[wi]);
-    return true;
+    return block_argmax(best, bi, sval, sidx);
 }
 
 template <int METHOD>
