@@ -981,9 +981,12 @@ __device__ __forceinline__ double warp_sum9(const double (&v)[9]) {
 // row a piece, those reads (48 bytes for six multiply-adds) bound the sums. G is a power of two
 // <= 32 that keeps the rounds over the block few and their idle threads few; a row's G pieces
 // are summed by log2(G) shuffles of six doubles (weighed here as 5 columns each against 1 + RB
-// per column: the weight reads, then a map read and six multiply-adds per row).
+// per column: the weight reads, then a map read and six multiply-adds per row). RB = 4 where NX
+// is a multiple of 4, else 1: measured on an H100, 4 rows against 1 took 96x96 full mode (NX
+// 192) from 5.39 to 3.55 ms and 256x256 +-24 (288) from 2.70 to 2.18, and 128x128 +-24 (162)
+// from 2.06 to 2.11 (benchmarks/results/argmax-2026-11-27).
 #ifndef FC_GRID_RB
-#define FC_GRID_RB 2
+#define FC_GRID_RB (FC_NX % 4 == 0 ? 4 : 1)
 #endif
 constexpr int RB = FC_GRID_RB, NB = (NYL + RB - 1) / RB;
 __host__ __device__ constexpr int piece_cost(int g, int shuffles) {
