@@ -33,7 +33,7 @@ STAMP = ("{ if (threadIdx.x == 0) { long long _n = clock64(); "
 PASSES = 31  # counter of stencil passes
 NAMES = ["correlate", "integer start", "row weights (6ce0174)", "window autocorr. (6ce0174)", "tables",
          "map pass", "warp sums", "barrier (6ce0174)", "nine sums (6ce0174)", "finish", "step", "step barrier",
-         "end"]
+         "end", "  start: the block's argmax", "  start: warp 0's 3x3"]
 
 # (phase, anchor, where): the stamp goes before or after the anchor (in this order: the step
 # barrier's anchor holds the step's)
@@ -64,6 +64,10 @@ ANCHORS = [
     (11, "            d.pos[5] = beyond ? 1.0 : 0.0;\n        }\n        __syncthreads();\n", "after_count"),
     (10, "            d.pos[5] = beyond ? 1.0 : 0.0;\n        }\n", "after"),
     (12, "    if (threadIdx.x == 0 && s == 0) {\n        const bool stuck", "before"),
+    # the integer start split (from the eleventh session's code on; the rest stays "integer start")
+    (13, "    const bool lead = map_argmax(Mf, s, sval, sidx, pk, best, bi);\n"
+         "    if (threadIdx.x < 32) {  // warp 0 (thread 0 leads)\n", "after"),
+    (14, "        start_3x3(Mf, ly, lx, lag_y, lag_x, comp, s, v, flat);\n        if (lead) {\n", "after"),
 ]
 
 

@@ -1321,16 +1321,31 @@ __device__ void grid_values(const float* Mf, const GridScratch& d, double yc, do
             }
         }
         __syncthreads();
-        // the grid's values in these columns: a warp per (u, v), lanes along the rows
-        for (int p = warp; p < R * nv; p += NWARPS) {
-            const int u = p / nv, v = p - u * nv;
-            double a = 0.0;
-            for (int j = lane; j < NYL; j += 32) {
-                const float2 w = d.wy[u * NYL + j];
-                a += (double)w.x * d.rows[j * 6 + 2 * v] - (double)w.y * d.rows[j * 6 + 2 * v + 1];
+        // the grid's values in these columns: each of the R nv sums over the map rows in P pieces
+        // of neighbouring lanes, P as large as one round of the block allows (a warp per sum
+        // waited on its five shuffles: 6.5k cycles a chunk at R = 24, a quarter of the grid)
+        const int sums = R * nv;
+        int P = 1;
+        while (P < 32 && 2 * P * sums <= NT) P *= 2;
+        for (int i0 = 0; i0 < sums * P; i0 += NT) {  // the same rounds in every lane of a warp
+            const int i = i0 + threadIdx.x, o = i / P, piece = i - o * P;
+            const int u = o / nv, v = o - u * nv;
+            double a0 = 0.0, a1 = 0.0;
+            if (o < sums) {
+                int j = piece;
+                for (; j + P < NYL; j += 2 * P) {
+                    const float2 w = d.wy[u * NYL + j], w1 = d.wy[u * NYL + j + P];
+                    a0 += (double)w.x * d.rows[j * 6 + 2 * v] - (double)w.y * d.rows[j * 6 + 2 * v + 1];
+                    a1 += (double)w1.x * d.rows[(j + P) * 6 + 2 * v] - (double)w1.y * d.rows[(j + P) * 6 + 2 * v + 1];
+                }
+                if (j < NYL) {
+                    const float2 w = d.wy[u * NYL + j];
+                    a0 += (double)w.x * d.rows[j * 6 + 2 * v] - (double)w.y * d.rows[j * 6 + 2 * v + 1];
+                }
             }
-            a = warp_sum_all(a);
-            if (lane == 0) d.g[u * R + v0 + v] = a;
+            double a = a0 + a1;
+            for (int m = P / 2; m > 0; m >>= 1) a += __shfl_xor_sync(0xffffffffu, a, m);
+            if (o < sums && piece == 0) d.g[u * R + v0 + v] = a;
         }
     }
     grid_finish(d, R, comp);

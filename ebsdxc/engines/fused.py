@@ -116,6 +116,9 @@ THREADS_MAX = 512
 # peaks (benchmarks/fused_threads.py): dft 1.385 -> 1.181 ms, quadratic 0.971 -> 0.876 ms
 # (256 threads: 1.208, 0.917).
 COLS_THREADS_MAX = 384
+# Subpixel grids up to this side take the cheapest FFT lengths (fast_length), larger ones the
+# smallest (benchmarks set it to compare).
+FAST_GRID_MAX = 3
 _STATIC_SMEM = 512      # static shared memory of the kernel (reduction slots), rounded up
 _METHODS = {"none": 0, "parabolic": 1, "gaussian": 2, "quadratic": 3}
 _KERNELS = ("fused_peaks", "fused_maps", "fused_dft", "fused_upsampled")
@@ -279,7 +282,7 @@ def fused_plan(tile_shape, mode, max_shift=None, *, smem_limit=SMEM_OPTIN, grid=
                          f"in {mode} mode need {need[1]}x{need[0]}: use the fft engine")
     # The upsampled grid's sums grow with the map and outweigh what the FFTs save (H100, 45 ROIs
     # of 128x128 at +-24: 2.19 ms at 162, 3.01 ms at 192), so it keeps the smallest lengths.
-    fast = tuple(fast_length(n) for n in need) if grid <= 3 else fft
+    fast = tuple(fast_length(n) for n in need) if grid <= FAST_GRID_MAX else fft
     ny, nx = fft
     if split != 2:
         plan, why = _first_plan((h, w), (fast, fft), max_lag, 1, smem_limit, grid)
