@@ -174,32 +174,20 @@ def read_rate_while_copying(source, backend, batch: int, plan=None) -> float | N
 def device_read_rate(readers, source, batch: int) -> float:
     """Patterns/s of ``readers`` (a :class:`~ebsdxc.run.device_readers.DeviceReaders`) reading
     the whole of ``source`` to the device batch by batch, into three device buffers in turn with
-    two batches in flight, as :func:`~ebsdxc.run.streaming.stream_chunks` has them read."""
-    from .device_readers import DeviceBuffer
+    two batches in flight, as a run streams them (the same
+    :class:`~ebsdxc.run.device_readers.DeviceRing`), nothing computed."""
+    from .device_readers import DeviceRing
 
     n = source.n_patterns
     chunks = [(i, min(i + batch, n)) for i in range(0, n, batch)]
-    with readers.lock:  # the one stream that uses them
-        bufs = [DeviceBuffer(batch * source.nbytes_per_pattern) for _ in range(3)]
-        try:
-            readers.attach(bufs)
-
-            def submit(k):
-                readers.submit(k, k % 3, source.path, source.byte_pieces(*chunks[k], readers.piece_bytes))
-
-            t = time.perf_counter()
-            for k in range(min(2, len(chunks))):
-                submit(k)
-            for k in range(len(chunks)):
-                readers.wait(k)
-                if k + 2 < len(chunks):
-                    submit(k + 2)
-            return n / (time.perf_counter() - t)
-        finally:
-            readers.drain()
-            readers.detach()
-            for b in bufs:
-                b.free()
+    with readers.lock, DeviceRing(readers, source, chunks, batch) as ring:  # the one stream that uses them
+        t = time.perf_counter()
+        ring.start()
+        for k in range(len(chunks)):
+            ring.ready(k)
+            ring.done(k - 1)
+        rate = n / (time.perf_counter() - t)
+    return rate
 
 
 def engine_rate(pipeline, patterns, reps: int = 10, plan=None) -> float:

@@ -34,7 +34,8 @@ import numpy as np
 from ..errors import InputError
 from ..io.direct import byte_groups
 
-__all__ = ["DeviceReaders", "reader_processes", "shared", "discard", "close_shared", "DeviceBuffer", "PIECE_BYTES"]
+__all__ = ["DeviceReaders", "DeviceRing", "reader_processes", "shared", "discard", "close_shared", "DeviceBuffer",
+           "PIECE_BYTES"]
 
 PIECE_BYTES = 4 << 20  # a slot: 4 MB pieces x 2 slots x 16 readers ran fastest (staged_copy.py --ipc)
 _SLOTS = 2
@@ -234,6 +235,75 @@ class DeviceReaders:
         for c in self._conns:
             c.close()
         self._conns, self._procs, self._outstanding, self._attached = [], [], [], None
+
+
+class DeviceRing:
+    """Batches ``chunks`` ((start, stop, ...) pattern ranges of ``source``) read by ``readers``
+    into three device buffers in turn, batch k into buffer k % 3, two batches in flight: the
+    way a run streams them (:mod:`ebsdxc.run.streaming`) and ``bench --pipeline`` measures them.
+
+    Entering makes and attaches the buffers; :meth:`start` submits batches 0 and 1 (apart, so
+    that a benchmark times the reads alone); :meth:`ready` (k) waits for batch
+    k and returns its buffer; :meth:`done` (k) says batch k's buffer is no longer read, so batch
+    k + 3 may go there (``done(-1)`` after batch 0 arrives submits batch 2). Leaving waits for
+    every outstanding read and the device, closes the buffers in the readers and frees them; a
+    reader that died takes its handles with it, so the set is closed and replaced on next use.
+    The caller holds ``readers.lock``.
+    """
+
+    SLOTS = 3
+
+    def __init__(self, readers: DeviceReaders, source, chunks, batch: int):
+        self.readers, self.source, self.chunks = readers, source, list(chunks)
+        self.nbytes = int(batch) * source.nbytes_per_pattern
+        self.buffers: list[DeviceBuffer] = []
+
+    def __enter__(self):
+        try:
+            for _ in range(self.SLOTS):
+                self.buffers.append(DeviceBuffer(self.nbytes))
+            self.readers.attach(self.buffers)
+        except BaseException:
+            self._release()
+            raise
+        return self
+
+    def start(self) -> None:
+        for k in range(min(self.SLOTS - 1, len(self.chunks))):
+            self._submit(k)
+
+    def _submit(self, k):
+        start, stop = self.chunks[k][:2]
+        self.readers.submit(k, k % self.SLOTS, self.source.path,
+                            self.source.byte_pieces(start, stop, self.readers.piece_bytes))
+
+    def ready(self, k) -> DeviceBuffer:
+        """Batch k's buffer once every piece of it is there (InputError naming the file if a
+        read failed)."""
+        self.readers.wait(k)
+        return self.buffers[k % self.SLOTS]
+
+    def done(self, k) -> None:
+        if 0 <= k + self.SLOTS < len(self.chunks):
+            self._submit(k + self.SLOTS)
+
+    def _release(self):
+        import cupy as cp
+
+        try:
+            self.readers.drain()  # no reader still writes into a buffer about to go
+            if self.buffers:
+                cp.cuda.Device().synchronize()  # nor a kernel still reads one
+                self.readers.detach()  # nor has it open (freeing it first is undefined in CUDA)
+        except (InputError, OSError):  # a reader died (its handles went with it): the set is replaced
+            self.readers.close()
+        for b in self.buffers:
+            b.free()
+        self.buffers = []
+
+    def __exit__(self, *exc):
+        self._release()
+        return False
 
 
 def _pread_all(fd, view, offset):

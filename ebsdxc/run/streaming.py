@@ -297,38 +297,28 @@ def _may_read_to_device(pipeline, halo, plan) -> bool:
 
 def _stream_device_read(pipeline, source, chunks, emit, match, readers, batch):
     """:func:`stream_chunks` with reader processes copying each batch to one of three device
-    buffers: batch k + 2 is read while batch k computes and batch k - 1's buffer is free once
-    its results are back."""
+    buffers (:class:`~ebsdxc.run.device_readers.DeviceRing`): batch k + 2 is read while batch k
+    computes, into batch k - 1's buffer once its results are back."""
+    from .device_readers import DeviceRing
+
     be = pipeline.backend
     compute, copy_back, _ = pipeline.streams()
     shape, dtype = tuple(source.pattern_shape), np.dtype(source.dtype).newbyteorder("=")
-    pb = source.nbytes_per_pattern
-    from .device_readers import DeviceBuffer
-
-    bufs = []
     pending = None
-    try:
-        bufs = [DeviceBuffer(batch * pb) for _ in range(3)]
-        readers.attach(bufs)
-
-        def submit(k):
-            start, stop = chunks[k][:2]
-            readers.submit(k, k % 3, source.path, source.byte_pieces(start, stop, readers.piece_bytes))
-
-        for k in range(min(2, len(chunks))):
-            submit(k)
+    with DeviceRing(readers, source, chunks, batch) as ring:
+        ring.start()
         for k, chunk in enumerate(chunks):
             start, stop = chunk[:2]
             item = _Batch(start, stop, None, None)
             try:
                 with timing.stage("read"):  # the wait for the reader processes
-                    readers.wait(k)
+                    buf = ring.ready(k)
             except InputError as e:
                 if pending is not None:  # keep what was computed before the failed read
                     _flush(be, pending, emit, copy_back)
                     pending = None
                 raise read_failure(e, start, stop, source.path) from e
-            patterns = bufs[k % 3].view(dtype, (stop - start, *shape))
+            patterns = buf.view(dtype, (stop - start, *shape))
             try:
                 with compute:
                     res = match(item, patterns)
@@ -339,22 +329,11 @@ def _stream_device_read(pipeline, source, chunks, emit, match, readers, batch):
                 raise
             if pending is not None:
                 _flush(be, pending, emit, copy_back)  # batch k - 1 computed: its buffer is free
-            if k + 2 < len(chunks):
-                submit(k + 2)
+            ring.done(k - 1)
             pending = (start, res, done_event)
         if pending is not None:
             _flush(be, pending, emit, copy_back)
             pending = None
-    finally:
-        try:
-            readers.drain()  # no reader still writes into a buffer about to go
-            if bufs:
-                be.xp.cuda.Device().synchronize()  # nor a kernel still reads one
-                readers.detach()  # nor has it open (freeing it first is undefined in CUDA)
-        except (InputError, OSError):  # a reader died (its handles went with it): the set is replaced
-            readers.close()
-        for b in bufs:
-            b.free()
 
 
 @contextlib.contextmanager
