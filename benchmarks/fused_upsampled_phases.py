@@ -1,0 +1,122 @@
+"""Where the fused ``upsampled`` kernel spends its time: clock cycles per phase, per (ROI,
+block), as ``fused_dft_phases.py`` does for ``dft`` (an instrumented copy of
+``kernels/fftcorr.cu``; thread 0's clock between boundaries, so a phase holds the block's waits at
+its barriers; a chunk's column sums are thread 0's own, the other warps' finish waits in the next
+column table). Smooth shifted tiles with 5% noise, 50 patterns, window compensation on.
+
+Usage::
+
+    python benchmarks/fused_upsampled_phases.py 128:24 96:0 256:24   # tile:max_shift, 0 = full mode
+    FAST=1 python benchmarks/fused_upsampled_phases.py 128:24         # the cheapest FFT lengths
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(__file__))
+import fused_dft_phases as f  # noqa: E402
+from common import median_ms, shifted_smooth_tiles  # noqa: E402
+
+ST = f.STAMP
+NAMES = ["correlate", "integer start", "wy table", "autocorr", "column table", "row sums", "column sums",
+         "grid finish", "argmax+fit", "recentre barrier", "end"]
+PASSES = 31
+A = [
+    (0, "              true, s, pk);\n    const float* Mf = reinterpret_cast<const float*>(S);\n"
+        "    integer_start(Mf, d, lag_y, lag_y + NY, comp, false,", "inside"),
+    (1, "    integer_start(Mf, d, lag_y, lag_y + NY, comp, false, sval, sidx, t, out_value, out_border, s, pk);\n",
+     "after"),
+    (2, "        d.wy[i] = weight_full(tt - NY * rint(tt * RNY));\n    }\n    if (comp) {", "wy"),
+    (3, "    for (int v0 = 0; v0 < R; v0 += 3) {  // three columns of the grid at a time\n", "before"),
+    (4, "        column_table(d, xc, h, v0, nv, c);\n", "after"),
+    (6, "        const int nv = min(3, R - v0);\n", "after"),
+    (5, "        // the grid's values in these columns: each of the R nv sums over the map rows in P pieces\n",
+     "before"),
+    (6, "    grid_finish(d, R, comp);\n}", "before_finish"),
+    (7, "        const int bi = grid_argmax(d, R, sidx);\n", "before"),
+    (8, "        const bool again = d.pos[5] != 0.0;\n", "before"),
+    (9, "        if (!again) break;\n", "before_count"),
+    (10, "    if (threadIdx.x == 0 && s == 0) {\n        const bool stuck = d.pos[5] != 0.0;  // never inside",
+     "before"),
+]
+
+
+def instrument(src):
+    src = src.replace("namespace fc {\n\nconstexpr int H",
+                      "__device__ unsigned long long fc_phase[32];\n__shared__ long long fc_last;\n"
+                      "namespace fc {\n\nconstexpr int H", 1)
+    anchor = "    const GridScratch d = grid_scratch(S, R);\n"
+    assert anchor in src
+    src = src.replace(anchor, anchor + "    if (threadIdx.x == 0) fc_last = clock64();\n", 1)
+    for phase, anchor, where in A:
+        assert anchor in src, anchor[:60]
+        st = ST % phase
+        if where == "inside":
+            new = anchor.replace("true, s, pk);\n", f"true, s, pk);\n    {st}\n", 1)
+        elif where == "after":
+            new = anchor + f"    {st}\n"
+        elif where == "wy":
+            new = anchor.replace("    }\n    if (comp) {", f"    }}\n    if (!STENCIL) {st}\n    if (comp) {{", 1)
+        elif where == "before":
+            new = f"    {st}\n" + anchor
+        elif where == "before_finish":
+            new = anchor.replace("    grid_finish", f"    if (!STENCIL) {st}\n    grid_finish", 1).replace(
+                "comp);\n}", f"comp);\n    if (!STENCIL) {ST % 7}\n}}", 1)
+        elif where == "before_count":
+            new = f"        {st}\n        if (threadIdx.x == 0) atomicAdd(&fc_phase[{PASSES}], 1ULL);\n" + anchor
+        src = src.replace(anchor, new, 1)
+    return src
+
+
+def run(tile, shift, patterns=50):
+    import cupy as cp
+
+    import ebsdxc.kernel_loader as kl
+    from ebsdxc.backend import select_backend
+    from ebsdxc.engines import EngineConfig, make_engine
+    from ebsdxc.engines.fused import _KERNELS
+    from ebsdxc.preprocess import window_1d
+    n = 86 if tile == 96 else 45
+    ref, scan = shifted_smooth_tiles(patterns, n, tile, tile, noise=0.05)
+    tiles = cp.asarray(scan)
+    cfg = EngineConfig(mode="window" if shift else "full", max_shift=shift or None, subpixel="upsampled")
+    win = (window_1d(tile), window_1d(tile))
+    eng = make_engine("fused", select_backend("cuda"), (tile, tile), cfg, window_1d=win)
+    eng.set_reference(cp.asarray(ref), np.ones(n), np.zeros(n, np.uint8))
+    eng.locate(tiles)
+    mod = kl._module(cp.cuda.Device().id, "fftcorr.cu", tuple(_KERNELS), eng.plan.defines())
+    counters = cp.ndarray((32,), cp.uint64, mod.get_global("fc_phase"))
+    counters[:] = 0
+    eng.locate(tiles)
+    cp.cuda.Device().synchronize()
+    c = counters.get().astype(float)
+    blocks = patterns * n * eng.plan.split
+    total = c[:len(NAMES)].sum()
+    mode = f"+-{shift}" if shift else "full"
+    print(f"{tile}x{tile} {mode}: FFT {eng.plan.fft}, {eng.plan.threads} threads; "
+          f"grids/ROI {c[PASSES] / blocks:.2f}; cycles per ROI and block {total / blocks:,.0f}")
+    for i, name in enumerate(NAMES):
+        print(f"   {name:20s} {c[i] / blocks:9,.0f}  {100 * c[i] / total:5.1f}%")
+    ms = median_ms(lambda: eng.locate(tiles))
+    print(f"   instrumented kernel: {ms:.3f} ms = {patterns / ms * 1e3:,.0f} patterns/s", flush=True)
+
+
+def main(argv=None):
+    import ebsdxc.kernel_loader as kl
+    from ebsdxc.engines import fused
+
+    if os.environ.get("FAST"):
+        fused.FAST_GRID_MAX = 100
+    plain = kl.kernel_source.__wrapped__
+    kl.kernel_source = lambda name: instrument(plain(name)) if name == "fftcorr.cu" else plain(name)
+    for spec in (argv if argv is not None else sys.argv[1:]) or ["128:24"]:
+        t, sh = (int(v) for v in spec.split(":"))
+        run(t, sh)
+
+
+if __name__ == "__main__":
+    main()
