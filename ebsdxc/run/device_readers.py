@@ -194,9 +194,12 @@ class DeviceReaders:
         ident = (st.st_dev, st.st_ino)  # a file replaced under the same name is opened again
         pieces = np.asarray(pieces, np.int64).reshape(-1, 3)
         groups = byte_groups(pieces[:, 2], len(self._conns))  # every process gets a message
+        self._outstanding.append(job)  # answered by those still running, or the wait fails
         for c, g in zip(self._conns, groups):
-            c.send(("read", job, int(buffer), (path, ident), pieces[g].tolist()))
-        self._outstanding.append(job)
+            try:
+                c.send(("read", job, int(buffer), (path, ident), pieces[g].tolist()))
+            except OSError:  # the process has ended (its end of the socket is closed)
+                raise InputError("cannot read the patterns: a reader process ended unexpectedly", path) from None
 
     def wait(self, job) -> None:
         """Return once every piece of ``job`` (the oldest job not waited for) is on the device."""

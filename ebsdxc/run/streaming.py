@@ -329,8 +329,14 @@ def _stream_device_read(pipeline, source, chunks, emit, match, readers, batch):
                 raise
             if pending is not None:
                 _flush(be, pending, emit, copy_back)  # batch k - 1 computed: its buffer is free
-            ring.done(k - 1)
             pending = (start, res, done_event)
+            try:
+                ring.done(k - 1)  # batch k + 2 into that buffer
+            except InputError as e:  # a reader ended: keep batch k, name the batch not sent
+                _flush(be, pending, emit, copy_back)
+                pending = None
+                a, b = chunks[k + 2][:2]
+                raise read_failure(e, a, b, source.path) from e
         if pending is not None:
             _flush(be, pending, emit, copy_back)
             pending = None

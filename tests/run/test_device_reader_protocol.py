@@ -138,3 +138,134 @@ def test_reader_processes_start_only_for_runs_that_use_them(monkeypatch, gpu, fr
     assert (got == "the readers") == starts and len(started) == int(starts)
     if starts:
         assert started == [{"wait": True}]
+
+
+class _HostBuffer:
+    """A device buffer's stand-in in host memory (its address is its 'IPC handle' here)."""
+
+    def __init__(self, nbytes):
+        self.array = np.zeros(max(1, nbytes), np.uint8)
+        self.ptr = self.array.ctypes.data
+        self.freed = False
+
+    def view(self, dtype, shape):
+        return self.array[:int(np.prod(shape)) * np.dtype(dtype).itemsize].view(dtype).reshape(shape)
+
+    def free(self):
+        self.freed = True
+
+
+def _host_readers(monkeypatch, n=2, threads=2, piece_bytes=4096):
+    """A DeviceReaders whose n 'processes' are _serve loops in threads writing host memory."""
+    monkeypatch.setitem(sys.modules, "cupy", SimpleNamespace(cuda=SimpleNamespace(
+        runtime=SimpleNamespace(ipcGetMemHandle=lambda ptr: ptr, **vars(_RUNTIME)), Device=lambda i=0: SimpleNamespace(
+            use=lambda: None, synchronize=lambda: None), Stream=_Stream, Event=_Event)))
+    monkeypatch.setitem(sys.modules, "cupyx", _CUPYX)
+    monkeypatch.setattr(device_readers, "DeviceBuffer", _HostBuffer)
+    r = device_readers.DeviceReaders.__new__(device_readers.DeviceReaders)
+    r.spec, r.device, r.piece_bytes, r.threads = (n, threads), 0, piece_bytes, threads
+    r._conns, r._procs, r._outstanding, r._attached, r._paths = [], [], [], None, {}
+    r.lock, r._ready = threading.Lock(), False
+    loops = []
+    for _ in range(n):
+        mine, theirs = socket.socketpair()
+        t = threading.Thread(target=device_readers._serve, args=(0, Connection(theirs.detach()), threads, piece_bytes),
+                             daemon=True)
+        t.start()
+        loops.append(t)
+        r._conns.append(Connection(mine.detach()))
+    return r, loops
+
+
+def _stop(readers, loops):
+    readers.close()
+    for t in loops:
+        t.join(timeout=10)
+        assert not t.is_alive()
+
+
+def test_the_device_ring_reads_batch_k_into_buffer_k_mod_3_two_in_flight(tmp_path, monkeypatch):
+    """The run's stream and bench --pipeline read through one DeviceRing: batch k lands in
+    buffer k % 3, batches k + 1 and k + 2 are submitted only once batch k - 1's buffer is let
+    go (never three in flight: the third buffer is the one being computed on), and leaving waits
+    for the readers, detaches and frees every buffer."""
+    from ebsdxc.io import open_scan
+    from ebsdxc.run.bench_pipeline import write_scan
+
+    path = write_scan(tmp_path / "scan.h5", 50, (32, 32), chunk=7)
+    source = open_scan(path)
+    want = source.read(0, 50)
+    readers, loops = _host_readers(monkeypatch)
+    submitted = []
+    real = readers.submit
+    monkeypatch.setattr(readers, "submit", lambda job, buf, *a: submitted.append((job, buf)) or real(job, buf, *a))
+    chunks = [(i, min(i + 8, 50)) for i in range(0, 50, 8)]  # 7 batches, the last of 2
+    try:
+        with device_readers.DeviceRing(readers, source, chunks, 8) as ring:
+            buffers = list(ring.buffers)
+            assert readers._attached == tuple(b.ptr for b in buffers) and submitted == []
+            ring.start()
+            assert submitted == [(0, 0), (1, 1)]
+            for k, (a, b) in enumerate(chunks):
+                got = ring.ready(k)
+                assert got is buffers[k % 3]
+                np.testing.assert_array_equal(got.view(source.dtype, (b - a, 32, 32)), want[a:b])
+                assert len(readers._outstanding) <= 1  # batch k + 1 only, until k - 1 is let go
+                ring.done(k - 1)
+                assert [j for j, _ in submitted] == list(range(min(k + 3, len(chunks))))
+        assert submitted == [(k, k % 3) for k in range(len(chunks))]
+        assert readers._attached is None and all(b.freed for b in buffers) and ring.buffers == []
+    finally:
+        _stop(readers, loops)
+
+
+def test_a_device_ring_left_mid_scan_waits_for_its_reads_and_frees(tmp_path, monkeypatch):
+    """A run that fails mid-scan (an exception inside the ring) leaves no read outstanding into a
+    buffer about to be freed, and the readers serve the next ring."""
+    from ebsdxc.io import open_scan
+    from ebsdxc.run.bench_pipeline import write_scan
+
+    path = write_scan(tmp_path / "scan.h5", 40, (16, 16), chunk=5)
+    source = open_scan(path)
+    readers, loops = _host_readers(monkeypatch)
+    chunks = [(i, i + 5) for i in range(0, 40, 5)]
+    try:
+        with pytest.raises(RuntimeError, match="the run failed"), \
+                device_readers.DeviceRing(readers, source, chunks, 5) as ring:
+            ring.start()
+            ring.ready(0)
+            ring.done(-1)  # batches 1 and 2 in flight
+            raise RuntimeError("the run failed")
+        assert readers._outstanding == [] and readers._attached is None
+        with device_readers.DeviceRing(readers, source, chunks[:2], 5) as ring:
+            ring.start()
+            np.testing.assert_array_equal(ring.ready(0).view(source.dtype, (5, 16, 16)), source.read(0, 5))
+            ring.ready(1)
+    finally:
+        _stop(readers, loops)
+
+
+def test_a_reader_that_dies_mid_scan_is_one_error_naming_the_file_and_the_set_is_closed(tmp_path, monkeypatch):
+    """A reader process that ends mid-scan took its handles with it: the ring's wait says so,
+    naming the file, and leaving it closes the readers (the next run starts a new set) instead
+    of failing again on the dead one."""
+    from ebsdxc.errors import InputError
+    from ebsdxc.io import open_scan
+    from ebsdxc.run.bench_pipeline import write_scan
+
+    path = write_scan(tmp_path / "scan.h5", 40, (16, 16), chunk=5)
+    source = open_scan(path)
+    readers, loops = _host_readers(monkeypatch)
+    chunks = [(i, i + 5) for i in range(0, 40, 5)]
+    try:
+        with pytest.raises(InputError, match="ended unexpectedly") as err, \
+                device_readers.DeviceRing(readers, source, chunks, 5) as ring:
+            ring.start()
+            readers._conns[1].send(("stop",))  # the second reader ends after batches 0 and 1
+            for k in range(len(chunks)):
+                ring.ready(k)
+                ring.done(k - 1)
+        assert str(path) in str(err.value)
+        assert readers._conns == [] and readers._attached is None
+    finally:
+        _stop(readers, loops)
