@@ -431,6 +431,7 @@ def _serve(device, conn, threads, piece_bytes):  # pragma: no cover - runs in a 
             cp.cuda.runtime.ipcCloseMemHandle(b)
     for fd in files.values():
         os.close(fd)
+    conn.close()  # the parent's next read or send fails at once (a loop in a thread, in tests)
 
 
 if __name__ == "__main__":  # pragma: no cover - a reader process, started by DeviceReaders
