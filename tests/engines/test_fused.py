@@ -772,9 +772,34 @@ def test_the_phase_benchmark_finds_every_phase_of_the_dft_kernel():
     spec.loader.exec_module(phases)
     src = phases.instrument(kernel_source("fftcorr.cu"))
     found = {int(i) for i in re.findall(r"atomicAdd\(&fc_phase\[(\d+)\]", src)}
-    assert found == {0, 1, 4, 5, 6, 9, 10, 11, 12, phases.PASSES}
+    assert found == {0, 1, 4, 5, 6, 9, 10, 11, 12, 13, 14, phases.PASSES}
     body = src[src.index("fused_dft(const FC_IN*"):src.index("fused_upsampled(const FC_IN*")]
     assert body.count("atomicAdd(&fc_phase[") >= 5  # correlate, start, step, step barrier, end
+
+
+def test_the_phase_benchmark_finds_every_phase_of_the_upsampled_kernel():
+    # benchmarks/fused_upsampled_phases.py, the same for fused_upsampled (its anchors are asserted)
+    import importlib.util
+    import re
+    import sys
+    from pathlib import Path
+
+    from ebsdxc.kernel_loader import kernel_source
+
+    bench = Path(__file__).resolve().parents[2] / "benchmarks"
+    sys.path.insert(0, str(bench))
+    try:
+        spec = importlib.util.spec_from_file_location("ebsdxc_fused_upsampled_phases",
+                                                      bench / "fused_upsampled_phases.py")
+        phases = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(phases)
+    finally:
+        sys.path.remove(str(bench))
+    src = phases.instrument(kernel_source("fftcorr.cu"))
+    found = {int(i) for i in re.findall(r"atomicAdd\(&fc_phase\[(\d+)\]", src)}
+    assert found == set(range(len(phases.NAMES))) | {phases.PASSES}
+    body = src[src.index("fused_upsampled(const FC_IN*"):]
+    assert body.count("atomicAdd(&fc_phase[") >= 5
 
 
 # ------------------------------------------------ ROIs read from whole patterns (match_rois)
