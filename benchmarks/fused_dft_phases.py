@@ -102,7 +102,9 @@ def instrument(src):
     return src
 
 
-def run(tile, shift, patterns=50):
+def run(tile, shift, patterns=50, *, subpixel="dft", names=None, counted="passes"):
+    """Cycles per phase of the fused ``subpixel`` kernel compiled from the instrumented source
+    (``names``: its phases, this module's by default; ``counted``: what counter PASSES counts)."""
     import cupy as cp
 
     import ebsdxc.kernel_loader as kl
@@ -111,11 +113,12 @@ def run(tile, shift, patterns=50):
     from ebsdxc.engines.fused import _KERNELS
     from ebsdxc.preprocess import window_1d
 
+    names = NAMES if names is None else names
     h = w = tile
     n = 86 if tile == 96 else 45
     ref, scan = shifted_smooth_tiles(patterns, n, h, w, noise=0.05)
     tiles = cp.asarray(scan)
-    cfg = EngineConfig(mode="window" if shift else "full", max_shift=shift or None, subpixel="dft")
+    cfg = EngineConfig(mode="window" if shift else "full", max_shift=shift or None, subpixel=subpixel)
     eng = make_engine("fused", select_backend("cuda"), (h, w), cfg, window_1d=(window_1d(h), window_1d(w)))
     eng.set_reference(cp.asarray(ref), np.ones(n), np.zeros(n, np.uint8))
     eng.locate(tiles)
@@ -126,11 +129,12 @@ def run(tile, shift, patterns=50):
     cp.cuda.Device().synchronize()
     c = counters.get().astype(float)
     blocks = patterns * n * eng.plan.split
-    total = c[:len(NAMES)].sum()
+    total = c[:len(names)].sum()
     mode = f"window +-{shift}" if shift else "full"
-    print(f"{tile}x{tile}, {mode}: FFT {eng.plan.fft}, split {eng.plan.split}, "
-          f"cols {eng.plan.cols}; passes/ROI {c[PASSES] / blocks:.2f}; cycles per ROI and block {total / blocks:,.0f}")
-    for i, name in enumerate(NAMES):
+    print(f"{tile}x{tile}, {mode}: FFT {eng.plan.fft}, split {eng.plan.split}, cols {eng.plan.cols}, "
+          f"{eng.plan.threads} threads; {counted}/ROI {c[PASSES] / blocks:.2f}; "
+          f"cycles per ROI and block {total / blocks:,.0f}")
+    for i, name in enumerate(names):
         if c[i]:
             print(f"   {name:28s} {c[i] / blocks:9,.0f}  {100 * c[i] / total:5.1f}%")
     ms = median_ms(lambda: eng.locate(tiles))

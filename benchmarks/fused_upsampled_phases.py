@@ -15,16 +15,13 @@ from __future__ import annotations
 import os
 import sys
 
-import numpy as np
-
 sys.path.insert(0, os.path.dirname(__file__))
 import fused_dft_phases as f  # noqa: E402
-from common import median_ms, shifted_smooth_tiles  # noqa: E402
 
 ST = f.STAMP
 NAMES = ["correlate", "integer start", "wy table", "autocorr", "column table", "row sums", "column sums",
          "grid finish", "argmax+fit", "recentre barrier", "end"]
-PASSES = 31
+PASSES = f.PASSES
 A = [
     (0, "              true, s, pk);\n    const float* Mf = reinterpret_cast<const float*>(S);\n"
         "    integer_start(Mf, d, lag_y, lag_y + NY, comp, false,", "inside"),
@@ -72,39 +69,6 @@ def instrument(src):
     return src
 
 
-def run(tile, shift, patterns=50):
-    import cupy as cp
-
-    import ebsdxc.kernel_loader as kl
-    from ebsdxc.backend import select_backend
-    from ebsdxc.engines import EngineConfig, make_engine
-    from ebsdxc.engines.fused import _KERNELS
-    from ebsdxc.preprocess import window_1d
-    n = 86 if tile == 96 else 45
-    ref, scan = shifted_smooth_tiles(patterns, n, tile, tile, noise=0.05)
-    tiles = cp.asarray(scan)
-    cfg = EngineConfig(mode="window" if shift else "full", max_shift=shift or None, subpixel="upsampled")
-    win = (window_1d(tile), window_1d(tile))
-    eng = make_engine("fused", select_backend("cuda"), (tile, tile), cfg, window_1d=win)
-    eng.set_reference(cp.asarray(ref), np.ones(n), np.zeros(n, np.uint8))
-    eng.locate(tiles)
-    mod = kl._module(cp.cuda.Device().id, "fftcorr.cu", tuple(_KERNELS), eng.plan.defines())
-    counters = cp.ndarray((32,), cp.uint64, mod.get_global("fc_phase"))
-    counters[:] = 0
-    eng.locate(tiles)
-    cp.cuda.Device().synchronize()
-    c = counters.get().astype(float)
-    blocks = patterns * n * eng.plan.split
-    total = c[:len(NAMES)].sum()
-    mode = f"+-{shift}" if shift else "full"
-    print(f"{tile}x{tile} {mode}: FFT {eng.plan.fft}, {eng.plan.threads} threads; "
-          f"grids/ROI {c[PASSES] / blocks:.2f}; cycles per ROI and block {total / blocks:,.0f}")
-    for i, name in enumerate(NAMES):
-        print(f"   {name:20s} {c[i] / blocks:9,.0f}  {100 * c[i] / total:5.1f}%")
-    ms = median_ms(lambda: eng.locate(tiles))
-    print(f"   instrumented kernel: {ms:.3f} ms = {patterns / ms * 1e3:,.0f} patterns/s", flush=True)
-
-
 def main(argv=None):
     import ebsdxc.kernel_loader as kl
     from ebsdxc.engines import fused
@@ -115,7 +79,7 @@ def main(argv=None):
     kl.kernel_source = lambda name: instrument(plain(name)) if name == "fftcorr.cu" else plain(name)
     for spec in (argv if argv is not None else sys.argv[1:]) or ["128:24"]:
         t, sh = (int(v) for v in spec.split(":"))
-        run(t, sh)
+        f.run(t, sh, subpixel="upsampled", names=NAMES, counted="grids")
 
 
 if __name__ == "__main__":
