@@ -27,14 +27,12 @@ A = [
         "    integer_start(Mf, d, lag_y, lag_y + NY, comp, false,", "inside"),
     (1, "    integer_start(Mf, d, lag_y, lag_y + NY, comp, false, sval, sidx, t, out_value, out_border, s, pk);\n",
      "after"),
-    (2, "        d.wy[i] = weight_full(tt - NY * rint(tt * RNY));\n    }\n    if (comp) {", "wy"),
-    (3, "    for (int v0 = 0; v0 < R; v0 += 3) {  // three columns of the grid at a time\n", "before"),
-    (4, "        column_table(d, xc, h, v0, nv, c);\n", "after"),
-    (6, "        const int nv = min(3, R - v0);\n", "after"),
-    (5, "        // the grid's values in these columns: each of the R nv sums over the map rows in P pieces\n",
-     "before"),
-    (6, "    grid_finish(d, R, comp);\n}", "before_finish"),
-    (7, "        const int bi = grid_argmax(d, R, sidx);\n", "before"),
+    (2, "        d.wy[i] = tb.wy[u * NY + wrap(my - (j * SPLIT + s), NY)];\n    }\n", "after"),
+    (3, "    double2 w[WX_EACH];\n    column_fetch(tb, mx, R, 0, w);\n", "before"),
+    (4, "        if (v0 + 3 < R) column_fetch(tb, mx, R, v0 + 3, w);\n", "after"),
+    (5, "    __syncthreads();\n    // the grid's values in these columns: a thread per grid row u", "before"),
+    (6, "            for (int v = 0; v < nv; ++v) d.g[u * R + v0 + v] = a[v];\n        }\n    }\n}", "end"),
+    (7, "        chunk_sums(Mf, d, R, v0, min(3, R - v0));\n    }\n    grid_finish(d, R, comp);\n", "after"),
     (8, "        const bool again = d.pos[5] != 0.0;\n", "before"),
     (9, "        if (!again) break;\n", "before_count"),
     (10, "    if (threadIdx.x == 0 && s == 0) {\n        const bool stuck = d.pos[5] != 0.0;  // never inside",
@@ -56,13 +54,10 @@ def instrument(src):
             new = anchor.replace("true, s, pk);\n", f"true, s, pk);\n    {st}\n", 1)
         elif where == "after":
             new = anchor + f"    {st}\n"
-        elif where == "wy":
-            new = anchor.replace("    }\n    if (comp) {", f"    }}\n    if (!STENCIL) {st}\n    if (comp) {{", 1)
         elif where == "before":
             new = f"    {st}\n" + anchor
-        elif where == "before_finish":
-            new = anchor.replace("    grid_finish", f"    if (!STENCIL) {st}\n    grid_finish", 1).replace(
-                "comp);\n}", f"comp);\n    if (!STENCIL) {ST % 7}\n}}", 1)
+        elif where == "end":
+            new = anchor[:-1] + f"    {st}\n}}"
         elif where == "before_count":
             new = f"        {st}\n        if (threadIdx.x == 0) atomicAdd(&fc_phase[{PASSES}], 1ULL);\n" + anchor
         src = src.replace(anchor, new, 1)

@@ -1245,6 +1245,73 @@ __device__ __forceinline__ void grid_finish(const GridScratch& d, int R, int com
     __syncthreads();
 }
 
+// One chunk of the general grid: its nv <= 3 columns from v0 (their Dx in d.wx) summed along
+// every map row into d.rows, then down the rows into d.g (R x nv values). Every thread calls it.
+__device__ __forceinline__ void chunk_sums(const float* Mf, const GridScratch& d, int R, int v0, int nv) {
+    // row sums: the GR pieces of a row in neighbouring lanes, summed by shuffles
+    for (int p0 = 0; p0 < NB * GR; p0 += NT) {  // the same rounds in every lane of a warp
+        const int p = p0 + threadIdx.x;
+        double a[RB][6];
+        if (p < NB * GR) {
+            piece_sums<GR>(Mf, d.wx, p, a);
+        } else {
+#pragma unroll
+            for (int r = 0; r < RB; ++r)
+#pragma unroll
+                for (int c = 0; c < 6; ++c) a[r][c] = 0.0;
+        }
+#pragma unroll
+        for (int o = GR / 2; o > 0; o >>= 1) {
+#pragma unroll
+            for (int r = 0; r < RB; ++r)
+#pragma unroll
+                for (int c = 0; c < 6; ++c) a[r][c] += __shfl_xor_sync(0xffffffffu, a[r][c], o);
+        }
+        if (p < NB * GR && p % GR == 0) {
+#pragma unroll
+            for (int r = 0; r < RB; ++r) {
+                const int j = RB * (p / GR) + r;
+                if (j < NYL) {
+#pragma unroll
+                    for (int c = 0; c < 6; ++c) d.rows[j * 6 + c] = a[r][c];
+                }
+            }
+        }
+    }
+    __syncthreads();
+    // the grid's values in these columns: a thread per grid row u and piece of the map rows, P
+    // pieces of neighbouring lanes (P as large as one round of the block allows), each with all
+    // nv columns, so that a row weight is read and widened to double once for them (a thread
+    // per value widened it nv times: the conversions, at a quarter of the FP64 rate, made the
+    // column sums 45k of 214k cycles per ROI at 128x128 +-24)
+    int P = 1;
+    while (P < 32 && 2 * P * R <= NT) P *= 2;
+    for (int i0 = 0; i0 < R * P; i0 += NT) {  // the same rounds in every lane of a warp
+        const int i = i0 + threadIdx.x, u = i / P, piece = i - u * P;
+        double a[3] = {0.0, 0.0, 0.0};
+        if (u < R) {
+            for (int j = piece; j < NYL; j += P) {
+                const float2 w = d.wy[u * NYL + j];
+                const double wr = w.x, wi = w.y;
+                const double2* r = reinterpret_cast<const double2*>(d.rows + j * 6);
+#pragma unroll
+                for (int v = 0; v < 3; ++v) {
+                    const double2 q = r[v];
+                    a[v] = fma(wr, q.x, fma(-wi, q.y, a[v]));
+                }
+            }
+        }
+#pragma unroll
+        for (int m = P / 2; m > 0; m >>= 1) {
+#pragma unroll
+            for (int v = 0; v < 3; ++v) a[v] += __shfl_xor_sync(0xffffffffu, a[v], m);
+        }
+        if (u < R && piece == 0) {
+            for (int v = 0; v < nv; ++v) d.g[u * R + v0 + v] = a[v];
+        }
+    }
+}
+
 // STENCIL: the 3x3 grid of `dft` (stencil_values, where d.rows has room for its sums; its own
 // code, so that the general grid's registers do not weigh on it); else any R. d.g is complete
 // in every thread when it returns (in warp 0 only for stencil_values).
@@ -1289,64 +1356,67 @@ __device__ void grid_values(const float* Mf, const GridScratch& d, double yc, do
     }
     for (int v0 = 0; v0 < R; v0 += 3) {  // three columns of the grid at a time
         const int nv = min(3, R - v0);
-        // row sums: the GR pieces of a row in neighbouring lanes, summed by shuffles
         column_table(d, xc, h, v0, nv, c);
-        for (int p0 = 0; p0 < NB * GR; p0 += NT) {  // the same rounds in every lane of a warp
-            const int p = p0 + threadIdx.x;
-            double a[RB][6];
-            if (p < NB * GR) {
-                piece_sums<GR>(Mf, d.wx, p, a);
-            } else {
+        chunk_sums(Mf, d, R, v0, nv);
+    }
+    grid_finish(d, R, comp);
+}
+
+// The tables of the upsampled grid about a whole-pixel centre, made once per engine
+// (fused_upsampled_tables): Dy and Dx at the grid's lags, and the window autocorrelation there,
+// depend on the centre only through its remainder mod N, so a grid reads them rotated instead of
+// evaluating R (NYL + 3) closed forms per chunk and 2R autocorrelation sums (28k of 214k cycles
+// per ROI at 128x128 +-24).
+struct GridTables {
+    const float2* __restrict__ wy;   // [R][NY] Dy(m + (u - c) h)
+    const double2* __restrict__ wx;  // [R][NX] Dx(m + (v - c) h)
+    const double* __restrict__ acy;  // [NY][R] window autocorrelation at m + (u - c) h over its sum (comp)
+    const double* __restrict__ acx;  // [NX][R]
+};
+
+__device__ __forceinline__ int wrap(int m, int n) {
+    m %= n;
+    return m < 0 ? m + n : m;
+}
+
+// A thread's share of a chunk's column weights (3 NX of them, zero beyond nv), read ahead.
+constexpr int WX_EACH = (3 * NX + NT - 1) / NT;
+__device__ __forceinline__ void column_fetch(const GridTables& tb, int mx, int R, int v0, double2 (&w)[WX_EACH]) {
+    const int nv = min(3, R - v0);
 #pragma unroll
-                for (int r = 0; r < RB; ++r)
-#pragma unroll
-                    for (int c = 0; c < 6; ++c) a[r][c] = 0.0;
-            }
-#pragma unroll
-            for (int o = GR / 2; o > 0; o >>= 1) {
-#pragma unroll
-                for (int r = 0; r < RB; ++r)
-#pragma unroll
-                    for (int c = 0; c < 6; ++c) a[r][c] += __shfl_xor_sync(0xffffffffu, a[r][c], o);
-            }
-            if (p < NB * GR && p % GR == 0) {
-#pragma unroll
-                for (int r = 0; r < RB; ++r) {
-                    const int j = RB * (p / GR) + r;
-                    if (j < NYL) {
-#pragma unroll
-                        for (int c = 0; c < 6; ++c) d.rows[j * 6 + c] = a[r][c];
-                    }
-                }
-            }
+    for (int e = 0; e < WX_EACH; ++e) {
+        const int i = threadIdx.x + e * NT, v = i / NX, k = i - v * NX;
+        w[e] = i < 3 * NX && v < nv ? tb.wx[(v0 + v) * NX + wrap(mx - k, NX)] : make_double2(0.0, 0.0);
+    }
+}
+
+// The correlation (divided by the window autocorrelation where comp) at the R x R lags
+// (iy + (u - R/2) h, ix + (v - R/2) h) into d.g[u * R + v], as grid_values, from the tables;
+// every thread calls it, d.g is complete when it returns. The next chunk's column weights are
+// read while this chunk's sums run.
+__device__ void tabled_grid(const float* Mf, const GridScratch& d, int iy, int ix, int R, int comp,
+                            const GridTables& tb, int s) {
+    const int my = wrap(iy, NY), mx = wrap(ix, NX);
+    for (int i = threadIdx.x; i < R * NYL; i += blockDim.x) {
+        const int u = i / NYL, j = i - u * NYL;
+        d.wy[i] = tb.wy[u * NY + wrap(my - (j * SPLIT + s), NY)];
+    }
+    if (comp) {
+        for (int i = threadIdx.x; i < 2 * R; i += blockDim.x) {
+            if (i < R) d.acy[i] = tb.acy[my * R + i];
+            else d.acx[i - R] = tb.acx[mx * R + i - R];
         }
+    }
+    double2 w[WX_EACH];
+    column_fetch(tb, mx, R, 0, w);
+    for (int v0 = 0; v0 < R; v0 += 3) {  // three columns of the grid at a time
+        __syncthreads();  // wy written; the rows and wx of the last chunk read
+#pragma unroll
+        for (int e = 0; e < WX_EACH; ++e)
+            if (threadIdx.x + e * NT < 3 * NX) d.wx[threadIdx.x + e * NT] = w[e];
         __syncthreads();
-        // the grid's values in these columns: each of the R nv sums over the map rows in P pieces
-        // of neighbouring lanes, P as large as one round of the block allows (a warp per sum
-        // waited on its five shuffles: 6.5k cycles a chunk at R = 24, a quarter of the grid)
-        const int sums = R * nv;
-        int P = 1;
-        while (P < 32 && 2 * P * sums <= NT) P *= 2;
-        for (int i0 = 0; i0 < sums * P; i0 += NT) {  // the same rounds in every lane of a warp
-            const int i = i0 + threadIdx.x, o = i / P, piece = i - o * P;
-            const int u = o / nv, v = o - u * nv;
-            double a0 = 0.0, a1 = 0.0;
-            if (o < sums) {
-                int j = piece;
-                for (; j + P < NYL; j += 2 * P) {
-                    const float2 w = d.wy[u * NYL + j], w1 = d.wy[u * NYL + j + P];
-                    a0 += (double)w.x * d.rows[j * 6 + 2 * v] - (double)w.y * d.rows[j * 6 + 2 * v + 1];
-                    a1 += (double)w1.x * d.rows[(j + P) * 6 + 2 * v] - (double)w1.y * d.rows[(j + P) * 6 + 2 * v + 1];
-                }
-                if (j < NYL) {
-                    const float2 w = d.wy[u * NYL + j];
-                    a0 += (double)w.x * d.rows[j * 6 + 2 * v] - (double)w.y * d.rows[j * 6 + 2 * v + 1];
-                }
-            }
-            double a = a0 + a1;
-            for (int m = P / 2; m > 0; m >>= 1) a += __shfl_xor_sync(0xffffffffu, a, m);
-            if (o < sums && piece == 0) d.g[u * R + v0 + v] = a;
-        }
+        if (v0 + 3 < R) column_fetch(tb, mx, R, v0 + 3, w);
+        chunk_sums(Mf, d, R, v0, min(3, R - v0));
     }
     grid_finish(d, R, comp);
 }
@@ -1501,7 +1571,8 @@ fused_upsampled(const FC_IN* __restrict__ tiles, long long frame, int row, const
                 const float* __restrict__ window, const float2* __restrict__ ref,
                 int n_ref, const int* __restrict__ ref_of, int indexed, const float2* __restrict__ tw,
                 const double* __restrict__ wy, const double* __restrict__ wx, int comp,
-                const double* __restrict__ Sy, const double* __restrict__ Sx, double sy_sum, double sx_sum,
+                const float2* __restrict__ grid_wy, const double2* __restrict__ grid_wx,
+                const double* __restrict__ grid_acy, const double* __restrict__ grid_acx,
                 int up, int max_recentre, double reach, double* __restrict__ out_y, double* __restrict__ out_x,
                 float* __restrict__ out_value, unsigned char* __restrict__ out_border) {
     using namespace fc;
@@ -1514,6 +1585,7 @@ fused_upsampled(const FC_IN* __restrict__ tiles, long long frame, int row, const
     const long long t = blockIdx.x / SPLIT;
     const int s = cluster_rank();
     const TileIn in = tile_in(tiles, frame, row, offsets, mean, status, window, n_ref, t);
+    const GridTables tables{grid_wy, grid_wx, grid_acy, grid_acx};
     Peak pk;
     correlate(S, S + ROWS * LD, S + ROWS * LD + NX, in, reference(ref, n_ref, ref_of, indexed, t),
               true, s, pk);
@@ -1523,7 +1595,7 @@ fused_upsampled(const FC_IN* __restrict__ tiles, long long frame, int row, const
     __syncthreads();
     for (int it = 0; it <= max_recentre; ++it) {
         const double cy = d.pos[6], cx = d.pos[7];
-        grid_values<false>(Mf, d, cy, cx, 1.0 / up, R, comp, Sy, Sx, sy_sum, sx_sum, s);
+        tabled_grid(Mf, d, (int)cy, (int)cx, R, comp, tables, s);
         const int bi = grid_argmax(d, R, sidx);
         if (threadIdx.x == 0) {
             const int iu = bi / R, iv = bi % R;
@@ -1551,4 +1623,58 @@ fused_upsampled(const FC_IN* __restrict__ tiles, long long frame, int row, const
         finish(d, stuck ? PEAK_NAN : d.pos[0], stuck ? PEAK_NAN : d.pos[1], reach, t, out_y, out_x);
     }
     if (SPLIT > 1) cluster_sync();
+}
+
+// The tables of fused_upsampled (fc::GridTables) for upsample factor up: blockIdx.y 0 the
+// weights, a thread each; 1 the window autocorrelations (comp), a warp each, summed as
+// grid_values sums them. The same closed forms as the grids that evaluate them in place.
+__global__ void fused_upsampled_tables(int up, const double* __restrict__ Sy, const double* __restrict__ Sx,
+                                       double sy_sum, double sx_sum, float2* __restrict__ grid_wy,
+                                       double2* __restrict__ grid_wx, double* __restrict__ grid_acy,
+                                       double* __restrict__ grid_acx) {
+    using namespace fc;
+    const int R = (3 * up + 1) / 2, c = R / 2;
+    const double h = 1.0 / up;
+    const long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (blockIdx.y == 0) {
+        if (i < (long long)R * NY) {
+            const int u = (int)(i / NY), m = (int)(i - (long long)u * NY);
+            const double tt = m + (u - c) * h;
+            grid_wy[i] = weight_full(tt - NY * rint(tt * RNY));
+        } else if (i < (long long)R * (NY + NX)) {
+            const long long q = i - (long long)R * NY;
+            const int v = (int)(q / NX), m = (int)(q - (long long)v * NX);
+            const double tt = m + (v - c) * h;
+            const float2 w = weight_half(tt - NX * rint(tt * RNX));
+            grid_wx[q] = make_double2(w.x, w.y);
+        }
+        return;
+    }
+    const long long o = i / 32;  // (axis, m, u): m < NY, then m < NX
+    const int lane = threadIdx.x & 31;
+    if (o >= (long long)R * (NY + NX)) return;
+    const bool row = o < (long long)R * NY;
+    const long long q = row ? o : o - (long long)R * NY;
+    const int m = (int)(q / R), u = (int)(q - (long long)m * R);
+    double a = 0.0;
+    if (row) {
+        for (int k = lane; k < NY; k += 32) {
+            const int kk = k < (NY + 1) / 2 ? k : k - NY;
+            double f = kk * (m + (u - c) * h) * RNY;
+            f -= floor(f);
+            a += Sy[k] * cospi(2.0 * f);
+        }
+    } else {
+        for (int l = lane; l < NXH; l += 32) {
+            const double wl = (l == 0 || (NX % 2 == 0 && l == NX / 2)) ? 1.0 : 2.0;
+            double f = l * (m + (u - c) * h) * RNX;
+            f -= floor(f);
+            a += Sx[l] * wl * cospi(2.0 * f);
+        }
+    }
+    a = warp_sum_all(a);
+    if (lane == 0) {
+        if (row) grid_acy[q] = a / sy_sum;
+        else grid_acx[q] = a / sx_sum;
+    }
 }

@@ -121,7 +121,7 @@ COLS_THREADS_MAX = 384
 FAST_GRID_MAX = 3
 _STATIC_SMEM = 512      # static shared memory of the kernel (reduction slots), rounded up
 _METHODS = {"none": 0, "parabolic": 1, "gaussian": 2, "quadratic": 3}
-_KERNELS = ("fused_peaks", "fused_maps", "fused_dft", "fused_upsampled")
+_KERNELS = ("fused_peaks", "fused_maps", "fused_dft", "fused_upsampled", "fused_upsampled_tables")
 
 
 def _smooth(n):
@@ -441,6 +441,7 @@ class FusedFFTEngine(CorrelationEngine):
         self._no_lags = (cp.ones(ny), cp.ones(nx))  # kernel arguments when not compensating
         self._no_index = cp.zeros(1, dtype=cp.int32)  # kernel argument for one reference set
         self._fns = {}
+        self._grid_tables = None
 
     @classmethod
     def size_refusal(cls, tile_shape, config):
@@ -479,6 +480,28 @@ class FusedFFTEngine(CorrelationEngine):
             fn.max_dynamic_shared_size_bytes = self._smem(name)
             self._fns[key] = fn
         return fn
+
+    def _upsampled_tables(self):
+        # fc::GridTables: the grid's weights and window autocorrelations at every remainder of a
+        # whole-pixel centre, made once (the kernel reads them rotated)
+        if self._grid_tables is None:
+            cp = self.xp
+            ny, nx = self.fft_shape
+            R = self._grid
+            wy = cp.empty((R, ny), dtype=cp.complex64)
+            wx = cp.empty((R, nx), dtype=cp.complex128)
+            acy = cp.ones((ny, R), dtype=cp.float64)
+            acx = cp.ones((nx, R), dtype=cp.float64)
+            sy, sx = self._spectra if self._spectra is not None else self._no_lags
+            weights = R * (ny + nx)
+            threads = 256
+            blocks = (weights * 32 + threads - 1) // threads
+            self._kernel("fused_upsampled_tables")(
+                (blocks, 2 if self._spectra is not None else 1), (threads,),
+                (np.int32(self.config.upsample), sy, sx, np.float64(self._sums[0]), np.float64(self._sums[1]),
+                 wy, wx, acy, acx))
+            self._grid_tables = (wy, wx, acy, acx)
+        return self._grid_tables
 
     def _smem(self, name):
         return self.plan.grid_smem if name in ("fused_dft", "fused_upsampled") else self.plan.smem
@@ -582,8 +605,9 @@ class FusedFFTEngine(CorrelationEngine):
                     name, args = "fused_dft", head + (self._steps, np.int32(len(DFT_STEPS)),
                                                       np.int32(DFT_MAX_MOVES)) + tail
                 else:
-                    name, args = "fused_upsampled", head + (np.int32(self.config.upsample),
-                                                            np.int32(UPSAMPLED_MAX_RECENTRE)) + tail
+                    name = "fused_upsampled"
+                    args = head[:-4] + self._upsampled_tables() + (np.int32(self.config.upsample),
+                                                                   np.int32(UPSAMPLED_MAX_RECENTRE)) + tail
                 self._kernel(name, src.raw)((T * self.plan.split,), (self.plan.threads,), args,
                                             shared_mem=self.plan.grid_smem)
                 return y, x, value, border.view(cp.bool_)

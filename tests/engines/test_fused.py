@@ -659,6 +659,81 @@ def test_grid_methods_in_the_kernel_match_the_float64_oracle(rng, tile, mode, sh
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("tile,mode,shift,up", [((64, 64), "window", 16, 16), ((45, 60), "full", None, 7),
+                                               ((31, 40), "window", 6, 10), ((96, 96), "full", None, 16)])
+def test_upsampled_tables_match_float64_sums(tile, mode, shift, up):
+    # fused_upsampled_tables: the grid's Dirichlet weights (full spectrum down, Hermitian half
+    # across) and window autocorrelations at every remainder m of a whole-pixel centre, against
+    # the sums they close, in float64
+
+    from ebsdxc.backend import select_backend
+    from ebsdxc.engines import EngineConfig
+    from ebsdxc.engines.fused import FusedFFTEngine
+    from ebsdxc.preprocess import window_1d
+
+    win = (window_1d(tile[0]), window_1d(tile[1]))
+    cfg = EngineConfig(mode=mode, max_shift=shift, subpixel="upsampled", upsample=up)
+    eng = FusedFFTEngine(select_backend("cuda"), tile, cfg, window_1d=win)
+    wy, wx, acy, acx = (a.get() for a in eng._upsampled_tables())
+    ny, nx = eng.fft_shape
+    R = (3 * up + 1) // 2
+    lags = (np.arange(R) - R // 2) / up
+    ty = np.arange(ny)[None, :] + lags[:, None]  # (R, ny)
+    tx = np.arange(nx)[None, :] + lags[:, None]
+    ky = np.fft.fftfreq(ny) * ny
+    kx = np.arange(nx // 2 + 1)
+    hx = np.full(kx.size, 2.0)
+    hx[0] = 1.0
+    if nx % 2 == 0:
+        hx[-1] = 1.0
+    want_wy = np.exp(2j * np.pi * ty[..., None] * ky / ny).sum(-1)
+    want_wx = (hx * np.exp(2j * np.pi * tx[..., None] * kx / nx)).sum(-1)
+    np.testing.assert_allclose(wy, want_wy, atol=4e-6 * ny)
+    np.testing.assert_allclose(wx, want_wx, atol=4e-6 * nx)
+    sy, sx = (s.get() for s in eng._spectra)
+    want_acy = (sy * np.cos(2 * np.pi * ty.T[..., None] * ky / ny)).sum(-1) / sy.sum()  # (ny, R)
+    want_acx = (sx[:kx.size] * hx * np.cos(2 * np.pi * tx.T[..., None] * kx / nx)).sum(-1) / sx.sum()
+    np.testing.assert_allclose(acy, want_acy, atol=1e-12)
+    np.testing.assert_allclose(acx, want_acx, atol=1e-12)
+    assert np.abs(want_acy).max() > 0.5 and np.abs(want_wy).max() > 0.9 * ny  # the sums are not trivial
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("tile,mode,shift,split,up", [
+    ((64, 64), "window", 16, None, 7), ((45, 60), "full", None, 2, 10), ((96, 96), "full", None, None, 5)])
+def test_upsampled_factors_other_than_16_match_the_float64_oracle(rng, tile, mode, shift, split, up):
+    # grids of odd side (7: 11 points, chunks of 3, 3, 3, 2) and steps no power of two (1/7,
+    # 1/10), about centres on either side of zero, read rotated from the tables
+    import cupy as cp
+
+    from ebsdxc.backend import select_backend
+    from ebsdxc.engines import EngineConfig
+    from ebsdxc.engines.fused import FusedFFTEngine
+    from ebsdxc.peaks import locate_peaks, window_power_spectrum
+    from ebsdxc.preprocess import window_1d
+
+    win = (window_1d(tile[0]), window_1d(tile[1]))
+    cfg = EngineConfig(mode=mode, max_shift=shift, subpixel="upsampled", upsample=up)
+    eng = FusedFFTEngine(select_backend("cuda"), tile, cfg, window_1d=win, split=split)
+    B, n = 6, 7
+    scan, ref = _shifted_tiles(rng, B, n, tile, shift=2.3, sigma=2.0)
+    eng.set_reference(cp.asarray(ref), np.ones(n), np.zeros(n, np.uint8))
+    got = [a.get() for a in eng.locate(cp.asarray(scan))]
+    fft = eng.fft_shape
+    cps = (np.fft.rfft2(scan.astype(np.float64), s=fft) * np.conj(np.fft.rfft2(ref.astype(np.float64), s=fft))[None])
+    cps = cps.reshape(B * n, fft[0], fft[1] // 2 + 1)
+    spectra = (window_power_spectrum(win[0], fft[0]), window_power_spectrum(win[1], fft[1]))
+    want = locate_peaks(np.fft.irfft2(cps, s=fft), max_lag=eng.max_lag, method="upsampled", cross_power=cps,
+                        window_spectra=spectra, upsample=up)
+    np.testing.assert_array_equal(np.isnan(got[0]), np.isnan(want[0]))
+    ok = ~np.isnan(want[0])
+    assert ok.mean() > 0.9
+    assert (want[0][ok] < -0.5).any() and (want[0][ok] > 0.5).any()  # centres on both sides of zero
+    d = np.concatenate([got[0][ok] - want[0][ok], got[1][ok] - want[1][ok]])
+    assert np.abs(d).max() < 2e-4
+
+
+@pytest.mark.gpu
 @pytest.mark.parametrize("method", ["quadratic", "dft", "upsampled"])
 @pytest.mark.parametrize("mode,shift", [("full", None), ("window", 8)])  # the CPU engine's FFT size too
 def test_real_patterns_split_or_not_match_the_cpu_engine(method, mode, shift):
