@@ -305,6 +305,13 @@ def _stream_device_read(pipeline, source, chunks, emit, match, readers, batch):
     compute, copy_back, _ = pipeline.streams()
     shape, dtype = tuple(source.pattern_shape), np.dtype(source.dtype).newbyteorder("=")
     pending = None
+
+    def read_failed(error, first, last):
+        # keep what was computed before the batch that could not be read, then name that batch
+        if pending is not None:
+            _flush(be, pending, emit, copy_back)
+        return read_failure(error, first, last, source.path)
+
     with DeviceRing(readers, source, chunks, batch) as ring:
         ring.start()
         for k, chunk in enumerate(chunks):
@@ -314,10 +321,7 @@ def _stream_device_read(pipeline, source, chunks, emit, match, readers, batch):
                 with timing.stage("read"):  # the wait for the reader processes
                     buf = ring.ready(k)
             except InputError as e:
-                if pending is not None:  # keep what was computed before the failed read
-                    _flush(be, pending, emit, copy_back)
-                    pending = None
-                raise read_failure(e, start, stop, source.path) from e
+                raise read_failed(e, start, stop) from e
             patterns = buf.view(dtype, (stop - start, *shape))
             try:
                 with compute:
@@ -325,7 +329,6 @@ def _stream_device_read(pipeline, source, chunks, emit, match, readers, batch):
                     done_event = compute.record()
             except Exception as e:
                 _keep_before_failure(e, be, pending, emit, copy_back)
-                pending = None
                 raise
             if pending is not None:
                 _flush(be, pending, emit, copy_back)  # batch k - 1 computed: its buffer is free
@@ -333,13 +336,9 @@ def _stream_device_read(pipeline, source, chunks, emit, match, readers, batch):
             try:
                 ring.done(k - 1)  # batch k + 2 into that buffer
             except InputError as e:  # a reader ended: keep batch k, name the batch not sent
-                _flush(be, pending, emit, copy_back)
-                pending = None
-                a, b = chunks[k + 2][:2]
-                raise read_failure(e, a, b, source.path) from e
+                raise read_failed(e, *chunks[k + 2][:2]) from e
         if pending is not None:
             _flush(be, pending, emit, copy_back)
-            pending = None
 
 
 @contextlib.contextmanager
