@@ -29,10 +29,12 @@ A = [
      "after"),
     (2, "        d.wy[i] = tb.wy[u * NY + wrap(my - (j * SPLIT + s), NY)];\n    }\n", "after"),
     (3, "    double2 w[WX_EACH];\n    column_fetch(tb, mx, R, 0, w);\n", "before"),
-    (4, "        if (v0 + 3 < R) column_fetch(tb, mx, R, v0 + 3, w);\n", "after"),
+    (4, "        if (v0 + CW < R) {\n            if (WX_EACH <= 2) column_fetch(tb, mx, R, v0 + CW, w);\n"
+        "        }\n", "after"),
     (5, "    __syncthreads();\n    // the grid's values in these columns: a thread per grid row u", "before"),
-    (6, "            for (int v = 0; v < nv; ++v) d.g[u * R + v0 + v] = a[v];\n        }\n    }\n}", "end"),
-    (7, "        chunk_sums(Mf, d, R, v0, min(3, R - v0));\n    }\n    grid_finish(d, R, comp);\n", "after"),
+    (6, "                if (v < nv) d.g[u * R + v0 + v] = a[v];\n        }\n    }\n}", "end"),
+    (7, "        if (WX_EACH > 2 && v0 + CW < R) column_fetch(tb, mx, R, v0 + CW, w);\n    }\n"
+        "    grid_finish(d, R, comp);\n", "after"),
     (8, "        const bool again = d.pos[5] != 0.0;\n", "before"),
     (9, "        if (!again) break;\n", "before_count"),
     (10, "    if (threadIdx.x == 0 && s == 0) {\n        const bool stuck = d.pos[5] != 0.0;  // never inside",

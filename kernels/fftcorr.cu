@@ -802,7 +802,7 @@ fused_peaks(const FC_IN* __restrict__ tiles, long long frame, int row, const int
 //   Dy(t) = sum over the NY signed frequencies ky of exp(2 pi i ky t / NY),
 //   Dx(t) = sum over kx = 0..NX/2 of w_kx exp(2 pi i kx t / NX) (w = 1 at 0 and NX/2, else 2),
 // both summed in closed form. Per 3x3 stencil that is 6 weighted sums down every map column,
-// then 9 across the column sums (stencil_values); per three columns of a larger grid, 6 along
+// then 9 across the column sums (stencil_values); per CW columns of a larger grid, 2 CW along
 // every map row, then R down the row sums (grid_values). No spectrum reads.
 
 namespace fc {
@@ -911,6 +911,14 @@ __device__ __forceinline__ float2 weight_half(double t) {
     return fabsf(s) < 1e-6f ? weight_half_small(t) : w;
 }
 
+// Columns of the general grid summed in one pass over the map (fused.py chooses them by the
+// shared memory left: each pass widens every map value to double again, and with three columns
+// those conversions bound the row sums).
+#ifndef FC_GRID_CW
+#define FC_GRID_CW 3
+#endif
+constexpr int CW = FC_GRID_CW;
+
 // Scratch of the dft and upsampled kernels after the window lag tables (fused._grid_scratch
 // bytes for a grid of R x R lags).
 struct GridScratch {
@@ -920,8 +928,8 @@ struct GridScratch {
     double* acy;  // [R] window autocorrelation at its rows' lags
     double* acx;  // [R]
     float2* wy;   // [R][NYL] Dy at its rows, for this block's map rows
-    double2* wx;  // [3][NX] Dx at three of its columns (16-byte aligned)
-    double* rows;  // [NYL][6] sum_k c[j][k] (Re, Im) Dx_v(k) for those three columns; for the 3x3
+    double2* wx;  // [CW][NX] Dx at CW of its columns (16-byte aligned); the stencil uses three
+    double* rows;  // [NYL][2 CW] sum_k c[j][k] (Re, Im) Dx_v(k) for those columns; for the 3x3
                    // stencil the warps' nine sums, then the window autocorrelation's pieces
 };
 
@@ -931,7 +939,7 @@ __device__ __forceinline__ GridScratch grid_scratch(float2* S, int R) {
     d.g = d.pos + 8;
     // The split's sum is made after the last row sums are read, and the peer block reads only
     // d.g: it can share the row sums' space when that is large enough (fused._grid_scratch).
-    const bool gsum_in_rows = R * R <= 6 * NYL;
+    const bool gsum_in_rows = R * R <= 2 * CW * NYL;
     d.gsum = d.g + R * R;
     d.acy = d.gsum + (SPLIT > 1 && !gsum_in_rows ? R * R : 0);
     d.acx = d.acy + R;
@@ -941,7 +949,7 @@ __device__ __forceinline__ GridScratch grid_scratch(float2* S, int R) {
     float2* after = d.wy + R * NYL;
     if (reinterpret_cast<unsigned long long>(after) & 15ULL) after += 1;
     d.wx = reinterpret_cast<double2*>(after);
-    d.rows = reinterpret_cast<double*>(d.wx + 3 * NX);
+    d.rows = reinterpret_cast<double*>(d.wx + CW * NX);
     if (gsum_in_rows) d.gsum = d.rows;
     return d;
 }
@@ -977,11 +985,12 @@ __device__ __forceinline__ double warp_sum9(const double (&v)[9]) {
 }
 
 // The row sums of the general grid in pieces p = b G + g: map rows RB b .. RB b + RB - 1, every
-// G-th column from g. Each column's three complex weights are read once for RB rows: with one
-// row a piece, those reads (48 bytes for six multiply-adds) bound the sums. G is a power of two
-// <= 32 that keeps the rounds over the block few and their idle threads few; a row's G pieces
-// are summed by log2(G) shuffles of six doubles (weighed here as 5 columns each against 1 + RB
-// per column: the weight reads, then a map read and six multiply-adds per row). RB = 4 where NX
+// G-th column from g. Each column's CW complex weights are read once for RB rows: with one
+// row a piece and three columns, those reads (48 bytes for six multiply-adds) bound the sums. G
+// is a power of two <= 32 that keeps the rounds over the block few and their idle threads few; a
+// row's G pieces are summed by log2(G) shuffles of 2 CW doubles (at CW = 3 weighed as 5 columns
+// each against 1 + RB per column: the weight reads, then a map read and six multiply-adds per
+// row; piece_cost counts thirds of that, with CW / 3 weight reads a column). RB = 4 where NX
 // is a multiple of 4, else 1: measured on an H100, 4 rows against 1 took 96x96 full mode (NX
 // 192) from 5.39 to 3.55 ms and 256x256 +-24 (288) from 2.70 to 2.18, and 128x128 +-24 (162)
 // from 2.06 to 2.11 (benchmarks/results/argmax-2026-11-27).
@@ -990,8 +999,8 @@ __device__ __forceinline__ double warp_sum9(const double (&v)[9]) {
 #endif
 constexpr int RB = FC_GRID_RB, NB = (NYL + RB - 1) / RB;
 __host__ __device__ constexpr int piece_cost(int g, int shuffles) {
-    return ((NB * g + NT - 1) / NT) * ((1 + RB) * ((NX + g - 1) / g) + RB * shuffles * ((g > 1) + (g > 2) + (g > 4)
-                                                                                       + (g > 8) + (g > 16)));
+    return ((NB * g + NT - 1) / NT) * ((CW + 3 * RB) * ((NX + g - 1) / g)
+                                       + RB * shuffles * CW * ((g > 1) + (g > 2) + (g > 4) + (g > 8) + (g > 16)));
 }
 __host__ __device__ constexpr int best_pieces(int shuffles) {
     int best = 1;
@@ -1001,20 +1010,20 @@ __host__ __device__ constexpr int best_pieces(int shuffles) {
 }
 constexpr int GR = best_pieces(5);
 
-// sum_k c[j][k] (Re, Im) Dx_v(k) over the columns of piece p, v < 3, for its RB rows (the last
+// sum_k c[j][k] (Re, Im) Dx_v(k) over the columns of piece p, v < CW, for its RB rows (the last
 // block's rows past the map repeat its last row), in double: a subpixel value is a sum of terms
 // up to (log N)^2 times larger than it, and the finest stencils of a broad peak differ by 1e-4
 // of it. The weights are doubles in shared memory: converting float weights at every
 // multiply-add (F2F runs at a quarter of the FP64 rate) was the bound.
 template <int G>
-__device__ __forceinline__ void piece_sums(const float* Mf, const double2* wx, int p, double (&a)[RB][6]) {
+__device__ __forceinline__ void piece_sums(const float* Mf, const double2* wx, int p, double (&a)[RB][2 * CW]) {
     const int b = p / G, g = p - b * G;
     const float* mr[RB];
 #pragma unroll
     for (int r = 0; r < RB; ++r) {
         mr[r] = Mf + min(RB * b + r, NYL - 1) * 2 * MLD;
 #pragma unroll
-        for (int c = 0; c < 6; ++c) a[r][c] = 0.0;
+        for (int c = 0; c < 2 * CW; ++c) a[r][c] = 0.0;
     }
 #pragma unroll 2
     for (int k = g; k < NX; k += G) {
@@ -1022,7 +1031,7 @@ __device__ __forceinline__ void piece_sums(const float* Mf, const double2* wx, i
 #pragma unroll
         for (int r = 0; r < RB; ++r) cv[r] = mr[r][k];
 #pragma unroll
-        for (int v = 0; v < 3; ++v) {
+        for (int v = 0; v < CW; ++v) {
             const double2 q = wx[v * NX + k];
 #pragma unroll
             for (int r = 0; r < RB; ++r) {
@@ -1037,7 +1046,7 @@ __device__ __forceinline__ void piece_sums(const float* Mf, const double2* wx, i
 // thread calls it.
 __device__ __forceinline__ void column_table(const GridScratch& d, double xc, double h, int v0, int nv, int c) {
     __syncthreads();  // wy written; the rows and wx of the last chunk read
-    for (int i = threadIdx.x; i < 3 * NX; i += blockDim.x) {
+    for (int i = threadIdx.x; i < CW * NX; i += blockDim.x) {
         const int v = i / NX, k = i - v * NX;
         const double tt = xc - k + (v0 + v - c) * h;
         const float2 w = v < nv ? weight_half(tt - NX * rint(tt * RNX)) : make_float2(0.0f, 0.0f);
@@ -1053,7 +1062,7 @@ constexpr int KM = (NX + 31) / 32;  // a lane's columns of a map row in the 3x3 
 // weights), a warp per piece and its three lags.
 constexpr int CY = (NY / 2 + 64) / 64, CX = (NXH + 63) / 64;
 // The 3x3 stencil keeps the warps' sums (9 each) and these pieces in d.rows.
-constexpr bool STENCIL_ROWS = 9 * NWARPS + 3 * (CY + CX) <= 6 * NYL;
+constexpr bool STENCIL_ROWS = 9 * NWARPS + 3 * (CY + CX) <= 2 * CW * NYL;
 
 // c cos(2 pi k (y + (u - 1) h) / N), u < 3, into a[u]: cos(A -+ B) from the sines and cosines of
 // A = 2 pi k y / N and B = 2 pi k h / N (two double sincospi for three lags).
@@ -1245,27 +1254,27 @@ __device__ __forceinline__ void grid_finish(const GridScratch& d, int R, int com
     __syncthreads();
 }
 
-// One chunk of the general grid: its nv <= 3 columns from v0 (their Dx in d.wx) summed along
+// One chunk of the general grid: its nv <= CW columns from v0 (their Dx in d.wx) summed along
 // every map row into d.rows, then down the rows into d.g (R x nv values). Every thread calls it.
 __device__ __forceinline__ void chunk_sums(const float* Mf, const GridScratch& d, int R, int v0, int nv) {
     // row sums: the GR pieces of a row in neighbouring lanes, summed by shuffles
     for (int p0 = 0; p0 < NB * GR; p0 += NT) {  // the same rounds in every lane of a warp
         const int p = p0 + threadIdx.x;
-        double a[RB][6];
+        double a[RB][2 * CW];
         if (p < NB * GR) {
             piece_sums<GR>(Mf, d.wx, p, a);
         } else {
 #pragma unroll
             for (int r = 0; r < RB; ++r)
 #pragma unroll
-                for (int c = 0; c < 6; ++c) a[r][c] = 0.0;
+                for (int c = 0; c < 2 * CW; ++c) a[r][c] = 0.0;
         }
 #pragma unroll
         for (int o = GR / 2; o > 0; o >>= 1) {
 #pragma unroll
             for (int r = 0; r < RB; ++r)
 #pragma unroll
-                for (int c = 0; c < 6; ++c) a[r][c] += __shfl_xor_sync(0xffffffffu, a[r][c], o);
+                for (int c = 0; c < 2 * CW; ++c) a[r][c] += __shfl_xor_sync(0xffffffffu, a[r][c], o);
         }
         if (p < NB * GR && p % GR == 0) {
 #pragma unroll
@@ -1273,7 +1282,7 @@ __device__ __forceinline__ void chunk_sums(const float* Mf, const GridScratch& d
                 const int j = RB * (p / GR) + r;
                 if (j < NYL) {
 #pragma unroll
-                    for (int c = 0; c < 6; ++c) d.rows[j * 6 + c] = a[r][c];
+                    for (int c = 0; c < 2 * CW; ++c) d.rows[j * 2 * CW + c] = a[r][c];
                 }
             }
         }
@@ -1288,14 +1297,16 @@ __device__ __forceinline__ void chunk_sums(const float* Mf, const GridScratch& d
     while (P < 32 && 2 * P * R <= NT) P *= 2;
     for (int i0 = 0; i0 < R * P; i0 += NT) {  // the same rounds in every lane of a warp
         const int i = i0 + threadIdx.x, u = i / P, piece = i - u * P;
-        double a[3] = {0.0, 0.0, 0.0};
+        double a[CW];
+#pragma unroll
+        for (int v = 0; v < CW; ++v) a[v] = 0.0;
         if (u < R) {
             for (int j = piece; j < NYL; j += P) {
                 const float2 w = d.wy[u * NYL + j];
                 const double wr = w.x, wi = w.y;
-                const double2* r = reinterpret_cast<const double2*>(d.rows + j * 6);
+                const double2* r = reinterpret_cast<const double2*>(d.rows + j * 2 * CW);
 #pragma unroll
-                for (int v = 0; v < 3; ++v) {
+                for (int v = 0; v < CW; ++v) {
                     const double2 q = r[v];
                     a[v] = fma(wr, q.x, fma(-wi, q.y, a[v]));
                 }
@@ -1304,10 +1315,12 @@ __device__ __forceinline__ void chunk_sums(const float* Mf, const GridScratch& d
 #pragma unroll
         for (int m = P / 2; m > 0; m >>= 1) {
 #pragma unroll
-            for (int v = 0; v < 3; ++v) a[v] += __shfl_xor_sync(0xffffffffu, a[v], m);
+            for (int v = 0; v < CW; ++v) a[v] += __shfl_xor_sync(0xffffffffu, a[v], m);
         }
         if (u < R && piece == 0) {
-            for (int v = 0; v < nv; ++v) d.g[u * R + v0 + v] = a[v];
+#pragma unroll
+            for (int v = 0; v < CW; ++v)  // unrolled: a[] stays in registers
+                if (v < nv) d.g[u * R + v0 + v] = a[v];
         }
     }
 }
@@ -1354,8 +1367,8 @@ __device__ void grid_values(const float* Mf, const GridScratch& d, double yc, do
             }
         }
     }
-    for (int v0 = 0; v0 < R; v0 += 3) {  // three columns of the grid at a time
-        const int nv = min(3, R - v0);
+    for (int v0 = 0; v0 < R; v0 += CW) {  // CW columns of the grid at a time
+        const int nv = min(CW, R - v0);
         column_table(d, xc, h, v0, nv, c);
         chunk_sums(Mf, d, R, v0, nv);
     }
@@ -1379,14 +1392,14 @@ __device__ __forceinline__ int wrap(int m, int n) {
     return m < 0 ? m + n : m;
 }
 
-// A thread's share of a chunk's column weights (3 NX of them, zero beyond nv), read ahead.
-constexpr int WX_EACH = (3 * NX + NT - 1) / NT;
+// A thread's share of a chunk's column weights (CW NX of them, zero beyond nv), read ahead.
+constexpr int WX_EACH = (CW * NX + NT - 1) / NT;
 __device__ __forceinline__ void column_fetch(const GridTables& tb, int mx, int R, int v0, double2 (&w)[WX_EACH]) {
-    const int nv = min(3, R - v0);
+    const int nv = min(CW, R - v0);
 #pragma unroll
     for (int e = 0; e < WX_EACH; ++e) {
         const int i = threadIdx.x + e * NT, v = i / NX, k = i - v * NX;
-        w[e] = i < 3 * NX && v < nv ? tb.wx[(v0 + v) * NX + wrap(mx - k, NX)] : make_double2(0.0, 0.0);
+        w[e] = i < CW * NX && v < nv ? tb.wx[(v0 + v) * NX + wrap(mx - k, NX)] : make_double2(0.0, 0.0);
     }
 }
 
@@ -1409,14 +1422,19 @@ __device__ void tabled_grid(const float* Mf, const GridScratch& d, int iy, int i
     }
     double2 w[WX_EACH];
     column_fetch(tb, mx, R, 0, w);
-    for (int v0 = 0; v0 < R; v0 += 3) {  // three columns of the grid at a time
+    for (int v0 = 0; v0 < R; v0 += CW) {  // CW columns of the grid at a time
         __syncthreads();  // wy written; the rows and wx of the last chunk read
 #pragma unroll
         for (int e = 0; e < WX_EACH; ++e)
-            if (threadIdx.x + e * NT < 3 * NX) d.wx[threadIdx.x + e * NT] = w[e];
+            if (threadIdx.x + e * NT < CW * NX) d.wx[threadIdx.x + e * NT] = w[e];
         __syncthreads();
-        if (v0 + 3 < R) column_fetch(tb, mx, R, v0 + 3, w);
-        chunk_sums(Mf, d, R, v0, min(3, R - v0));
+        // the next chunk's weights in registers through this chunk's sums where they are few
+        // (with more, the row sums' registers spill; the few chunks then wait for their reads)
+        if (v0 + CW < R) {
+            if (WX_EACH <= 2) column_fetch(tb, mx, R, v0 + CW, w);
+        }
+        chunk_sums(Mf, d, R, v0, min(CW, R - v0));
+        if (WX_EACH > 2 && v0 + CW < R) column_fetch(tb, mx, R, v0 + CW, w);
     }
     grid_finish(d, R, comp);
 }

@@ -210,6 +210,7 @@ class FusedPlan:
     grid_smem: int = 0   # dynamic shared memory of the dft / upsampled kernels (their grid's scratch)
     split: int = 1       # blocks per tile pair (a thread-block cluster), each holding NY / split map rows
     cols: int = 1        # 2: a split whose blocks share the forward transform by spectrum columns
+    grid_cw: int = 3     # columns of the upsampled grid summed per pass over the map (fc::CW)
 
     @property
     def nxh(self):
@@ -220,7 +221,8 @@ class FusedPlan:
         return (("FC_H", h), ("FC_W", w), ("FC_NY", ny), ("FC_NX", nx), ("FC_RY", ry), ("FC_RX", rx),
                 ("FC_N1Y", self.fy[0]), ("FC_N2Y", self.fy[1]), ("FC_N1X", self.fx[0]), ("FC_N2X", self.fx[1]),
                 ("FC_TY", _team(*self.fy)), ("FC_TX", _team(*self.fx)), ("FC_LD", self.ld),
-                ("FC_ROWS", self.rows), ("FC_NT", self.threads), ("FC_SPLIT", self.split), ("FC_COLS", self.cols))
+                ("FC_ROWS", self.rows), ("FC_NT", self.threads), ("FC_SPLIT", self.split), ("FC_COLS", self.cols),
+                ("FC_GRID_CW", self.grid_cw))
 
 
 def _need(tile_shape, mode, max_shift):
@@ -245,13 +247,31 @@ def grid_side(subpixel, upsample=16) -> int:
     return 0
 
 
-def _grid_scratch(nyl, nx, side, split=1):
+def _grid_scratch(nyl, nx, side, split=1, cw=3):
     # fc::GridScratch: position, grid values (and their sum over a split, in the row sums'
-    # space where it fits), window autocorrelations, column weights (double2, aligned to 16
-    # bytes), row weights of the block's nyl map rows (float2), row sums
-    own_sum = split > 1 and side * side > 6 * nyl
-    return (8 * 8 + side * side * 8 * (2 if own_sum else 1) + 2 * side * 8 + 8 + 3 * nx * 16 + side * nyl * 8
-            + nyl * 6 * 8)
+    # space where it fits), window autocorrelations, column weights of cw columns (double2,
+    # aligned to 16 bytes), row weights of the block's nyl map rows (float2), row sums
+    own_sum = split > 1 and side * side > 2 * cw * nyl
+    return (8 * 8 + side * side * 8 * (2 if own_sum else 1) + 2 * side * 8 + 8 + cw * nx * 16 + side * nyl * 8
+            + nyl * 2 * cw * 8)
+
+
+#: Columns of the general grid (``upsampled``) summed in one pass over the map, widest first
+#: (fc::CW): each pass widens every map value to double again. Held to 12 row sums a thread
+#: (CW times the rows of a piece, 4 where the row FFT length is a multiple of 4, else 1).
+#: Measured on an H100 (benchmarks/fused_grid_columns.py): 3, 6, 12 columns took 45 ROIs of
+#: 128x128 at +-24 to 29.0k, 30.7k, 26.2k patterns/s and 86 of 64x64 at +-16 to 37.3k, 39.2k,
+#: 35.3k (12: the row sums' registers spill).
+GRID_COLUMNS = (6, 3)
+
+
+def _grid_columns(nyl, nx, side, split, room):
+    # the widest chunk of grid columns whose scratch fits in room bytes (3 where none does)
+    rb = 4 if nx % 4 == 0 else 1
+    for cw in GRID_COLUMNS:
+        if (cw == 3 or (cw * rb <= 12 and cw < side)) and _grid_scratch(nyl, nx, side, split, cw) <= room:
+            return cw
+    return 3
 
 
 def can_split(h, ny, fy) -> bool:
@@ -354,11 +374,12 @@ def _plan(tile, fft, max_lag, split, smem_limit, grid, cols=1):
     threads = min(THREADS_MAX if cols == 1 else COLS_THREADS_MAX, -(-work // 32) * 32)
     # a column split transforms its tile rows in a line of NX per team of the row pass
     lines = (threads // 32) * (32 // tx) * nx * 8 if cols > 1 else 0
-    grid_smem = smem + max(lines, _grid_scratch(nyl, nx, grid, split)) if grid else smem + lines
+    cw = _grid_columns(nyl, nx, grid, split, smem_limit - _STATIC_SMEM - smem) if grid > 3 else 3
+    grid_smem = smem + max(lines, _grid_scratch(nyl, nx, grid, split, cw)) if grid else smem + lines
     smem += lines
     if max(smem, grid_smem) + _STATIC_SMEM > smem_limit:
         return None, f"the spectrum and subpixel grid need {max(smem, grid_smem) // 1024} KB"
-    return FusedPlan(tile, fft, max_lag, fy, fx, ld, rows, smem, threads, grid_smem, split, cols), None
+    return FusedPlan(tile, fft, max_lag, fy, fx, ld, rows, smem, threads, grid_smem, split, cols, cw), None
 
 
 @functools.cache

@@ -1,0 +1,61 @@
+"""The fused ``upsampled`` grid's columns per pass over the map (``fused.GRID_COLUMNS``, fc::CW in
+``kernels/fftcorr.cu``) against its speed and results: smooth shifted tiles with 5% noise, median
+of 20, each width planned in turn (a width whose scratch does not fit falls back to 3).
+
+Usage::
+
+    python benchmarks/fused_grid_columns.py 3,6,12
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(__file__))
+from common import median_ms, shifted_smooth_tiles  # noqa: E402
+
+CASES = [(128, 24, 45, 50), (64, 16, 86, 50), (96, 0, 86, 50)]  # tile, max shift (0: full), ROIs, patterns
+
+
+def time_case(tile, shift, n, patterns, widths):
+    import cupy as cp
+
+    from ebsdxc.backend import select_backend
+    from ebsdxc.engines import EngineConfig, fused, make_engine
+    from ebsdxc.preprocess import window_1d
+
+    ref, scan = shifted_smooth_tiles(patterns, n, tile, tile, noise=0.05)
+    tiles = cp.asarray(scan)
+    first = None
+    mode = f"+-{shift}" if shift else "full"
+    saved = fused.GRID_COLUMNS
+    try:
+        for cw in widths:
+            fused.GRID_COLUMNS = (cw, 3)
+            cfg = EngineConfig(mode="window" if shift else "full", max_shift=shift or None, subpixel="upsampled")
+            win = (window_1d(tile), window_1d(tile))
+            eng = make_engine("fused", select_backend("cuda"), (tile, tile), cfg, window_1d=win)
+            eng.set_reference(cp.asarray(ref), np.ones(n), np.zeros(n, np.uint8))
+            y, x = (a.get() for a in eng.locate(tiles)[:2])
+            ms = median_ms(lambda e=eng: e.locate(tiles))
+            first = (y, x) if first is None else first
+            d = max(np.nanmax(np.abs(y - first[0])), np.nanmax(np.abs(x - first[1])))
+            print(f"{tile}x{tile} {mode} upsampled CW={eng.plan.grid_cw} (asked {cw}): {ms:.3f} ms "
+                  f"{patterns / ms * 1e3:9,.0f} patterns/s; FFT {eng.plan.fft}; against the first max {d:.1e} px; "
+                  f"NaN {int(np.isnan(y).sum())}", flush=True)
+    finally:
+        fused.GRID_COLUMNS = saved
+
+
+def main(argv=None):
+    args = argv if argv is not None else sys.argv[1:]
+    widths = [int(v) for v in (args[0] if args else "3,6,12").split(",")]
+    for case in CASES:
+        time_case(*case, widths)
+
+
+if __name__ == "__main__":
+    main()
