@@ -1378,8 +1378,8 @@ __device__ void grid_values(const float* Mf, const GridScratch& d, double yc, do
 // The tables of the upsampled grid about a whole-pixel centre, made once per engine
 // (fused_upsampled_tables): Dy and Dx at the grid's lags, and the window autocorrelation there,
 // depend on the centre only through its remainder mod N, so a grid reads them rotated instead of
-// evaluating R (NYL + 3) closed forms per chunk and 2R autocorrelation sums (28k of 214k cycles
-// per ROI at 128x128 +-24).
+// evaluating R (NYL + NX) closed forms and 2R autocorrelation sums (28k of 214k cycles per ROI
+// at 128x128 +-24).
 struct GridTables {
     const float2* __restrict__ wy;   // [R][NY] Dy(m + (u - c) h)
     const double2* __restrict__ wx;  // [R][NX] Dx(m + (v - c) h)
