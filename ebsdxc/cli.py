@@ -256,9 +256,10 @@ def _parser():
                     help="search only shifts up to PX (window mode); default: all shifts (full mode)")
     pp.add_argument("--subpixel", choices=SUBPIXEL_METHODS, help="subpixel peak method")
     pp.add_argument("--engine", choices=("auto", *ENGINES),
-                    help="correlation engine: auto (default: fft for the dft/upsampled subpixel methods and "
-                         "on the CPU, else the fastest measured), fft (CPU and GPU), direct (definition-based "
-                         "kernels, GPU), fused (shared-memory FFT, GPU) or tensor (tensor cores, window mode, GPU)")
+                    help="correlation engine: auto (default: fft on the CPU; on the GPU the engine measured "
+                         "fastest for these subregions, counts and window), fft (CPU and GPU), direct "
+                         "(definition-based kernels, GPU), fused (shared-memory FFT, GPU) or tensor (tensor cores, "
+                         "window mode, GPU)")
     pp.add_argument("--precision", choices=("auto", *PRECISIONS),
                     help="inputs of the correlation products: auto (default: fp32, bf16 on the tensor engine) "
                          "or fp32, tf32, bf16, fp16 (below fp32: the tensor engine, window mode; its peaks are "
