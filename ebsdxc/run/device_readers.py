@@ -425,7 +425,10 @@ def _serve(device, conn, threads, piece_bytes):  # pragma: no cover - runs in a 
             conn.send(("done", job))
         except BaseException as e:  # noqa: BLE001 - the parent raises it, naming the file
             why = str(e) if isinstance(e, EOFError) else f"cannot read the patterns ({type(e).__name__}: {e})"
-            conn.send(("error", msg[1] if len(msg) > 1 else None, why))
+            try:
+                conn.send(("error", msg[1] if len(msg) > 1 else None, why))
+            except OSError:  # the parent has let go of this reader (its reply failed too): nobody to tell
+                break
     for b in bases:
         with contextlib.suppress(Exception):  # the process ends anyway
             cp.cuda.runtime.ipcCloseMemHandle(b)

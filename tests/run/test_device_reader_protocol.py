@@ -245,6 +245,20 @@ def test_a_device_ring_left_mid_scan_waits_for_its_reads_and_frees(tmp_path, mon
         _stop(readers, loops)
 
 
+def test_a_reader_whose_parent_let_go_ends_quietly(monkeypatch):
+    """A reader whose parent closed its connection (the set closed after another reader died)
+    while it replied ends its loop, with no traceback of its own (it printed two, a broken pipe
+    while saying so, on the user's terminal)."""
+    readers, loops = _host_readers(monkeypatch, n=1)
+    raised = []
+    monkeypatch.setattr(threading, "excepthook", lambda args: raised.append(args.exc_value))
+    conn = readers._conns.pop()
+    conn.send(("open", []))  # the reply finds the connection closed
+    conn.close()
+    loops[0].join(timeout=10)
+    assert not loops[0].is_alive() and raised == []
+
+
 def test_a_reader_that_dies_mid_scan_is_one_error_naming_the_file_and_the_set_is_closed(tmp_path, monkeypatch):
     """A reader process that ends mid-scan took its handles with it: the ring's wait says so,
     naming the file, and leaving it closes the readers (the next run starts a new set) instead
