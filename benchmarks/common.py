@@ -98,3 +98,21 @@ def median_ms(fn, reps=20):
         b.synchronize()
         times.append(cp.cuda.get_elapsed_time(a, b))
     return float(np.median(times))
+
+
+def time_upsampled(ref, tiles, shift):
+    """The fused engine's ``upsampled`` peaks of ``tiles`` (device, (B, n, t, t)) against ``ref``
+    ((n, t, t)) in window mode at +-``shift`` (full mode where it is 0), planned as the engine
+    module's settings are now, and their median time: (engine, y, x, ms)."""
+    import cupy as cp
+
+    from ebsdxc.backend import select_backend
+    from ebsdxc.engines import EngineConfig, make_engine
+    from ebsdxc.preprocess import window_1d
+
+    n, tile = ref.shape[0], ref.shape[1]
+    cfg = EngineConfig(mode="window" if shift else "full", max_shift=shift or None, subpixel="upsampled")
+    eng = make_engine("fused", select_backend("cuda"), (tile, tile), cfg, window_1d=(window_1d(tile), window_1d(tile)))
+    eng.set_reference(cp.asarray(ref), np.ones(n), np.zeros(n, np.uint8))
+    y, x = (a.get() for a in eng.locate(tiles)[:2])
+    return eng, y, x, median_ms(lambda: eng.locate(tiles))

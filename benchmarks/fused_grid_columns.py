@@ -15,7 +15,7 @@ import sys
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(__file__))
-from common import median_ms, shifted_smooth_tiles  # noqa: E402
+from common import shifted_smooth_tiles, time_upsampled  # noqa: E402
 
 CASES = [(128, 24, 45, 50), (64, 16, 86, 50), (96, 0, 86, 50)]  # tile, max shift (0: full), ROIs, patterns
 
@@ -23,9 +23,7 @@ CASES = [(128, 24, 45, 50), (64, 16, 86, 50), (96, 0, 86, 50)]  # tile, max shif
 def time_case(tile, shift, n, patterns, widths):
     import cupy as cp
 
-    from ebsdxc.backend import select_backend
-    from ebsdxc.engines import EngineConfig, fused, make_engine
-    from ebsdxc.preprocess import window_1d
+    from ebsdxc.engines import fused
 
     ref, scan = shifted_smooth_tiles(patterns, n, tile, tile, noise=0.05)
     tiles = cp.asarray(scan)
@@ -35,12 +33,7 @@ def time_case(tile, shift, n, patterns, widths):
     try:
         for cw in widths:
             fused.GRID_COLUMNS = (cw, 3)
-            cfg = EngineConfig(mode="window" if shift else "full", max_shift=shift or None, subpixel="upsampled")
-            win = (window_1d(tile), window_1d(tile))
-            eng = make_engine("fused", select_backend("cuda"), (tile, tile), cfg, window_1d=win)
-            eng.set_reference(cp.asarray(ref), np.ones(n), np.zeros(n, np.uint8))
-            y, x = (a.get() for a in eng.locate(tiles)[:2])
-            ms = median_ms(lambda e=eng: e.locate(tiles))
+            eng, y, x, ms = time_upsampled(ref, tiles, shift)
             first = (y, x) if first is None else first
             d = max(np.nanmax(np.abs(y - first[0])), np.nanmax(np.abs(x - first[1])))
             print(f"{tile}x{tile} {mode} upsampled CW={eng.plan.grid_cw} (asked {cw}): {ms:.3f} ms "

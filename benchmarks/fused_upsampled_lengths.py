@@ -16,7 +16,7 @@ import sys
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(__file__))
-from common import median_ms, shifted_smooth_tiles  # noqa: E402
+from common import shifted_smooth_tiles, time_upsampled  # noqa: E402
 
 CASES = [(128, 24, 45, 50), (112, 24, 45, 50), (96, 16, 86, 50)]  # tile, max shift, ROIs, patterns
 
@@ -24,9 +24,7 @@ CASES = [(128, 24, 45, 50), (112, 24, 45, 50), (96, 16, 86, 50)]  # tile, max sh
 def main():
     import cupy as cp
 
-    from ebsdxc.backend import select_backend
-    from ebsdxc.engines import EngineConfig, fused, make_engine
-    from ebsdxc.preprocess import window_1d
+    from ebsdxc.engines import fused
 
     saved = fused.FAST_GRID_MAX
     try:
@@ -37,12 +35,7 @@ def main():
             for _ in range(2):
                 for fast in (saved, 100):
                     fused.FAST_GRID_MAX = fast
-                    cfg = EngineConfig(mode="window", max_shift=shift, subpixel="upsampled")
-                    win = (window_1d(tile), window_1d(tile))
-                    eng = make_engine("fused", select_backend("cuda"), (tile, tile), cfg, window_1d=win)
-                    eng.set_reference(cp.asarray(ref), np.ones(n), np.zeros(n, np.uint8))
-                    y = eng.locate(tiles)[0].get()
-                    ms = median_ms(lambda e=eng, x=tiles: e.locate(x))
+                    eng, y, _, ms = time_upsampled(ref, tiles, shift)
                     first = y if first is None else first
                     print(f"{tile}x{tile} +-{shift} upsampled FFT {eng.plan.fft}: {ms:.3f} ms "
                           f"{patterns / ms * 1e3:9,.0f} patterns/s; against the first max "
