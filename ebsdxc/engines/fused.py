@@ -616,27 +616,25 @@ class FusedFFTEngine(CorrelationEngine):
         if T:
             wy, wx = self._lags if self._lags is not None else self._no_lags
             ref_of, indexed = self._sets(index)
+            # every peak kernel's arguments up to the window compensation, then its own, then the outputs
+            head = src.args() + (refs.payload, np.int32(n), ref_of, np.int32(indexed), self._twiddles, wy, wx,
+                                 np.int32(self._lags is not None))
+            out = (y, x, value, border)
             if self._grid:
-                sy, sx = self._spectra if self._spectra is not None else self._no_lags
-                head = src.args() + (refs.payload, np.int32(n), ref_of, np.int32(indexed),
-                        self._twiddles, wy, wx, np.int32(self._lags is not None), sy, sx, np.float64(self._sums[0]),
-                        np.float64(self._sums[1]))
-                tail = (np.float64(SUBPIXEL_REACH), y, x, value, border)
                 if self.config.subpixel == "dft":
-                    name, args = "fused_dft", head + (self._steps, np.int32(len(DFT_STEPS)),
-                                                      np.int32(DFT_MAX_MOVES)) + tail
+                    sy, sx = self._spectra if self._spectra is not None else self._no_lags
+                    name, own = "fused_dft", (sy, sx, np.float64(self._sums[0]), np.float64(self._sums[1]),
+                                              self._steps, np.int32(len(DFT_STEPS)), np.int32(DFT_MAX_MOVES))
                 else:
-                    name = "fused_upsampled"
-                    args = head[:-4] + self._upsampled_tables() + (np.int32(self.config.upsample),
-                                                                   np.int32(UPSAMPLED_MAX_RECENTRE)) + tail
-                self._kernel(name, src.raw)((T * self.plan.split,), (self.plan.threads,), args,
+                    name, own = "fused_upsampled", self._upsampled_tables() + (
+                        np.int32(self.config.upsample), np.int32(UPSAMPLED_MAX_RECENTRE))
+                self._kernel(name, src.raw)((T * self.plan.split,), (self.plan.threads,),
+                                            head + own + (np.float64(SUBPIXEL_REACH),) + out,
                                             shared_mem=self.plan.grid_smem)
                 return y, x, value, border.view(cp.bool_)
-            fn = self._kernel("fused_peaks", src.raw)
-            fn((T * self.plan.split,), (self.plan.threads,),
-               src.args() + (refs.payload, np.int32(n), ref_of, np.int32(indexed),
-                self._twiddles, wy, wx, np.int32(self._lags is not None), np.int32(_METHODS[self.config.subpixel]),
-                y, x, value, border), shared_mem=self.plan.smem)
+            self._kernel("fused_peaks", src.raw)((T * self.plan.split,), (self.plan.threads,),
+                                                 head + (np.int32(_METHODS[self.config.subpixel]),) + out,
+                                                 shared_mem=self.plan.smem)
         return y, x, value, border.view(cp.bool_)
 
 
