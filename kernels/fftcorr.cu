@@ -1255,19 +1255,20 @@ __device__ __forceinline__ void grid_finish(const GridScratch& d, int R, int com
 }
 
 // The row sums on the FP64 tensor cores (sm_80 and later, where fused.py asks for them with
-// FC_GRID_MMA and CW a multiple of 4): d.rows = Mf W, the map's NYL x NX floats widened to
-// double times W = the chunk's NX x 2 CW weights (Re, Im of Dx_v, from d.wx), as
-// mma.m8n8k4.f64 tiles: A 8 map rows x 4 columns (lane l: row l / 4, column l % 4), B 4 x 8
-// weights (lane l: row l % 4, column l / 4), C 8 x 8 (lane l: row l / 4, columns 2 (l % 4) and
-// + 1). A warp per 8 map rows (rows past the map repeat its last, and are not written), every
-// column of the map, CW / 4 tiles of 8 weight columns, two accumulators each (even and odd
-// steps, so that consecutive products do not wait on each other), added once at the end. The
-// same sums as piece_sums, each in one exact FMA per product, in another order.
+// FC_GRID_MMA): d.rows = Mf W, the map's NYL x NX floats widened to double times W = the
+// chunk's NX x 2 CW weights (Re, Im of Dx_v, from d.wx), as mma.m8n8k4.f64 tiles: A 8 map
+// rows x 4 columns (lane l: row l / 4, column l % 4), B 4 x 8 weights (lane l: row l % 4,
+// column l / 4), C 8 x 8 (lane l: row l / 4, columns 2 (l % 4) and + 1). A warp per 8 map rows
+// (rows past the map repeat its last, and are not written), every column of the map,
+// ceil(2 CW / 8) tiles of 8 weight columns (those past 2 CW zero, not written), two
+// accumulators each (even and odd steps, so that consecutive products do not wait on each
+// other), added once at the end. The same sums as piece_sums, each product in one exact FMA,
+// in another order.
 #ifndef FC_GRID_MMA
 #define FC_GRID_MMA 0
 #endif
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-constexpr bool GRID_MMA = FC_GRID_MMA && CW % 4 == 0;
+constexpr bool GRID_MMA = FC_GRID_MMA;
 #else
 constexpr bool GRID_MMA = false;
 #endif
@@ -1281,7 +1282,7 @@ __device__ __forceinline__ void dmma884(double& c0, double& c1, double a, double
 }
 
 __device__ __forceinline__ void row_sums_mma(const float* Mf, const GridScratch& d) {
-    constexpr int TN = CW / 4 > 0 ? CW / 4 : 1, TR = (NYL + 7) / 8, TK = (NX + 3) / 4;
+    constexpr int TN = (2 * CW + 7) / 8, TR = (NYL + 7) / 8, TK = (NX + 3) / 4;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, q = lane & 3;
     const double* w = reinterpret_cast<const double*>(d.wx);  // [v][k][Re, Im]
     for (int r = warp; r < TR; r += NWARPS) {  // the same rounds in every lane of a warp
@@ -1298,7 +1299,7 @@ __device__ __forceinline__ void row_sums_mma(const float* Mf, const GridScratch&
 #pragma unroll
             for (int t = 0; t < TN; ++t) {
                 const int col = 8 * t + g;  // weight column: Dx_{col / 2}, Re or Im
-                const double b = k < NX ? w[((col >> 1) * NX + k) * 2 + (col & 1)] : 0.0;
+                const double b = k < NX && col < 2 * CW ? w[((col >> 1) * NX + k) * 2 + (col & 1)] : 0.0;
                 dmma884(c[t][e][0], c[t][e][1], a, b);
             }
         };
@@ -1311,8 +1312,10 @@ __device__ __forceinline__ void row_sums_mma(const float* Mf, const GridScratch&
         if (j < NYL) {
 #pragma unroll
             for (int t = 0; t < TN; ++t) {
-                d.rows[j * 2 * CW + 8 * t + 2 * q] = c[t][0][0] + c[t][1][0];
-                d.rows[j * 2 * CW + 8 * t + 2 * q + 1] = c[t][0][1] + c[t][1][1];
+                if (8 * t + 2 * q < 2 * CW) {
+                    d.rows[j * 2 * CW + 8 * t + 2 * q] = c[t][0][0] + c[t][1][0];
+                    d.rows[j * 2 * CW + 8 * t + 2 * q + 1] = c[t][0][1] + c[t][1][1];
+                }
             }
         }
     }

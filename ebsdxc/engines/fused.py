@@ -264,9 +264,9 @@ def _grid_scratch(nyl, nx, side, split=1, cw=3):
 #: 128x128 at +-24 to 29.0k, 30.7k, 26.2k patterns/s and 86 of 64x64 at +-16 to 37.3k, 39.2k,
 #: 35.3k (12: the row sums' registers spill).
 GRID_COLUMNS = (6, 3)
-#: The row sums on the FP64 tensor cores (fc::row_sums_mma, sm_80 and later) where a chunk of
-#: these many columns fits (a multiple of 4: 8 weight columns a tile), widest first.
-GRID_MMA_COLUMNS = (8, 4)
+#: The row sums on the FP64 tensor cores (fc::row_sums_mma, sm_80 and later) with the widest
+#: chunk of these that fits (tiles of 8 weight columns, 2 a grid column: 4 and 8 fill them).
+GRID_MMA_COLUMNS = (8, 6, 4, 3)
 
 
 def _grid_columns(nyl, nx, side, split, room):

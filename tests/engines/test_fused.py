@@ -366,8 +366,9 @@ def test_fast_lengths_fill_the_teams():
 
 def test_upsampled_plans_sum_the_widest_chunk_of_grid_columns_that_fits():
     # fc::CW: 8 columns a pass over the map with the row sums on the FP64 tensor cores where the
-    # scratch fits (128x128 +-24: 185 KB), 4 where only that does (96x96 full: 216 KB), else
-    # on the FP64 pipes: 6 where a piece holds one map row, 3 where shared memory is short
+    # scratch fits (128x128 +-24: 185 KB), fewer where only those do (96x96 full: 4, 216 KB;
+    # 256x256 +-24: 3); on the FP64 pipes (sm_80 kernels without them, or asked for): 6 where a
+    # piece holds one map row, 3 where shared memory is short
     from ebsdxc.engines import fused
 
     p = fused_plan((128, 128), "window", 24, grid=24)
@@ -376,7 +377,7 @@ def test_upsampled_plans_sum_the_widest_chunk_of_grid_columns_that_fits():
     p = fused_plan((96, 96), "full", grid=24)
     assert (p.grid_cw, p.grid_mma) == (4, True)
     p = fused_plan((256, 256), "window", 24, grid=24)
-    assert (p.grid_cw, p.grid_mma) == (3, False)
+    assert (p.grid_cw, p.grid_mma) == (3, True)
     assert fused_plan((64, 64), "window", 16, grid=5).grid_cw == 4  # upsample 3: 5 columns
     p = fused_plan((128, 128), "window", 24, grid=3)
     assert (p.grid_cw, p.grid_mma) == (3, False)  # dft: the stencil's three
