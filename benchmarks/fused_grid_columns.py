@@ -1,10 +1,12 @@
 """The fused ``upsampled`` grid's columns per pass over the map (``fused.GRID_COLUMNS``, fc::CW in
-``kernels/fftcorr.cu``) against its speed and results: smooth shifted tiles with 5% noise, median
-of 20, each width planned in turn (a width whose scratch does not fit falls back to 3).
+``kernels/fftcorr.cu``), their row sums on the FP64 pipes or, with an ``m`` before the width, on
+the FP64 tensor cores (``fused.GRID_MMA_COLUMNS``, fc::row_sums_mma), against its speed and
+results: smooth shifted tiles with 5% noise, median of 20, each width planned in turn (a width
+whose scratch does not fit falls back to 3 on the FP64 pipes).
 
 Usage::
 
-    python benchmarks/fused_grid_columns.py 3,6,12
+    python benchmarks/fused_grid_columns.py 3,6,m4,m8
 """
 
 from __future__ import annotations
@@ -29,23 +31,25 @@ def time_case(tile, shift, n, patterns, widths):
     tiles = cp.asarray(scan)
     first = None
     mode = f"+-{shift}" if shift else "full"
-    saved = fused.GRID_COLUMNS
+    saved = fused.GRID_COLUMNS, fused.GRID_MMA_COLUMNS
     try:
-        for cw in widths:
-            fused.GRID_COLUMNS = (cw, 3)
+        for spec in widths:
+            mma, cw = spec.startswith("m"), int(spec.lstrip("m"))
+            fused.GRID_COLUMNS, fused.GRID_MMA_COLUMNS = ((3,), (cw,)) if mma else ((cw, 3), ())
             eng, y, x, ms = time_upsampled(ref, tiles, shift)
             first = (y, x) if first is None else first
             d = max(np.nanmax(np.abs(y - first[0])), np.nanmax(np.abs(x - first[1])))
-            print(f"{tile}x{tile} {mode} upsampled CW={eng.plan.grid_cw} (asked {cw}): {ms:.3f} ms "
+            how = "tensor cores" if eng.plan.grid_mma else "FP64 pipes"
+            print(f"{tile}x{tile} {mode} upsampled CW={eng.plan.grid_cw}, {how} (asked {spec}): {ms:.3f} ms "
                   f"{patterns / ms * 1e3:9,.0f} patterns/s; FFT {eng.plan.fft}; against the first max {d:.1e} px; "
                   f"NaN {int(np.isnan(y).sum())}", flush=True)
     finally:
-        fused.GRID_COLUMNS = saved
+        fused.GRID_COLUMNS, fused.GRID_MMA_COLUMNS = saved
 
 
 def main(argv=None):
     args = argv if argv is not None else sys.argv[1:]
-    widths = [int(v) for v in (args[0] if args else "3,6,12").split(",")]
+    widths = (args[0] if args else "3,6,m4,m8").split(",")
     for case in CASES:
         time_case(*case, widths)
 

@@ -1254,11 +1254,79 @@ __device__ __forceinline__ void grid_finish(const GridScratch& d, int R, int com
     __syncthreads();
 }
 
+// The row sums on the FP64 tensor cores (sm_80 and later, where fused.py asks for them with
+// FC_GRID_MMA): d.rows = Mf W, the map's NYL x NX floats widened to double times W = the
+// chunk's NX x 2 CW weights (Re, Im of Dx_v, from d.wx), as mma.m8n8k4.f64 tiles: A 8 map
+// rows x 4 columns (lane l: row l / 4, column l % 4), B 4 x 8 weights (lane l: row l % 4,
+// column l / 4), C 8 x 8 (lane l: row l / 4, columns 2 (l % 4) and + 1). A warp per 8 map rows
+// (rows past the map repeat its last, and are not written), every column of the map,
+// ceil(2 CW / 8) tiles of 8 weight columns (those past 2 CW zero, not written), two
+// accumulators each (even and odd steps, so that consecutive products do not wait on each
+// other), added once at the end. The same sums as piece_sums, each product in one exact FMA,
+// in another order.
+#ifndef FC_GRID_MMA
+#define FC_GRID_MMA 0
+#endif
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+constexpr bool GRID_MMA = FC_GRID_MMA;
+#else
+constexpr bool GRID_MMA = false;
+#endif
+
+__device__ __forceinline__ void dmma884(double& c0, double& c1, double a, double b) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    asm volatile("mma.sync.aligned.m8n8k4.row.col.f64.f64.f64.f64 {%0,%1}, {%2}, {%3}, {%0,%1};\n"
+                 : "+d"(c0), "+d"(c1)
+                 : "d"(a), "d"(b));
+#endif
+}
+
+__device__ __forceinline__ void row_sums_mma(const float* Mf, const GridScratch& d) {
+    constexpr int TN = (2 * CW + 7) / 8, TR = (NYL + 7) / 8, TK = (NX + 3) / 4;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, q = lane & 3;
+    const double* w = reinterpret_cast<const double*>(d.wx);  // [v][k][Re, Im]
+    for (int r = warp; r < TR; r += NWARPS) {  // the same rounds in every lane of a warp
+        const float* mr = Mf + min(8 * r + g, NYL - 1) * 2 * MLD;
+        double c[TN][2][2];
+#pragma unroll
+        for (int t = 0; t < TN; ++t)
+#pragma unroll
+            for (int e = 0; e < 2; ++e) c[t][e][0] = c[t][e][1] = 0.0;
+        // k step s into accumulator e
+        const auto step = [&](int s, int e) {
+            const int k = 4 * s + q;
+            const double a = k < NX ? (double)mr[k] : 0.0;
+#pragma unroll
+            for (int t = 0; t < TN; ++t) {
+                const int col = 8 * t + g;  // weight column: Dx_{col / 2}, Re or Im
+                const double b = k < NX && col < 2 * CW ? w[((col >> 1) * NX + k) * 2 + (col & 1)] : 0.0;
+                dmma884(c[t][e][0], c[t][e][1], a, b);
+            }
+        };
+        for (int s = 0; s + 1 < TK; s += 2) {
+            step(s, 0);
+            step(s + 1, 1);
+        }
+        if (TK % 2) step(TK - 1, 0);
+        const int j = 8 * r + g;
+        if (j < NYL) {
+#pragma unroll
+            for (int t = 0; t < TN; ++t) {
+                if (8 * t + 2 * q < 2 * CW) {
+                    d.rows[j * 2 * CW + 8 * t + 2 * q] = c[t][0][0] + c[t][1][0];
+                    d.rows[j * 2 * CW + 8 * t + 2 * q + 1] = c[t][0][1] + c[t][1][1];
+                }
+            }
+        }
+    }
+}
+
 // One chunk of the general grid: its nv <= CW columns from v0 (their Dx in d.wx) summed along
 // every map row into d.rows, then down the rows into d.g (R x nv values). Every thread calls it.
 __device__ __forceinline__ void chunk_sums(const float* Mf, const GridScratch& d, int R, int v0, int nv) {
     // row sums: the GR pieces of a row in neighbouring lanes, summed by shuffles
-    for (int p0 = 0; p0 < NB * GR; p0 += NT) {  // the same rounds in every lane of a warp
+    if (GRID_MMA) row_sums_mma(Mf, d);
+    for (int p0 = 0; p0 < (GRID_MMA ? 0 : NB * GR); p0 += NT) {  // the same rounds in every lane of a warp
         const int p = p0 + threadIdx.x;
         double a[RB][2 * CW];
         if (p < NB * GR) {

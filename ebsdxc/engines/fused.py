@@ -211,6 +211,7 @@ class FusedPlan:
     split: int = 1       # blocks per tile pair (a thread-block cluster), each holding NY / split map rows
     cols: int = 1        # 2: a split whose blocks share the forward transform by spectrum columns
     grid_cw: int = 3     # columns of the upsampled grid summed per pass over the map (fc::CW)
+    grid_mma: bool = False  # their row sums on the FP64 tensor cores (fc::row_sums_mma)
 
     @property
     def nxh(self):
@@ -222,7 +223,7 @@ class FusedPlan:
                 ("FC_N1Y", self.fy[0]), ("FC_N2Y", self.fy[1]), ("FC_N1X", self.fx[0]), ("FC_N2X", self.fx[1]),
                 ("FC_TY", _team(*self.fy)), ("FC_TX", _team(*self.fx)), ("FC_LD", self.ld),
                 ("FC_ROWS", self.rows), ("FC_NT", self.threads), ("FC_SPLIT", self.split), ("FC_COLS", self.cols),
-                ("FC_GRID_CW", self.grid_cw))
+                ("FC_GRID_CW", self.grid_cw), ("FC_GRID_MMA", int(self.grid_mma)))
 
 
 def _need(tile_shape, mode, max_shift):
@@ -263,15 +264,26 @@ def _grid_scratch(nyl, nx, side, split=1, cw=3):
 #: 128x128 at +-24 to 29.0k, 30.7k, 26.2k patterns/s and 86 of 64x64 at +-16 to 37.3k, 39.2k,
 #: 35.3k (12: the row sums' registers spill).
 GRID_COLUMNS = (6, 3)
+#: The row sums on the FP64 tensor cores (fc::row_sums_mma, sm_80 and later) with the widest
+#: chunk of these that fits (tiles of 8 weight columns, 2 a grid column). Measured on an H100
+#: (benchmarks/fused_grid_columns.py, 2026-11-27): 3, 4, 6, 8 columns took 128x128 at +-24 to
+#: 32.5k, 28.7k, 30.9k, 23.0k patterns/s, 64x64 at +-16 to 51.6k, 42.1k, 48.0k, 32.1k and 96x96
+#: full to 19.8k, 16.8k, -, - (the FP64 pipes: 30.9k, 39.4k, 17.6k at their best width):
+#: wider chunks hold more accumulators than the warp's registers keep.
+GRID_MMA_COLUMNS = (3,)
 
 
 def _grid_columns(nyl, nx, side, split, room):
-    # the widest chunk of grid columns whose scratch fits in room bytes (3 where none does)
+    # (columns, tensor cores): the widest chunk of grid columns whose scratch fits in room bytes,
+    # on the tensor cores where one of GRID_MMA_COLUMNS does (3 on the FP64 pipes where none does)
+    for cw in GRID_MMA_COLUMNS:
+        if cw < side and _grid_scratch(nyl, nx, side, split, cw) <= room:
+            return cw, True
     rb = 4 if nx % 4 == 0 else 1
     for cw in GRID_COLUMNS:
         if (cw == 3 or (cw * rb <= 12 and cw < side)) and _grid_scratch(nyl, nx, side, split, cw) <= room:
-            return cw
-    return 3
+            return cw, False
+    return 3, False
 
 
 def can_split(h, ny, fy) -> bool:
@@ -374,12 +386,12 @@ def _plan(tile, fft, max_lag, split, smem_limit, grid, cols=1):
     threads = min(THREADS_MAX if cols == 1 else COLS_THREADS_MAX, -(-work // 32) * 32)
     # a column split transforms its tile rows in a line of NX per team of the row pass
     lines = (threads // 32) * (32 // tx) * nx * 8 if cols > 1 else 0
-    cw = _grid_columns(nyl, nx, grid, split, smem_limit - _STATIC_SMEM - smem) if grid > 3 else 3
+    cw, mma = _grid_columns(nyl, nx, grid, split, smem_limit - _STATIC_SMEM - smem) if grid > 3 else (3, False)
     grid_smem = smem + max(lines, _grid_scratch(nyl, nx, grid, split, cw)) if grid else smem + lines
     smem += lines
     if max(smem, grid_smem) + _STATIC_SMEM > smem_limit:
         return None, f"the spectrum and subpixel grid need {max(smem, grid_smem) // 1024} KB"
-    return FusedPlan(tile, fft, max_lag, fy, fx, ld, rows, smem, threads, grid_smem, split, cols, cw), None
+    return FusedPlan(tile, fft, max_lag, fy, fx, ld, rows, smem, threads, grid_smem, split, cols, cw, mma), None
 
 
 @functools.cache

@@ -365,27 +365,37 @@ def test_fast_lengths_fill_the_teams():
 
 
 def test_upsampled_plans_sum_the_widest_chunk_of_grid_columns_that_fits():
-    # fc::CW: 6 columns a pass over the map where the scratch fits (128x128 +-24: 176 KB),
-    # 3 where a piece holds 4 rows (NX a multiple of 4), the grid is narrower or shared memory
-    # is short (96x96 full: 210 KB at 3 columns)
+    # fc::CW: by default 3 columns a pass with the row sums on the FP64 tensor cores (the fastest
+    # measured); of wider choices the widest whose scratch fits (128x128 +-24: 8, 185 KB; 96x96
+    # full: 4, 216 KB; 256x256 +-24: 3); on the FP64 pipes (sm_80 kernels without them, or asked
+    # for): 6 where a piece holds one map row, 3 where shared memory is short
     from ebsdxc.engines import fused
 
-    p = fused_plan((128, 128), "window", 24, grid=24)
-    assert p.grid_cw == 6 and dict(p.defines())["FC_GRID_CW"] == 6 and p.grid_smem + 512 <= 232448
-    assert fused_plan((96, 96), "full", grid=24).grid_cw == 3
-    assert fused_plan((45, 60), "full", grid=24).grid_cw == 3  # NX 128: four rows a piece
-    assert fused_plan((64, 64), "window", 16, grid=5).grid_cw == 3  # upsample 3: 5 columns
-    assert fused_plan((128, 128), "window", 24, grid=3).grid_cw == 3  # dft: the stencil's three
-    assert fused_plan((128, 128), "window", 24, grid=24, smem_limit=170 * 1024).grid_cw == 3
-    # wider where asked (benchmarks/fused_grid_columns.py) and the rows of a piece allow
-    saved = fused.GRID_COLUMNS
+    for shape, mode, shift in (((128, 128), "window", 24), ((96, 96), "full", None), ((256, 256), "window", 24)):
+        p = fused_plan(shape, mode, shift, grid=24)
+        assert (p.grid_cw, p.grid_mma) == (3, True)
+        assert dict(p.defines())["FC_GRID_CW"] == 3 and dict(p.defines())["FC_GRID_MMA"] == 1
+    p = fused_plan((128, 128), "window", 24, grid=3)
+    assert (p.grid_cw, p.grid_mma) == (3, False)  # dft: the stencil's three
+    saved = fused.GRID_MMA_COLUMNS
     try:
-        fused.GRID_COLUMNS = (12, 6, 3)
-        assert fused_plan((128, 128), "window", 24, grid=24).grid_cw == 12
-        assert fused_plan((64, 64), "window", 16, grid=11).grid_cw == 6  # upsample 7: 11 columns
-        assert fused_plan((45, 60), "full", grid=24).grid_cw == 3
+        fused.GRID_MMA_COLUMNS = (8, 6, 4, 3)
+        p = fused_plan((128, 128), "window", 24, grid=24)
+        assert (p.grid_cw, p.grid_mma) == (8, True) and p.grid_smem + 512 <= 232448
+        assert fused_plan((96, 96), "full", grid=24).grid_cw == 4
+        assert fused_plan((256, 256), "window", 24, grid=24).grid_cw == 3
+        assert fused_plan((64, 64), "window", 16, grid=5).grid_cw == 4  # upsample 3: 5 columns
     finally:
-        fused.GRID_COLUMNS = saved
+        fused.GRID_MMA_COLUMNS = saved
+    saved = fused.GRID_MMA_COLUMNS
+    try:  # on the FP64 pipes (benchmarks/fused_grid_columns.py)
+        fused.GRID_MMA_COLUMNS = ()
+        assert (fused_plan((128, 128), "window", 24, grid=24).grid_cw,
+                fused_plan((128, 128), "window", 24, grid=24).grid_mma) == (6, False)
+        assert fused_plan((45, 60), "full", grid=24).grid_cw == 3  # NX 128: four rows a piece
+        assert fused_plan((128, 128), "window", 24, grid=24, smem_limit=170 * 1024).grid_cw == 3
+    finally:
+        fused.GRID_MMA_COLUMNS = saved
 
 
 def test_plans_and_refusals():
