@@ -100,10 +100,11 @@ def median_ms(fn, reps=20):
     return float(np.median(times))
 
 
-def time_upsampled(ref, tiles, shift):
+def time_upsampled(ref, tiles, shift, upsample=None):
     """The fused engine's ``upsampled`` peaks of ``tiles`` (device, (B, n, t, t)) against ``ref``
-    ((n, t, t)) in window mode at +-``shift`` (full mode where it is 0), planned as the engine
-    module's settings are now, and their median time: (engine, y, x, ms)."""
+    ((n, t, t)) in window mode at +-``shift`` (full mode where it is 0), at the configuration's
+    upsampling factor unless given, planned as the engine module's settings are now, and their
+    median time: (engine, y, x, ms)."""
     import cupy as cp
 
     from ebsdxc.backend import select_backend
@@ -111,7 +112,8 @@ def time_upsampled(ref, tiles, shift):
     from ebsdxc.preprocess import window_1d
 
     n, tile = ref.shape[0], ref.shape[1]
-    cfg = EngineConfig(mode="window" if shift else "full", max_shift=shift or None, subpixel="upsampled")
+    cfg = EngineConfig(mode="window" if shift else "full", max_shift=shift or None, subpixel="upsampled",
+                       **({} if upsample is None else {"upsample": upsample}))
     eng = make_engine("fused", select_backend("cuda"), (tile, tile), cfg, window_1d=(window_1d(tile), window_1d(tile)))
     eng.set_reference(cp.asarray(ref), np.ones(n), np.zeros(n, np.uint8))
     y, x = (a.get() for a in eng.locate(tiles)[:2])

@@ -64,16 +64,19 @@ constexpr int SPLIT = FC_SPLIT, NYL = NY / SPLIT;
 // Column split (FC_COLS = 2, window mode: tile rows fill more than half the column FFT, so the
 // fold above does not apply): block s transforms half the tile's row pairs and sends every
 // spectrum column to the block that owns it (columns [s C0, s C0 + C0) of the half spectrum,
-// ROWS = NY rows of LD); each block does the full column FFTs, product and inverse of its own
-// columns; then the blocks swap the other block's columns of their own map rows y = 2 j + s, so
-// that map row j's half spectrum lies in rows 2 j, 2 j + 1: a row of MLD = 2 LD complex, the
-// layout of the row split from there on (map row j at floats [2 MLD j, 2 MLD j + NX)).
+// NY of the ROWS rows of LD; where NYL is odd, ROWS leaves room for the last map row's complex
+// row); each block does the full column FFTs, product and inverse of its own columns; then the
+// blocks swap the other block's columns of their own map rows y = 2 j + s, so that map row j's
+// half spectrum lies in rows 2 j, 2 j + 1: a row of MLD = 2 LD complex, the layout of the row
+// split from there on (map row j at floats [2 MLD j, 2 MLD j + NX)).
 // Block 0 owns C0 = LD columns (odd: no bank conflicts down a column), block 1 the rest.
 constexpr int COLS = FC_COLS, C0 = COLS > 1 ? LD : NXH;
 constexpr int MLD = COLS > 1 ? 2 * LD : LD;
 static_assert(SPLIT == 1 || (SPLIT == 2 && NY % 2 == 0 &&
-                             (COLS == 2 ? (2 * LD >= NXH && ROWS == NY) : (H <= NYL && N1Y % 2 == 0 && N2Y % 2 == 0))),
+                             (COLS == 2 ? (2 * LD >= NXH && ROWS >= NY) : (H <= NYL && N1Y % 2 == 0 && N2Y % 2 == 0))),
               "a split needs an even column FFT, and the row split even factors and tiles of at most NY / 2 rows");
+// The inverse row pass writes map rows 2 q, 2 q + 1 as one complex row of NX from float2 2 q MLD
+static_assert(2 * MLD * ((NYL - 1) / 2) + NX <= ROWS * LD, "the last pair of map rows fits in ROWS rows");
 static_assert(COLS == 1 || SPLIT == 2, "the column split is a two-block split");
 static_assert(N1Y * N2Y == NY && N1X * N2X == NX, "FFT length splits");
 static_assert(NT % 32 == 0 && 32 % FC_TY == 0 && 32 % FC_TX == 0, "teams inside warps");
@@ -918,6 +921,21 @@ __device__ __forceinline__ float2 weight_half(double t) {
 #define FC_GRID_CW 3
 #endif
 constexpr int CW = FC_GRID_CW;
+#ifndef FC_GRID_MMA
+#define FC_GRID_MMA 0
+#endif
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+constexpr bool GRID_MMA = FC_GRID_MMA;
+#else
+constexpr bool GRID_MMA = false;
+#endif
+
+// d.wx: Dx_v(k) (Re, Im) of the chunk's columns at [v][k] for piece_sums; for the tensor cores
+// at [k][v], so that a B fragment (4 k x 8 weight columns) at 3 or 4 columns is one run of bytes
+// (at [v][k] its rows lay in the same banks: 4 wavefronts a load instead of 2)
+__device__ __forceinline__ int wx_at(int v, int k) {
+    return GRID_MMA ? k * CW + v : v * NX + k;
+}
 
 // Scratch of the dft and upsampled kernels after the window lag tables (fused._grid_scratch
 // bytes for a grid of R x R lags).
@@ -1050,7 +1068,7 @@ __device__ __forceinline__ void column_table(const GridScratch& d, double xc, do
         const int v = i / NX, k = i - v * NX;
         const double tt = xc - k + (v0 + v - c) * h;
         const float2 w = v < nv ? weight_half(tt - NX * rint(tt * RNX)) : make_float2(0.0f, 0.0f);
-        d.wx[i] = make_double2(w.x, w.y);
+        d.wx[wx_at(v, k)] = make_double2(w.x, w.y);
     }
     __syncthreads();
 }
@@ -1259,20 +1277,11 @@ __device__ __forceinline__ void grid_finish(const GridScratch& d, int R, int com
 // chunk's NX x 2 CW weights (Re, Im of Dx_v, from d.wx), as mma.m8n8k4.f64 tiles: A 8 map
 // rows x 4 columns (lane l: row l / 4, column l % 4), B 4 x 8 weights (lane l: row l % 4,
 // column l / 4), C 8 x 8 (lane l: row l / 4, columns 2 (l % 4) and + 1). A warp per 8 map rows
-// (rows past the map repeat its last, and are not written), every column of the map,
+// (MMA_D apart; rows past the map repeat its last, and are not written), every column of the map,
 // ceil(2 CW / 8) tiles of 8 weight columns (those past 2 CW zero, not written), two
 // accumulators each (even and odd steps, so that consecutive products do not wait on each
 // other), added once at the end. The same sums as piece_sums, each product in one exact FMA,
 // in another order.
-#ifndef FC_GRID_MMA
-#define FC_GRID_MMA 0
-#endif
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-constexpr bool GRID_MMA = FC_GRID_MMA;
-#else
-constexpr bool GRID_MMA = false;
-#endif
-
 __device__ __forceinline__ void dmma884(double& c0, double& c1, double a, double b) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
     asm volatile("mma.sync.aligned.m8n8k4.row.col.f64.f64.f64.f64 {%0,%1}, {%2}, {%3}, {%0,%1};\n"
@@ -1281,12 +1290,18 @@ __device__ __forceinline__ void dmma884(double& c0, double& c1, double a, double
 #endif
 }
 
+// A tile's 8 map rows are MMA_D apart: a map row is 2 MLD floats, which moves a fragment's
+// 4-float pieces by MROW banks a row; rows that leave 4 banks between pieces load A in one
+// wavefront (consecutive rows at an MLD odd overlap by 2 banks: two wavefronts).
+constexpr int MROW = (2 * MLD) % 32, MMA_D = MROW % 4 == 2 ? 2 : 1;
+
 __device__ __forceinline__ void row_sums_mma(const float* Mf, const GridScratch& d) {
-    constexpr int TN = (2 * CW + 7) / 8, TR = (NYL + 7) / 8, TK = (NX + 3) / 4;
+    constexpr int TN = (2 * CW + 7) / 8, TR = MMA_D * ((NYL + 8 * MMA_D - 1) / (8 * MMA_D)), TK = (NX + 3) / 4;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, q = lane & 3;
-    const double* w = reinterpret_cast<const double*>(d.wx);  // [v][k][Re, Im]
+    const double* w = reinterpret_cast<const double*>(d.wx);  // [k][2 CW weight columns]
     for (int r = warp; r < TR; r += NWARPS) {  // the same rounds in every lane of a warp
-        const float* mr = Mf + min(8 * r + g, NYL - 1) * 2 * MLD;
+        const int j = 8 * MMA_D * (r / MMA_D) + r % MMA_D + MMA_D * g;  // this lane's map row
+        const float* mr = Mf + min(j, NYL - 1) * 2 * MLD;
         double c[TN][2][2];
 #pragma unroll
         for (int t = 0; t < TN; ++t)
@@ -1298,8 +1313,8 @@ __device__ __forceinline__ void row_sums_mma(const float* Mf, const GridScratch&
             const double a = k < NX ? (double)mr[k] : 0.0;
 #pragma unroll
             for (int t = 0; t < TN; ++t) {
-                const int col = 8 * t + g;  // weight column: Dx_{col / 2}, Re or Im
-                const double b = k < NX && col < 2 * CW ? w[((col >> 1) * NX + k) * 2 + (col & 1)] : 0.0;
+                // weight column 8 t + g: Dx_{(8 t + g) / 2}, Re or Im
+                const double b = k < NX && 8 * t + g < 2 * CW ? w[k * 2 * CW + 8 * t + g] : 0.0;
                 dmma884(c[t][e][0], c[t][e][1], a, b);
             }
         };
@@ -1308,7 +1323,6 @@ __device__ __forceinline__ void row_sums_mma(const float* Mf, const GridScratch&
             step(s + 1, 1);
         }
         if (TK % 2) step(TK - 1, 0);
-        const int j = 8 * r + g;
         if (j < NYL) {
 #pragma unroll
             for (int t = 0; t < TN; ++t) {
@@ -1494,7 +1508,10 @@ __device__ void tabled_grid(const float* Mf, const GridScratch& d, int iy, int i
         __syncthreads();  // wy written; the rows and wx of the last chunk read
 #pragma unroll
         for (int e = 0; e < WX_EACH; ++e)
-            if (threadIdx.x + e * NT < CW * NX) d.wx[threadIdx.x + e * NT] = w[e];
+            if (threadIdx.x + e * NT < CW * NX) {
+                const int i = threadIdx.x + e * NT, v = i / NX;
+                d.wx[wx_at(v, i - v * NX)] = w[e];
+            }
         __syncthreads();
         // the next chunk's weights in registers through this chunk's sums where they are few
         // (with more, the row sums' registers spill; the few chunks then wait for their reads)

@@ -117,8 +117,11 @@ THREADS_MAX = 512
 # (256 threads: 1.208, 0.917).
 COLS_THREADS_MAX = 384
 # Subpixel grids up to this side take the cheapest FFT lengths (fast_length), larger ones the
-# smallest (benchmarks set it to compare).
-FAST_GRID_MAX = 3
+# smallest, whose maps cost the grid's row sums less (benchmarks set it to compare). 24: the
+# default upsampling factor's grid; H100, 45 ROIs of 128x128 at +-24 (FFT 192 against 162,
+# benchmarks/fused_upsampled_lengths.py): 37.3k against 32.7k patterns/s, results moved 3.3e-4 px
+# (on simulated EBSD patterns both lengths are as accurate: benchmarks/window_length_accuracy.py).
+FAST_GRID_MAX = 24
 _STATIC_SMEM = 512      # static shared memory of the kernel (reduction slots), rounded up
 _METHODS = {"none": 0, "parabolic": 1, "gaussian": 2, "quadratic": 3}
 _KERNELS = ("fused_peaks", "fused_maps", "fused_dft", "fused_upsampled", "fused_upsampled_tables")
@@ -373,7 +376,10 @@ def _plan(tile, fft, max_lag, split, smem_limit, grid, cols=1):
         # banks), and map row j's half spectrum is rows 2j, 2j+1 of ld: one row of 2 ld
         ld = (nxh + 1) // 2
         ld += 1 - ld % 2
-        rows = ny
+        # the inverse row pass writes map rows 2j, 2j+1 as one complex row of nx from row 4j of
+        # ld: where nyl is odd the last row's complex row runs past ny rows (into the twiddles)
+        rows = max(ny, -(-(4 * ((nyl - 1) // 2) * ld + nx) // ld))
+        rows += rows & 1
     else:
         ld = nxh | 1                   # odd stride: a column's rows fall in distinct banks
         rows = max(nyl, h) if split > 1 else ny

@@ -313,7 +313,8 @@ def test_skew_is_a_bijection_without_bank_conflicts(n):
 @pytest.mark.parametrize("tile,mode,shift", [((1, 1), "full", None), ((5, 7), "full", None),
                                              ((13, 6), "full", None), ((6, 13), "window", 3),
                                              ((9, 4), "window", 2), ((16, 12), "full", None),
-                                             ((11, 8), "window", 20), ((24, 10), "full", None)])
+                                             ((11, 8), "window", 20), ((24, 10), "full", None),
+                                             ((11, 11), "window", 6)])
 @pytest.mark.parametrize("split", [None, 2])
 def test_kernel_model_equals_definition(rng, tile, mode, shift, split):
     plan = fused_plan(tile, mode, shift, split=split)
@@ -360,8 +361,14 @@ def test_fast_lengths_fill_the_teams():
     # where the cheaper length does not fit and the smallest does, the smallest
     p = fused_plan((128, 128), "window", 24, grid=3, smem_limit=160 * 1024)
     assert p.fft == (162, 162) and p.split == 1
-    # the upsampled grid's sums grow with the map: the smallest lengths
-    assert fused_plan((128, 128), "window", 24, grid=24).fft == (162, 162)
+    # the upsampled grid's sums grow with the map: the cheapest lengths for grids up to
+    # FAST_GRID_MAX (the default factor's 24: 192 took 128x128 +-24 from 32.7k to 37.3k
+    # patterns/s on an H100), the smallest for larger ones
+    from ebsdxc.engines import fused
+
+    assert fused.FAST_GRID_MAX >= 24
+    assert fused_plan((128, 128), "window", 24, grid=24).fft == (192, 192)
+    assert fused_plan((128, 128), "window", 24, grid=fused.FAST_GRID_MAX + 1).fft == (162, 162)
 
 
 def test_upsampled_plans_sum_the_widest_chunk_of_grid_columns_that_fits():
@@ -377,25 +384,23 @@ def test_upsampled_plans_sum_the_widest_chunk_of_grid_columns_that_fits():
         assert dict(p.defines())["FC_GRID_CW"] == 3 and dict(p.defines())["FC_GRID_MMA"] == 1
     p = fused_plan((128, 128), "window", 24, grid=3)
     assert (p.grid_cw, p.grid_mma) == (3, False)  # dft: the stencil's three
-    saved = fused.GRID_MMA_COLUMNS
+    saved = fused.GRID_MMA_COLUMNS, fused.FAST_GRID_MAX
     try:
+        fused.FAST_GRID_MAX = 0  # 128x128 +-24 at FFT 162
         fused.GRID_MMA_COLUMNS = (8, 6, 4, 3)
         p = fused_plan((128, 128), "window", 24, grid=24)
         assert (p.grid_cw, p.grid_mma) == (8, True) and p.grid_smem + 512 <= 232448
         assert fused_plan((96, 96), "full", grid=24).grid_cw == 4
         assert fused_plan((256, 256), "window", 24, grid=24).grid_cw == 3
         assert fused_plan((64, 64), "window", 16, grid=5).grid_cw == 4  # upsample 3: 5 columns
-    finally:
-        fused.GRID_MMA_COLUMNS = saved
-    saved = fused.GRID_MMA_COLUMNS
-    try:  # on the FP64 pipes (benchmarks/fused_grid_columns.py)
+        # on the FP64 pipes (benchmarks/fused_grid_columns.py)
         fused.GRID_MMA_COLUMNS = ()
         assert (fused_plan((128, 128), "window", 24, grid=24).grid_cw,
                 fused_plan((128, 128), "window", 24, grid=24).grid_mma) == (6, False)
         assert fused_plan((45, 60), "full", grid=24).grid_cw == 3  # NX 128: four rows a piece
         assert fused_plan((128, 128), "window", 24, grid=24, smem_limit=170 * 1024).grid_cw == 3
     finally:
-        fused.GRID_MMA_COLUMNS = saved
+        fused.GRID_MMA_COLUMNS, fused.FAST_GRID_MAX = saved
 
 
 def test_plans_and_refusals():
@@ -525,7 +530,8 @@ def test_oracle_is_the_definition(rng):
                          + [(t, "full", None, 2) for t in SPLIT_SIZES] + [((128, 128), "full", None, None)]
                          + [(t, "window", s, 2) for t in SPLIT_SIZES for s in (3, 16)]
                          + [((256, 256), "window", 24, None), ((200, 210), "window", 24, None),
-                            ((128, 128), "window", 24, None), ((112, 112), "full", None, None)])
+                            ((128, 128), "window", 24, None), ((112, 112), "full", None, None),
+                            ((128, 128), "window", 24, 2), ((11, 11), "window", 6, 2)])  # odd NY / 2
 def test_maps_match_float64_definition(rng, tile, mode, shift, split):
     import cupy as cp
 
@@ -734,10 +740,13 @@ def test_upsampled_tables_match_float64_sums(tile, mode, shift, up):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("tile,mode,shift,split,up", [
-    ((64, 64), "window", 16, None, 7), ((45, 60), "full", None, 2, 10), ((96, 96), "full", None, None, 5)])
+    ((64, 64), "window", 16, None, 7), ((45, 60), "full", None, 2, 10), ((96, 96), "full", None, None, 5),
+    ((128, 128), "window", 24, None, 50)])
 def test_upsampled_factors_other_than_16_match_the_float64_oracle(rng, tile, mode, shift, split, up):
     # grids of odd side (7: 11 points, chunks of 3, 3, 3, 2) and steps no power of two (1/7,
-    # 1/10), about centres on either side of zero, read rotated from the tables
+    # 1/10), about centres on either side of zero, read rotated from the tables; a grid of 75
+    # whose scratch sends 128x128 +-24 to a column split of FFT 162 (81 map rows a block: the
+    # last one's complex row ran into the twiddles before the plan gave it room)
     import cupy as cp
 
     from ebsdxc.backend import select_backend
@@ -749,6 +758,8 @@ def test_upsampled_factors_other_than_16_match_the_float64_oracle(rng, tile, mod
     win = (window_1d(tile[0]), window_1d(tile[1]))
     cfg = EngineConfig(mode=mode, max_shift=shift, subpixel="upsampled", upsample=up)
     eng = FusedFFTEngine(select_backend("cuda"), tile, cfg, window_1d=win, split=split)
+    if up == 50:
+        assert (eng.plan.cols, eng.plan.fft[0] // 2 % 2) == (2, 1)
     B, n = 6, 7
     scan, ref = _shifted_tiles(rng, B, n, tile, shift=2.3, sigma=2.0)
     eng.set_reference(cp.asarray(ref), np.ones(n), np.zeros(n, np.uint8))
