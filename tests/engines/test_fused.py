@@ -403,6 +403,27 @@ def test_upsampled_plans_sum_the_widest_chunk_of_grid_columns_that_fits():
         fused.GRID_MMA_COLUMNS, fused.FAST_GRID_MAX = saved
 
 
+@pytest.mark.parametrize("split", [None, 2])
+def test_every_plan_has_room_for_its_map(split):
+    # the inverse row pass writes map rows 2q, 2q+1 as one complex row of NX from float2
+    # 2 q MLD (fc::MLD: 2 LD in a column split, else LD); the last pair must end inside the
+    # ROWS x LD spectrum, before the twiddles (a column split of FFT 162 = 2 x 81 wrote past it)
+    checked = 0
+    for h, w in [(n, n) for n in range(4, 260, 3)] + [(11, 64), (17, 70), (45, 60), (128, 96), (200, 210)]:
+        for mode, shift in [("full", None), ("window", 3), ("window", 16), ("window", 24)]:
+            for grid in (0, 3, 24, 75):
+                try:
+                    p = fused_plan((h, w), mode, shift, grid=grid, split=split)
+                except ValueError:
+                    continue
+                nyl, nx = p.fft[0] // p.split, p.fft[1]
+                mld = 2 * p.ld if p.cols > 1 else p.ld
+                assert 2 * mld * ((nyl - 1) // 2) + nx <= p.rows * p.ld, (h, w, mode, shift, grid, p)
+                assert p.rows % 2 == 0 and p.rows >= (p.fft[0] if p.split == 1 or p.cols > 1 else nyl)
+                checked += 1
+    assert checked > 500
+
+
 def test_plans_and_refusals():
     p = fused_plan((96, 96), "full")
     assert p.fft == (192, 192) and p.ld == 97 and p.smem < 160 * 1024 and p.threads == 512
