@@ -1407,6 +1407,30 @@ __device__ __forceinline__ void chunk_sums(const float* Mf, const GridScratch& d
     }
 }
 
+// A lane's share of the window autocorrelation at lag t (before the warp's sum; over its sum
+// S by the caller): along y over the NY signed frequencies of Sy, along x over the half
+// spectrum of Sx with Hermitian weights.
+__device__ __forceinline__ double autocorr_part(const double* __restrict__ Sy, const double* __restrict__ Sx,
+                                                bool row, double t, int lane) {
+    double a = 0.0;
+    if (row) {
+        for (int k = lane; k < NY; k += 32) {
+            const int kk = k < (NY + 1) / 2 ? k : k - NY;
+            double f = kk * t * RNY;
+            f -= floor(f);
+            a += Sy[k] * cospi(2.0 * f);
+        }
+    } else {
+        for (int l = lane; l < NXH; l += 32) {
+            const double wl = (l == 0 || (NX % 2 == 0 && l == NX / 2)) ? 1.0 : 2.0;
+            double f = l * t * RNX;
+            f -= floor(f);
+            a += Sx[l] * wl * cospi(2.0 * f);
+        }
+    }
+    return a;
+}
+
 // STENCIL: the 3x3 grid of `dft` (stencil_values, where d.rows has room for its sums; its own
 // code, so that the general grid's registers do not weigh on it); else any R. d.g is complete
 // in every thread when it returns (in warp 0 only for stencil_values).
@@ -1426,23 +1450,8 @@ __device__ void grid_values(const float* Mf, const GridScratch& d, double yc, do
     }
     if (comp) {  // window autocorrelation at the grid's lags, as dft_refine (peaks.cu): a warp per lag
         for (int u = warp; u < 2 * R; u += NWARPS) {
-            double a = 0.0;
-            if (u < R) {
-                for (int k = lane; k < NY; k += 32) {
-                    const int kk = k < (NY + 1) / 2 ? k : k - NY;
-                    double f = kk * (yc + (u - c) * h) * RNY;
-                    f -= floor(f);
-                    a += Sy[k] * cospi(2.0 * f);
-                }
-            } else {
-                for (int l = lane; l < NXH; l += 32) {
-                    const double wl = (l == 0 || (NX % 2 == 0 && l == NX / 2)) ? 1.0 : 2.0;
-                    double f = l * (xc + (u - R - c) * h) * RNX;
-                    f -= floor(f);
-                    a += Sx[l] * wl * cospi(2.0 * f);
-                }
-            }
-            a = warp_sum_all(a);
+            const double a = warp_sum_all(u < R ? autocorr_part(Sy, Sx, true, yc + (u - c) * h, lane)
+                                                : autocorr_part(Sy, Sx, false, xc + (u - R - c) * h, lane));
             if (lane == 0) {
                 if (u < R) d.acy[u] = a / sy_sum;
                 else d.acx[u - R] = a / sx_sum;
@@ -1759,23 +1768,7 @@ __global__ void fused_upsampled_tables(int up, const double* __restrict__ Sy, co
     const bool row = o < (long long)R * NY;
     const long long q = row ? o : o - (long long)R * NY;
     const int m = (int)(q / R), u = (int)(q - (long long)m * R);
-    double a = 0.0;
-    if (row) {
-        for (int k = lane; k < NY; k += 32) {
-            const int kk = k < (NY + 1) / 2 ? k : k - NY;
-            double f = kk * (m + (u - c) * h) * RNY;
-            f -= floor(f);
-            a += Sy[k] * cospi(2.0 * f);
-        }
-    } else {
-        for (int l = lane; l < NXH; l += 32) {
-            const double wl = (l == 0 || (NX % 2 == 0 && l == NX / 2)) ? 1.0 : 2.0;
-            double f = l * (m + (u - c) * h) * RNX;
-            f -= floor(f);
-            a += Sx[l] * wl * cospi(2.0 * f);
-        }
-    }
-    a = warp_sum_all(a);
+    const double a = warp_sum_all(autocorr_part(Sy, Sx, row, m + (u - c) * h, lane));
     if (lane == 0) {
         if (row) grid_acy[q] = a / sy_sum;
         else grid_acx[q] = a / sx_sum;

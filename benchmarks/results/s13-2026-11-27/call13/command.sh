@@ -1,0 +1,6 @@
+export PYTHONUNBUFFERED=1
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site $(ls .whl/*.whl | grep -v kikuchipy) >/dev/null 2>&1
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/kp .whl/kikuchipy*.whl >/dev/null 2>&1
+nvidia-smi --query-gpu=name --format=csv,noheader
+export PYTHONPATH=$PWD:/tmp/site:/tmp/kp
+timeout 200 python3 -m pytest -n 14 -m gpu -q -p no:cacheprovider -rfE --tb=short tests/engines/test_fused.py -k "dft or upsampled" 2>&1 | tail -4 | tee $OUT/gpu-tests.txt
