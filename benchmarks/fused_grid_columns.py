@@ -6,7 +6,7 @@ whose scratch does not fit falls back to 3 on the FP64 pipes).
 
 Usage::
 
-    python benchmarks/fused_grid_columns.py 3,6,m4,m8
+    python benchmarks/fused_grid_columns.py 3,6,m3,m4,m6,m8
 """
 
 from __future__ import annotations
@@ -49,7 +49,7 @@ def time_case(tile, shift, n, patterns, widths):
 
 def main(argv=None):
     args = argv if argv is not None else sys.argv[1:]
-    widths = (args[0] if args else "3,6,m4,m8").split(",")
+    widths = (args[0] if args else "3,6,m3,m4,m6,m8").split(",")
     for case in CASES:
         time_case(*case, widths)
 

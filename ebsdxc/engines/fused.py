@@ -271,8 +271,8 @@ GRID_COLUMNS = (6, 3)
 #: chunk of these that fits (tiles of 8 weight columns, 2 a grid column). Measured on an H100
 #: (benchmarks/fused_grid_columns.py, 2026-11-27): 3, 4, 6, 8 columns took 128x128 at +-24 to
 #: 32.5k, 28.7k, 30.9k, 23.0k patterns/s, 64x64 at +-16 to 51.6k, 42.1k, 48.0k, 32.1k and 96x96
-#: full to 19.8k, 16.8k, -, - (the FP64 pipes: 30.9k, 39.4k, 17.6k at their best width):
-#: wider chunks hold more accumulators than the warp's registers keep.
+#: full to 19.8k, 16.8k, -, - (no room for 6 and 8; the FP64 pipes: 30.9k, 39.4k, 17.6k at their
+#: best width). Wider chunks make fewer passes but were slower, for reasons not measured.
 GRID_MMA_COLUMNS = (3,)
 
 
