@@ -28,13 +28,13 @@ A = [
     (1, "    integer_start(Mf, d, lag_y, lag_y + NY, comp, false, sval, sidx, t, out_value, out_border, s, pk);\n",
      "after"),
     (2, "        d.wy[i] = tb.wy[u * NY + wrap(my - (j * SPLIT + s), NY)];\n    }\n", "after"),
-    (3, "    double2 w[WX_EACH];\n    column_fetch(tb, mx, R, 0, w);\n", "before"),
-    (4, "        if (v0 + CW < R) {\n            if (WX_EACH <= 2) column_fetch(tb, mx, R, v0 + CW, w);\n"
+    (3, "    double2 w[WX_EACH];\n    column_fetch(tb, mx, Q, 0, w);\n", "before"),
+    (4, "        if (v0 + CW < Q) {\n            if (WX_EACH <= 2) column_fetch(tb, mx, Q, v0 + CW, w);\n"
         "        }\n", "after"),
     (5, "    __syncthreads();\n    // the grid's values in these columns: a thread per grid row u", "before"),
-    (6, "                if (v < nv) d.g[u * R + v0 + v] = a[v];\n        }\n    }\n}", "end"),
-    (7, "        if (WX_EACH > 2 && v0 + CW < R) column_fetch(tb, mx, R, v0 + CW, w);\n    }\n"
-        "    grid_finish(d, R, comp);\n", "after"),
+    (6, "                if (v < nv) d.g[u * Q + v0 + v] = a[v];\n        }\n    }\n}", "end"),
+    (7, "        if (WX_EACH > 2 && v0 + CW < Q) column_fetch(tb, mx, Q, v0 + CW, w);\n    }\n"
+        "    grid_finish(d, R, Q, comp, tb.lerp);\n", "after"),
     (8, "        const bool again = d.pos[5] != 0.0;\n", "before"),
     (9, "        if (!again) break;\n", "before_count"),
     (10, "    if (threadIdx.x == 0 && s == 0) {\n        const bool stuck = d.pos[5] != 0.0;  // never inside",
@@ -46,7 +46,7 @@ def instrument(src):
     src = src.replace("namespace fc {\n\nconstexpr int H",
                       "__device__ unsigned long long fc_phase[32];\n__shared__ long long fc_last;\n"
                       "namespace fc {\n\nconstexpr int H", 1)
-    anchor = "    const GridScratch d = grid_scratch(S, R);\n"
+    anchor = "    const GridScratch d = grid_scratch(S, R, nodes);\n"
     assert anchor in src
     src = src.replace(anchor, anchor + "    if (threadIdx.x == 0) fc_last = clock64();\n", 1)
     for phase, anchor, where in A:

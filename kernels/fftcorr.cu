@@ -930,6 +930,11 @@ constexpr bool GRID_MMA = FC_GRID_MMA;
 constexpr bool GRID_MMA = false;
 #endif
 
+// Row stride of d.rows in doubles: the column sums' 16 lanes read a double2 from each of 16
+// consecutive rows, in the fewest wavefronts where the stride is 2 mod 4 doubles (at CW = 4, 8
+// doubles put the rows on 2 of 8 groups of four banks: 8 wavefronts instead of 2).
+constexpr int RLD = (2 * CW) % 4 == 2 ? 2 * CW : 2 * CW + 2;
+
 // d.wx: Dx_v(k) (Re, Im) of the chunk's columns at [v][k] for piece_sums; for the tensor cores
 // at [k][v], so that a B fragment (4 k x 8 weight columns) at 3 or 4 columns is one run of bytes
 // (at [v][k] its rows fall in the same banks). With the map rows of fc::MMA_D, shared-load bank
@@ -940,36 +945,38 @@ __device__ __forceinline__ int wx_at(int v, int k) {
 }
 
 // Scratch of the dft and upsampled kernels after the window lag tables (fused._grid_scratch
-// bytes for a grid of R x R lags).
+// bytes for a grid of R x R lags evaluated at Q x Q nodes, Q <= R; fused.grid_nodes).
 struct GridScratch {
     double* pos;  // y, x, ly, lx, flat, again
-    double* g;    // [R][R] correlation at the grid's lags
-    double* gsum;  // [R][R] the sum over the blocks of a split (SPLIT > 1 only; in `rows` where it fits)
+    double* g;    // [R][R] correlation at the grid's lags ([Q][Q] at its nodes before grid_finish)
+    double* gsum;  // [Q][Q] the sum over the blocks of a split (SPLIT > 1 only; in `rows` where it fits)
     double* acy;  // [R] window autocorrelation at its rows' lags
     double* acx;  // [R]
-    float2* wy;   // [R][NYL] Dy at its rows, for this block's map rows
-    double2* wx;  // [CW][NX] Dx at CW of its columns (16-byte aligned); the stencil uses three
-    double* rows;  // [NYL][2 CW] sum_k c[j][k] (Re, Im) Dx_v(k) for those columns; for the 3x3
+    float2* wy;   // [Q][NYL] Dy at its row nodes, for this block's map rows
+    double2* wx;  // [CW][NX] Dx at CW of its column nodes (16-byte aligned); the stencil uses three
+    double* rows;  // [NYL][RLD] sum_k c[j][k] (Re, Im) Dx_v(k) for those columns; for the 3x3
                    // stencil the warps' nine sums, then the window autocorrelation's pieces
+    double* lt;   // [R][Q] the interpolation's first product (Q < R only)
 };
 
-__device__ __forceinline__ GridScratch grid_scratch(float2* S, int R) {
+__device__ __forceinline__ GridScratch grid_scratch(float2* S, int R, int Q) {
     GridScratch d;
     d.pos = reinterpret_cast<double*>(S + ROWS * LD + NX + NY) + NY + NX;
     d.g = d.pos + 8;
     // The split's sum is made after the last row sums are read, and the peer block reads only
     // d.g: it can share the row sums' space when that is large enough (fused._grid_scratch).
-    const bool gsum_in_rows = R * R <= 2 * CW * NYL;
+    const bool gsum_in_rows = Q * Q <= RLD * NYL;
     d.gsum = d.g + R * R;
-    d.acy = d.gsum + (SPLIT > 1 && !gsum_in_rows ? R * R : 0);
+    d.acy = d.gsum + (SPLIT > 1 && !gsum_in_rows ? Q * Q : 0);
     d.acx = d.acy + R;
     d.wy = reinterpret_cast<float2*>(d.acx + R);
     // pointer arithmetic, not integer rounding, so that the compiler keeps these shared-memory
     // loads (LDS, not generic LD)
-    float2* after = d.wy + R * NYL;
+    float2* after = d.wy + Q * NYL;
     if (reinterpret_cast<unsigned long long>(after) & 15ULL) after += 1;
     d.wx = reinterpret_cast<double2*>(after);
     d.rows = reinterpret_cast<double*>(d.wx + CW * NX);
+    d.lt = d.rows + RLD * NYL;
     if (gsum_in_rows) d.gsum = d.rows;
     return d;
 }
@@ -1247,17 +1254,20 @@ __device__ __forceinline__ void stencil_values(const float* Mf, const GridScratc
     stencil_finish(d, comp, sy_sum, sx_sum);
 }
 
-// The correlation (divided by the window autocorrelation where comp) at the R x R lags
-// (yc + (u - R/2) h, xc + (v - R/2) h) into d.g[u * R + v], from the map Mf in shared memory;
-// every thread calls it, d.g is complete when it returns.
 // The sums over map rows in d.g, scaled (over both blocks of a split, added in rank order so
-// that both hold the same values and take the same steps); every thread calls it.
-__device__ __forceinline__ void grid_finish(const GridScratch& d, int R, int comp) {
+// that both hold the same values and take the same steps) and divided by the window
+// autocorrelation where comp; every thread calls it. Where Q < R, d.g holds the Q x Q values at
+// the nodes, and the R x R grid is their interpolant, lerp (R x Q) on both sides: the values
+// are the trigonometric interpolant of the map, band-limited, so that the polynomial through
+// them at Chebyshev nodes meets them within 4e-9 of the largest at Q = 12 over the 1.5 px of
+// the grid (fused.grid_nodes; tests/engines/test_fused.py).
+__device__ __forceinline__ void grid_finish(const GridScratch& d, int R, int Q, int comp,
+                                            const double* __restrict__ lerp) {
     __syncthreads();
     double* g = d.g;
     if (SPLIT > 1) {
         cluster_sync();
-        for (int i = threadIdx.x; i < R * R; i += blockDim.x) {
+        for (int i = threadIdx.x; i < Q * Q; i += blockDim.x) {
             double a = 0.0;
             for (int r = 0; r < SPLIT; ++r) a += *peer(d.g + i, r);
             d.gsum[i] = a;
@@ -1265,9 +1275,26 @@ __device__ __forceinline__ void grid_finish(const GridScratch& d, int R, int com
         cluster_sync();  // the peer has read d.g
         g = d.gsum;
     }
+    if (Q < R) {
+        for (int i = threadIdx.x; i < R * Q; i += blockDim.x) {  // lt = lerp g
+            const int u = i / Q, p = i - u * Q;
+            double a = 0.0;
+            for (int m = 0; m < Q; ++m) a = fma(__ldg(lerp + u * Q + m), g[m * Q + p], a);
+            d.lt[i] = a;
+        }
+        __syncthreads();  // g read (it may be d.g, written next)
+        g = d.lt;
+    }
     for (int i = threadIdx.x; i < R * R; i += blockDim.x) {
         const int u = i / R, v = i - u * R;
-        double val = g[i] / ((double)NY * NX);
+        double val;
+        if (Q < R) {  // (lt lerp^T)[u][v]
+            val = 0.0;
+            for (int p = 0; p < Q; ++p) val = fma(g[u * Q + p], __ldg(lerp + v * Q + p), val);
+        } else {
+            val = g[i];
+        }
+        val /= (double)NY * NX;
         if (comp) val /= d.acy[u] * d.acx[v];
         d.g[i] = val;
     }
@@ -1329,20 +1356,18 @@ __device__ __forceinline__ void row_sums_mma(const float* Mf, const GridScratch&
 #pragma unroll
             for (int t = 0; t < TN; ++t) {
                 if (8 * t + 2 * q < 2 * CW) {
-                    d.rows[j * 2 * CW + 8 * t + 2 * q] = c[t][0][0] + c[t][1][0];
-                    d.rows[j * 2 * CW + 8 * t + 2 * q + 1] = c[t][0][1] + c[t][1][1];
+                    d.rows[j * RLD + 8 * t + 2 * q] = c[t][0][0] + c[t][1][0];
+                    d.rows[j * RLD + 8 * t + 2 * q + 1] = c[t][0][1] + c[t][1][1];
                 }
             }
         }
     }
 }
 
-// One chunk of the general grid: its nv <= CW columns from v0 (their Dx in d.wx) summed along
-// every map row into d.rows, then down the rows into d.g (R x nv values). Every thread calls it.
-__device__ __forceinline__ void chunk_sums(const float* Mf, const GridScratch& d, int R, int v0, int nv) {
-    // row sums: the GR pieces of a row in neighbouring lanes, summed by shuffles
-    if (GRID_MMA) row_sums_mma(Mf, d);
-    for (int p0 = 0; p0 < (GRID_MMA ? 0 : NB * GR); p0 += NT) {  // the same rounds in every lane of a warp
+// The row sums on the FP64 pipes (before sm_80): the GR pieces of a row in neighbouring lanes,
+// summed by shuffles.
+__device__ __forceinline__ void row_sums_pipes(const float* Mf, const GridScratch& d) {
+    for (int p0 = 0; p0 < NB * GR; p0 += NT) {  // the same rounds in every lane of a warp
         const int p = p0 + threadIdx.x;
         double a[RB][2 * CW];
         if (p < NB * GR) {
@@ -1366,11 +1391,19 @@ __device__ __forceinline__ void chunk_sums(const float* Mf, const GridScratch& d
                 const int j = RB * (p / GR) + r;
                 if (j < NYL) {
 #pragma unroll
-                    for (int c = 0; c < 2 * CW; ++c) d.rows[j * 2 * CW + c] = a[r][c];
+                    for (int c = 0; c < 2 * CW; ++c) d.rows[j * RLD + c] = a[r][c];
                 }
             }
         }
     }
+}
+
+// One chunk of a Q x Q grid (of lags, or of an R x R grid's nodes): its nv <= CW columns from v0
+// (their Dx in d.wx) summed along every map row into d.rows, then down the rows into d.g (Q x nv
+// values, row stride Q). Every thread calls it.
+__device__ __forceinline__ void chunk_sums(const float* Mf, const GridScratch& d, int Q, int v0, int nv) {
+    if (GRID_MMA) row_sums_mma(Mf, d);
+    else row_sums_pipes(Mf, d);
     __syncthreads();
     // the grid's values in these columns: a thread per grid row u and piece of the map rows, P
     // pieces of neighbouring lanes (P as large as one round of the block allows), each with all
@@ -1378,17 +1411,17 @@ __device__ __forceinline__ void chunk_sums(const float* Mf, const GridScratch& d
     // per value widened it nv times: the conversions, at a quarter of the FP64 rate, made the
     // column sums 45k of 214k cycles per ROI at 128x128 +-24)
     int P = 1;
-    while (P < 32 && 2 * P * R <= NT) P *= 2;
-    for (int i0 = 0; i0 < R * P; i0 += NT) {  // the same rounds in every lane of a warp
+    while (P < 32 && 2 * P * Q <= NT) P *= 2;
+    for (int i0 = 0; i0 < Q * P; i0 += NT) {  // the same rounds in every lane of a warp
         const int i = i0 + threadIdx.x, u = i / P, piece = i - u * P;
         double a[CW];
 #pragma unroll
         for (int v = 0; v < CW; ++v) a[v] = 0.0;
-        if (u < R) {
+        if (u < Q) {
             for (int j = piece; j < NYL; j += P) {
                 const float2 w = d.wy[u * NYL + j];
                 const double wr = w.x, wi = w.y;
-                const double2* r = reinterpret_cast<const double2*>(d.rows + j * 2 * CW);
+                const double2* r = reinterpret_cast<const double2*>(d.rows + j * RLD);
 #pragma unroll
                 for (int v = 0; v < CW; ++v) {
                     const double2 q = r[v];
@@ -1401,10 +1434,10 @@ __device__ __forceinline__ void chunk_sums(const float* Mf, const GridScratch& d
 #pragma unroll
             for (int v = 0; v < CW; ++v) a[v] += __shfl_xor_sync(0xffffffffu, a[v], m);
         }
-        if (u < R && piece == 0) {
+        if (u < Q && piece == 0) {
 #pragma unroll
             for (int v = 0; v < CW; ++v)  // unrolled: a[] stays in registers
-                if (v < nv) d.g[u * R + v0 + v] = a[v];
+                if (v < nv) d.g[u * Q + v0 + v] = a[v];
         }
     }
 }
@@ -1433,18 +1466,19 @@ __device__ __forceinline__ double autocorr_part(const double* __restrict__ Sy, c
     return a;
 }
 
-// STENCIL: the 3x3 grid of `dft` (stencil_values, where d.rows has room for its sums; its own
-// code, so that the general grid's registers do not weigh on it); else any R. d.g is complete
-// in every thread when it returns (in warp 0 only for stencil_values).
-template <bool STENCIL>
-__device__ void grid_values(const float* Mf, const GridScratch& d, double yc, double xc, double h, int R, int comp,
+// The correlation (divided by the window autocorrelation where comp) at the 3x3 lags
+// (yc + (u - 1) h, xc + (v - 1) h) of a `dft` stencil into d.g[3 u + v], from the map Mf in shared
+// memory; every thread calls it. stencil_values where d.rows has room for its sums (d.g complete
+// in warp 0 when it returns), else the general grid's sums (d.g complete in every thread).
+__device__ void grid_values(const float* Mf, const GridScratch& d, double yc, double xc, double h, int comp,
                             const double* __restrict__ Sy, const double* __restrict__ Sx, double sy_sum,
                             double sx_sum, int s = 0) {
-    if (STENCIL && STENCIL_ROWS) {
+    if (STENCIL_ROWS) {
         stencil_values(Mf, d, yc, xc, h, comp, Sy, Sx, sy_sum, sx_sum, s);
         return;
     }
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, c = R / 2;
+    constexpr int R = 3, c = 1;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     for (int i = threadIdx.x; i < R * NYL; i += blockDim.x) {
         const int u = i / NYL, j = i - u * NYL;
         const double tt = yc - (j * SPLIT + s) + (u - c) * h;  // Dy has period NY: the least |t| (see red2)
@@ -1465,19 +1499,22 @@ __device__ void grid_values(const float* Mf, const GridScratch& d, double yc, do
         column_table(d, xc, h, v0, nv, c);
         chunk_sums(Mf, d, R, v0, nv);
     }
-    grid_finish(d, R, comp);
+    grid_finish(d, R, R, comp, nullptr);
 }
 
 // The tables of the upsampled grid about a whole-pixel centre, made once per engine
-// (fused_upsampled_tables): Dy and Dx at the grid's lags, and the window autocorrelation there,
-// depend on the centre only through its remainder mod N, so a grid reads them rotated instead of
-// evaluating R (NYL + NX) closed forms and 2R autocorrelation sums (28k of 214k cycles per ROI
-// at 128x128 +-24).
+// (fused_upsampled_tables): Dy and Dx at the grid's nodes, and the window autocorrelation at its
+// lags, depend on the centre only through its remainder mod N, so a grid reads them rotated
+// instead of evaluating Q (NYL + NX) closed forms and 2R autocorrelation sums (28k of 214k cycles
+// per ROI at 128x128 +-24). Larger grids (R > Q) are summed at Q x Q Chebyshev nodes and
+// interpolated (grid_finish): at 128x128 +-24, 8 passes over the map and 576 column sums a
+// grid became 4 and 144.
 struct GridTables {
-    const float2* __restrict__ wy;   // [R][NY] Dy(m + (u - c) h)
-    const double2* __restrict__ wx;  // [R][NX] Dx(m + (v - c) h)
+    const float2* __restrict__ wy;   // [Q][NY] Dy(m + o_u) at the node offsets o_u (the grid's (u - c) h where Q = R)
+    const double2* __restrict__ wx;  // [Q][NX] Dx(m + o_v)
     const double* __restrict__ acy;  // [NY][R] window autocorrelation at m + (u - c) h over its sum (comp)
     const double* __restrict__ acx;  // [NX][R]
+    const double* __restrict__ lerp;  // [R][Q] the grid from its nodes (Q < R), else null
 };
 
 __device__ __forceinline__ int wrap(int m, int n) {
@@ -1487,8 +1524,8 @@ __device__ __forceinline__ int wrap(int m, int n) {
 
 // A thread's share of a chunk's column weights (CW NX of them, zero beyond nv), read ahead.
 constexpr int WX_EACH = (CW * NX + NT - 1) / NT;
-__device__ __forceinline__ void column_fetch(const GridTables& tb, int mx, int R, int v0, double2 (&w)[WX_EACH]) {
-    const int nv = min(CW, R - v0);
+__device__ __forceinline__ void column_fetch(const GridTables& tb, int mx, int Q, int v0, double2 (&w)[WX_EACH]) {
+    const int nv = min(CW, Q - v0);
 #pragma unroll
     for (int e = 0; e < WX_EACH; ++e) {
         const int i = threadIdx.x + e * NT, v = i / NX, k = i - v * NX;
@@ -1497,13 +1534,13 @@ __device__ __forceinline__ void column_fetch(const GridTables& tb, int mx, int R
 }
 
 // The correlation (divided by the window autocorrelation where comp) at the R x R lags
-// (iy + (u - R/2) h, ix + (v - R/2) h) into d.g[u * R + v], as grid_values, from the tables;
-// every thread calls it, d.g is complete when it returns. The next chunk's column weights are
-// read while this chunk's sums run.
-__device__ void tabled_grid(const float* Mf, const GridScratch& d, int iy, int ix, int R, int comp,
+// (iy + (u - R/2) h, ix + (v - R/2) h) into d.g[u * R + v], from the tables: the sums at the
+// Q x Q nodes, then grid_finish; every thread calls it, d.g is complete when it returns. The
+// next chunk's column weights are read while this chunk's sums run.
+__device__ void tabled_grid(const float* Mf, const GridScratch& d, int iy, int ix, int R, int Q, int comp,
                             const GridTables& tb, int s) {
     const int my = wrap(iy, NY), mx = wrap(ix, NX);
-    for (int i = threadIdx.x; i < R * NYL; i += blockDim.x) {
+    for (int i = threadIdx.x; i < Q * NYL; i += blockDim.x) {
         const int u = i / NYL, j = i - u * NYL;
         d.wy[i] = tb.wy[u * NY + wrap(my - (j * SPLIT + s), NY)];
     }
@@ -1514,8 +1551,8 @@ __device__ void tabled_grid(const float* Mf, const GridScratch& d, int iy, int i
         }
     }
     double2 w[WX_EACH];
-    column_fetch(tb, mx, R, 0, w);
-    for (int v0 = 0; v0 < R; v0 += CW) {  // CW columns of the grid at a time
+    column_fetch(tb, mx, Q, 0, w);
+    for (int v0 = 0; v0 < Q; v0 += CW) {  // CW columns of nodes at a time
         __syncthreads();  // wy written; the rows and wx of the last chunk read
 #pragma unroll
         for (int e = 0; e < WX_EACH; ++e)
@@ -1526,13 +1563,13 @@ __device__ void tabled_grid(const float* Mf, const GridScratch& d, int iy, int i
         __syncthreads();
         // the next chunk's weights in registers through this chunk's sums where they are few
         // (with more, the row sums' registers spill; the few chunks then wait for their reads)
-        if (v0 + CW < R) {
-            if (WX_EACH <= 2) column_fetch(tb, mx, R, v0 + CW, w);
+        if (v0 + CW < Q) {
+            if (WX_EACH <= 2) column_fetch(tb, mx, Q, v0 + CW, w);
         }
-        chunk_sums(Mf, d, R, v0, min(CW, R - v0));
-        if (WX_EACH > 2 && v0 + CW < R) column_fetch(tb, mx, R, v0 + CW, w);
+        chunk_sums(Mf, d, Q, v0, min(CW, Q - v0));
+        if (WX_EACH > 2 && v0 + CW < Q) column_fetch(tb, mx, Q, v0 + CW, w);
     }
-    grid_finish(d, R, comp);
+    grid_finish(d, R, Q, comp, tb.lerp);
 }
 
 // The integer peak of the map and its 3x3 neighbourhood, as fused_peaks: writes out_value,
@@ -1639,7 +1676,7 @@ fused_dft(const FC_IN* __restrict__ tiles, long long frame, int row, const int* 
     __shared__ int sidx[32];
     float2* S = setup(tw, comp ? wy : nullptr, wx);
     const double* lag_y = reinterpret_cast<const double*>(S + ROWS * LD + NX + NY);
-    const GridScratch d = grid_scratch(S, 3);
+    const GridScratch d = grid_scratch(S, 3, 3);
     const long long t = blockIdx.x / SPLIT;
     const int s = cluster_rank();
     const TileIn in = tile_in(tiles, frame, row, offsets, mean, status, window, n_ref, t);
@@ -1651,7 +1688,7 @@ fused_dft(const FC_IN* __restrict__ tiles, long long frame, int row, const int* 
     for (int st = 0, moves = 0; st < n_steps;) {
         const double h = steps[st], yc = d.pos[0], xc = d.pos[1];
         if (!(isfinite(yc) && isfinite(xc))) break;  // a failed start stays NaN (the same in every thread)
-        grid_values<true>(Mf, d, yc, xc, h, 3, comp, Sy, Sx, sy_sum, sx_sum, s);
+        grid_values(Mf, d, yc, xc, h, comp, Sy, Sx, sy_sum, sx_sum, s);
         if (threadIdx.x == 0) {
             double g[3][3];
             for (int u = 0; u < 3; ++u)
@@ -1679,6 +1716,8 @@ fused_dft(const FC_IN* __restrict__ tiles, long long frame, int row, const int* 
 // on an R x R grid of spacing 1 / up about the integer peak (R = ceil(1.5 up)), a quadratic
 // fit to its maximum's 3x3 neighbourhood on the grid; where the maximum is on the grid's edge
 // the grid is re-centred on the nearest whole pixel, at most max_recentre times (then NaN).
+// The grid's values are sums at nodes x nodes lags (fused.grid_nodes), interpolated by grid_lerp
+// (R x nodes) where nodes < R.
 __global__ void FC_CLUSTER __launch_bounds__(FC_NT, 1)
 fused_upsampled(const FC_IN* __restrict__ tiles, long long frame, int row, const int* __restrict__ offsets,
                 const float* __restrict__ mean, const unsigned char* __restrict__ status,
@@ -1687,7 +1726,8 @@ fused_upsampled(const FC_IN* __restrict__ tiles, long long frame, int row, const
                 const double* __restrict__ wy, const double* __restrict__ wx, int comp,
                 const float2* __restrict__ grid_wy, const double2* __restrict__ grid_wx,
                 const double* __restrict__ grid_acy, const double* __restrict__ grid_acx,
-                int up, int max_recentre, double reach, double* __restrict__ out_y, double* __restrict__ out_x,
+                const double* __restrict__ grid_lerp, int nodes, int up, int max_recentre, double reach,
+                double* __restrict__ out_y, double* __restrict__ out_x,
                 float* __restrict__ out_value, unsigned char* __restrict__ out_border) {
     using namespace fc;
     __shared__ float sval[32];
@@ -1695,11 +1735,11 @@ fused_upsampled(const FC_IN* __restrict__ tiles, long long frame, int row, const
     const int R = (3 * up + 1) / 2, c = R / 2;  // ceil(1.5 up)
     float2* S = setup(tw, comp ? wy : nullptr, wx);
     const double* lag_y = reinterpret_cast<const double*>(S + ROWS * LD + NX + NY);
-    const GridScratch d = grid_scratch(S, R);
+    const GridScratch d = grid_scratch(S, R, nodes);
     const long long t = blockIdx.x / SPLIT;
     const int s = cluster_rank();
     const TileIn in = tile_in(tiles, frame, row, offsets, mean, status, window, n_ref, t);
-    const GridTables tables{grid_wy, grid_wx, grid_acy, grid_acx};
+    const GridTables tables{grid_wy, grid_wx, grid_acy, grid_acx, grid_lerp};
     Peak pk;
     correlate(S, S + ROWS * LD, S + ROWS * LD + NX, in, reference(ref, n_ref, ref_of, indexed, t),
               true, s, pk);
@@ -1709,7 +1749,7 @@ fused_upsampled(const FC_IN* __restrict__ tiles, long long frame, int row, const
     __syncthreads();
     for (int it = 0; it <= max_recentre; ++it) {
         const double cy = d.pos[6], cx = d.pos[7];
-        tabled_grid(Mf, d, (int)cy, (int)cx, R, comp, tables, s);
+        tabled_grid(Mf, d, (int)cy, (int)cx, R, nodes, comp, tables, s);
         const int bi = grid_argmax(d, R, sidx);
         if (threadIdx.x == 0) {
             const int iu = bi / R, iv = bi % R;
@@ -1739,10 +1779,12 @@ fused_upsampled(const FC_IN* __restrict__ tiles, long long frame, int row, const
     if (SPLIT > 1) cluster_sync();
 }
 
-// The tables of fused_upsampled (fc::GridTables) for upsample factor up: blockIdx.y 0 the
-// weights, a thread each; 1 the window autocorrelations (comp), a warp each, summed as
-// grid_values sums them. The same closed forms as the grids that evaluate them in place.
-__global__ void fused_upsampled_tables(int up, const double* __restrict__ Sy, const double* __restrict__ Sx,
+// The tables of fused_upsampled (fc::GridTables) for upsample factor up and the Q node offsets
+// of its grid (px from the centre): part 0 the weights at the nodes, a thread each; 1 the
+// window autocorrelations at the grid's lags (comp), a warp each, summed as grid_values sums
+// them. The same closed forms as the grids that evaluate them in place.
+__global__ void fused_upsampled_tables(int part, int up, int nodes, const double* __restrict__ offset,
+                                       const double* __restrict__ Sy, const double* __restrict__ Sx,
                                        double sy_sum, double sx_sum, float2* __restrict__ grid_wy,
                                        double2* __restrict__ grid_wx, double* __restrict__ grid_acy,
                                        double* __restrict__ grid_acx) {
@@ -1750,15 +1792,15 @@ __global__ void fused_upsampled_tables(int up, const double* __restrict__ Sy, co
     const int R = (3 * up + 1) / 2, c = R / 2;
     const double h = 1.0 / up;
     const long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
-    if (blockIdx.y == 0) {
-        if (i < (long long)R * NY) {
+    if (part == 0) {
+        if (i < (long long)nodes * NY) {
             const int u = (int)(i / NY), m = (int)(i - (long long)u * NY);
-            const double tt = m + (u - c) * h;
+            const double tt = m + offset[u];
             grid_wy[i] = weight_full(tt - NY * rint(tt * RNY));
-        } else if (i < (long long)R * (NY + NX)) {
-            const long long q = i - (long long)R * NY;
+        } else if (i < (long long)nodes * (NY + NX)) {
+            const long long q = i - (long long)nodes * NY;
             const int v = (int)(q / NX), m = (int)(q - (long long)v * NX);
-            const double tt = m + (v - c) * h;
+            const double tt = m + offset[v];
             const float2 w = weight_half(tt - NX * rint(tt * RNX));
             grid_wx[q] = make_double2(w.x, w.y);
         }

@@ -44,8 +44,9 @@ frequencies) and Dx (the half spectrum with its Hermitian weights) in closed for
 what :func:`ebsdxc.peaks.dft_grid` computes from the spectrum. A 3x3 stencil of ``dft`` costs,
 for each map column, 6 weighted sums down the column (float, a warp's rows at a time, widened to
 double once per pass), then 9 weighted sums across the columns; the 24x24 grid of ``upsampled``
-6 weighted sums along each map row per three grid columns, then R sums along the column of row
-sums. The Dirichlet weights, and the window autocorrelation that compensation divides by, are
+6 weighted sums along each map row per three columns of 12 x 12 Chebyshev nodes, then 12 sums
+along the column of row sums, and the polynomial interpolant of the nodes' values at the grid's
+lags (:data:`GRID_NODES`). The Dirichlet weights, and the window autocorrelation that compensation divides by, are
 made in one round before the pass. Its precision is that of the
 float32 map (the kernel's inverse FFT): 1e-5 px from the float64 result on sharp peaks, up to
 about 2e-4 px RMS (1.5e-3 max) on broad ones, 3.7e-4 px RMS on the sample EBSD scan, where the
@@ -105,7 +106,7 @@ from .base import CorrelationEngine, EngineInfo, PeakResult
 from .registry import register
 
 __all__ = ["FusedFFTEngine", "axis_factors", "can_split", "device_limits", "fast_length", "fft_length", "fused_plan",
-           "grid_side", "skew", "supports"]
+           "grid_interpolation", "grid_nodes", "grid_side", "skew", "supports"]
 
 RADIX_MAX = 32          # largest DFT held in one thread's registers
 LENGTH_MAX = RADIX_MAX * RADIX_MAX
@@ -251,13 +252,49 @@ def grid_side(subpixel, upsample=16) -> int:
     return 0
 
 
+#: Nodes a side at which the kernel sums a larger ``upsampled`` grid (fc::grid_finish
+#: interpolates the rest): the grid's values are the trigonometric interpolant of the map,
+#: band-limited to half a cycle per pixel, and over the grid's 1.5 px the polynomial through
+#: them at 12 Chebyshev nodes meets them within 4e-9 of the largest value (white-noise maps,
+#: upsample 9 to 50; tests/engines/test_fused.py), far below the float32 map's own rounding. At
+#: 128x128 +-24 (upsample 16, a 24 x 24 grid) the row sums make 4 passes over the map instead of
+#: 8, the column sums 144 values instead of 576.
+GRID_NODES = 12
+
+
+def grid_nodes(side) -> int:
+    """Nodes a side at which the fused kernels sum a grid of ``side`` lags a side: the grid's own
+    lags up to :data:`GRID_NODES`, that many Chebyshev nodes beyond (:func:`grid_interpolation`)."""
+    return min(int(side), GRID_NODES)
+
+
+def grid_interpolation(upsample, nodes):
+    """(offsets, lerp) of the ``upsampled`` grid for ``upsample``: the ``nodes`` Chebyshev nodes
+    (first kind) over the grid's span, in px from its centre, and the (R, nodes) matrix that
+    takes values at them to the grid's R = ceil(1.5 upsample) lags (barycentric Lagrange
+    interpolation, float64); the grid's own lags and None where ``nodes`` is R."""
+    from numpy.polynomial.chebyshev import chebpts1
+    from scipy.interpolate import BarycentricInterpolator
+
+    side = grid_side("upsampled", upsample)
+    lags = (np.arange(side) - side // 2) / int(upsample)
+    if nodes >= side:
+        return lags, None
+    lo, hi = lags[0], lags[-1]
+    offsets = 0.5 * (lo + hi) + 0.5 * (hi - lo) * chebpts1(nodes)
+    return offsets, BarycentricInterpolator(offsets, np.eye(nodes))(lags)
+
+
 def _grid_scratch(nyl, nx, side, split=1, cw=3):
-    # fc::GridScratch: position, grid values (and their sum over a split, in the row sums'
-    # space where it fits), window autocorrelations, column weights of cw columns (double2,
-    # aligned to 16 bytes), row weights of the block's nyl map rows (float2), row sums
-    own_sum = split > 1 and side * side > 2 * cw * nyl
-    return (8 * 8 + side * side * 8 * (2 if own_sum else 1) + 2 * side * 8 + 8 + cw * nx * 16 + side * nyl * 8
-            + nyl * 2 * cw * 8)
+    # fc::GridScratch: position, grid values (and their nodes' sum over a split, in the row
+    # sums' space where it fits), window autocorrelations, column weights of cw columns
+    # (double2, aligned to 16 bytes), row weights of the block's nyl map rows (float2) at the
+    # nodes, row sums, the interpolation's first product (side x nodes, where nodes < side)
+    q = grid_nodes(side)
+    rld = 2 * cw if 2 * cw % 4 == 2 else 2 * cw + 2  # fc::RLD, the row sums' stride
+    own_sum = split > 1 and q * q > rld * nyl
+    return (8 * 8 + side * side * 8 + (q * q * 8 if own_sum else 0) + 2 * side * 8 + 8 + cw * nx * 16
+            + q * nyl * 8 + nyl * rld * 8 + (side * q * 8 if q < side else 0))
 
 
 #: Columns of the general grid (``upsampled``) summed in one pass over the map, widest first
@@ -280,11 +317,11 @@ def _grid_columns(nyl, nx, side, split, room):
     # (columns, tensor cores): the widest chunk of grid columns whose scratch fits in room bytes,
     # on the tensor cores where one of GRID_MMA_COLUMNS does (3 on the FP64 pipes where none does)
     for cw in GRID_MMA_COLUMNS:
-        if cw < side and _grid_scratch(nyl, nx, side, split, cw) <= room:
+        if cw < grid_nodes(side) and _grid_scratch(nyl, nx, side, split, cw) <= room:
             return cw, True
     rb = 4 if nx % 4 == 0 else 1
     for cw in GRID_COLUMNS:
-        if (cw == 3 or (cw * rb <= 12 and cw < side)) and _grid_scratch(nyl, nx, side, split, cw) <= room:
+        if (cw == 3 or (cw * rb <= 12 and cw < grid_nodes(side))) and _grid_scratch(nyl, nx, side, split, cw) <= room:
             return cw, False
     return 3, False
 
@@ -316,8 +353,9 @@ def fused_plan(tile_shape, mode, max_shift=None, *, smem_limit=SMEM_OPTIN, grid=
         raise ValueError(f"the fused FFT engine handles FFT lengths up to {LENGTH_MAX}; {w}x{h} tiles "
                          f"in {mode} mode need {need[1]}x{need[0]}: use the fft engine")
     # The upsampled grid's sums grow with the map and outweigh what the FFTs save (H100, 45 ROIs
-    # of 128x128 at +-24: 2.19 ms at 162, 3.01 ms at 192), so it keeps the smallest lengths.
-    fast = tuple(fast_length(n) for n in need) if grid <= FAST_GRID_MAX else fft
+    # of 128x128 at +-24: 2.19 ms at 162, 3.01 ms at 192, 24 x 24 values summed), so larger
+    # grids keep the smallest lengths.
+    fast = tuple(fast_length(n) for n in need) if grid_nodes(grid) <= FAST_GRID_MAX else fft
     ny, nx = fft
     if split != 2:
         plan, why = _first_plan((h, w), (fast, fft), max_lag, 1, smem_limit, grid)
@@ -521,25 +559,28 @@ class FusedFFTEngine(CorrelationEngine):
         return fn
 
     def _upsampled_tables(self):
-        # fc::GridTables: the grid's weights and window autocorrelations at every remainder of a
-        # whole-pixel centre, made once (the kernel reads them rotated)
+        # fc::GridTables: the grid's weights at its nodes and window autocorrelations at its lags,
+        # at every remainder of a whole-pixel centre, made once (the kernel reads them rotated),
+        # the interpolation from the nodes, and their number
         if self._grid_tables is None:
             cp = self.xp
             ny, nx = self.fft_shape
-            R = self._grid
-            wy = cp.empty((R, ny), dtype=cp.complex64)
-            wx = cp.empty((R, nx), dtype=cp.complex128)
+            R, up = self._grid, int(self.config.upsample)
+            q = grid_nodes(R)
+            offsets, lerp = grid_interpolation(up, q)
+            wy = cp.empty((q, ny), dtype=cp.complex64)
+            wx = cp.empty((q, nx), dtype=cp.complex128)
             acy = cp.ones((ny, R), dtype=cp.float64)
             acx = cp.ones((nx, R), dtype=cp.float64)
             sy, sx = self._spectra if self._spectra is not None else self._no_lags
-            weights = R * (ny + nx)
-            threads = 256
-            blocks = (weights * 32 + threads - 1) // threads
-            self._kernel("fused_upsampled_tables")(
-                (blocks, 2 if self._spectra is not None else 1), (threads,),
-                (np.int32(self.config.upsample), sy, sx, np.float64(self._sums[0]), np.float64(self._sums[1]),
-                 wy, wx, acy, acx))
-            self._grid_tables = (wy, wx, acy, acx)
+            fn, threads = self._kernel("fused_upsampled_tables"), 256
+            args = (np.int32(up), np.int32(q), cp.asarray(offsets, dtype=cp.float64), sy, sx,
+                    np.float64(self._sums[0]), np.float64(self._sums[1]), wy, wx, acy, acx)
+            fn((-(-q * (ny + nx) // threads),), (threads,), (np.int32(0),) + args)  # a thread a weight
+            if self._spectra is not None:  # a warp an autocorrelation
+                fn((-(-R * (ny + nx) * 32 // threads),), (threads,), (np.int32(1),) + args)
+            lerp = NULL_POINTER if lerp is None else cp.asarray(lerp, dtype=cp.float64)
+            self._grid_tables = (wy, wx, acy, acx, lerp, np.int32(q))
         return self._grid_tables
 
     def _smem(self, name):

@@ -361,20 +361,29 @@ def test_fast_lengths_fill_the_teams():
     # where the cheaper length does not fit and the smallest does, the smallest
     p = fused_plan((128, 128), "window", 24, grid=3, smem_limit=160 * 1024)
     assert p.fft == (162, 162) and p.split == 1
-    # the upsampled grid's sums grow with the map: the cheapest lengths for grids up to
-    # FAST_GRID_MAX (the default factor's 24: 192 took 128x128 +-24 from 32.7k to 37.3k
-    # patterns/s on an H100), the smallest for larger ones
+    # the upsampled grid's sums grow with the map: the cheapest lengths for grids summed at up
+    # to FAST_GRID_MAX lags a side (the default factor's 24: 192 took 128x128 +-24 from 32.7k to
+    # 37.3k patterns/s on an H100), the smallest for larger ones; a larger grid is summed at
+    # GRID_NODES nodes, so the cheapest lengths where they fit (upsample 24 and 30 at 192, 50 at 162)
     from ebsdxc.engines import fused
 
-    assert fused.FAST_GRID_MAX >= 24
+    assert fused.FAST_GRID_MAX >= 24 and fused.GRID_NODES <= fused.FAST_GRID_MAX
     assert fused_plan((128, 128), "window", 24, grid=24).fft == (192, 192)
-    assert fused_plan((128, 128), "window", 24, grid=fused.FAST_GRID_MAX + 1).fft == (162, 162)
+    assert fused_plan((128, 128), "window", 24, grid=36).fft == (192, 192)
+    assert fused_plan((128, 128), "window", 24, grid=45).fft == (192, 192)
+    assert fused_plan((128, 128), "window", 24, grid=75).fft == (162, 162)
+    saved = fused.GRID_NODES
+    try:
+        fused.GRID_NODES = 100  # every lag summed
+        assert fused_plan((128, 128), "window", 24, grid=fused.FAST_GRID_MAX + 1).fft == (162, 162)
+    finally:
+        fused.GRID_NODES = saved
 
 
 def test_upsampled_plans_sum_the_widest_chunk_of_grid_columns_that_fits():
     # fc::CW: by default 3 columns a pass with the row sums on the FP64 tensor cores (the fastest
-    # measured); of wider choices the widest whose scratch fits (128x128 +-24: 8, 185 KB; 96x96
-    # full: 4, 216 KB; 256x256 +-24: 3); on the FP64 pipes (sm_80 kernels without them, or asked
+    # measured); of wider choices the widest whose scratch fits (128x128 +-24: 8, 176 KB; 96x96
+    # full: 6, 216 KB; 256x256 +-24: 4); on the FP64 pipes (sm_80 kernels without them, or asked
     # for): 6 where a piece holds one map row, 3 where shared memory is short
     from ebsdxc.engines import fused
 
@@ -390,17 +399,63 @@ def test_upsampled_plans_sum_the_widest_chunk_of_grid_columns_that_fits():
         fused.GRID_MMA_COLUMNS = (8, 6, 4, 3)
         p = fused_plan((128, 128), "window", 24, grid=24)
         assert (p.grid_cw, p.grid_mma) == (8, True) and p.grid_smem + 512 <= 232448
-        assert fused_plan((96, 96), "full", grid=24).grid_cw == 4
-        assert fused_plan((256, 256), "window", 24, grid=24).grid_cw == 3
+        assert fused_plan((96, 96), "full", grid=24).grid_cw == 6
+        assert fused_plan((256, 256), "window", 24, grid=24).grid_cw == 4
         assert fused_plan((64, 64), "window", 16, grid=5).grid_cw == 4  # upsample 3: 5 columns
         # on the FP64 pipes (benchmarks/fused_grid_columns.py)
         fused.GRID_MMA_COLUMNS = ()
         assert (fused_plan((128, 128), "window", 24, grid=24).grid_cw,
                 fused_plan((128, 128), "window", 24, grid=24).grid_mma) == (6, False)
         assert fused_plan((45, 60), "full", grid=24).grid_cw == 3  # NX 128: four rows a piece
-        assert fused_plan((128, 128), "window", 24, grid=24, smem_limit=170 * 1024).grid_cw == 3
+        assert fused_plan((128, 128), "window", 24, grid=24, smem_limit=170 * 1024).grid_cw == 6
+        assert fused_plan((128, 128), "window", 24, grid=24, smem_limit=160 * 1024).grid_cw == 3
     finally:
         fused.GRID_MMA_COLUMNS, fused.FAST_GRID_MAX = saved
+
+
+@pytest.mark.parametrize("up", [9, 16, 24, 50])
+def test_upsampled_grid_from_its_nodes_matches_the_exact_grid(up):
+    # fc::grid_finish: an upsampled grid of R lags a side from its values at GRID_NODES Chebyshev
+    # nodes, against the exact grid (ebsdxc.peaks.dft_grid, float64) of white-noise maps with a
+    # peak (a spectrum flat to the Nyquist frequency: the interpolant's worst case) and centres
+    # off the peak, both axes' spectra (all frequencies down, the half spectrum across)
+    from ebsdxc.engines import fused
+    from ebsdxc.peaks import dft_grid
+
+    rng = np.random.default_rng(up)
+    ny, nx = 96, 90
+    R = (3 * up + 1) // 2
+    q = fused.grid_nodes(R)
+    assert q == fused.GRID_NODES < R
+    nodes, lerp = fused.grid_interpolation(up, q)
+    assert lerp.shape == (R, q) and np.allclose(lerp.sum(1), 1.0)
+    lags = (np.arange(R) - R // 2) / up
+    assert nodes.min() > lags[0] and nodes.max() < lags[-1]  # first-kind nodes: inside the span
+
+    def at_nodes(cps, cy, cx, offsets):
+        # the exact interpolant at (cy + o_u, cx + o_v): one-point grids
+        k = offsets.size
+        yy = np.repeat(cy + offsets, k)
+        xx = np.tile(cx + offsets, k)
+        return dft_grid(np.broadcast_to(cps, (k * k,) + cps.shape), yy, xx, spacing=1.0, size=1,
+                        shape=(ny, nx)).reshape(k, k)
+
+    worst = {}
+    for trial in range(4):
+        m = rng.standard_normal((ny, nx))
+        m[5, -7] += 25.0
+        cps = np.fft.rfft2(m)
+        cy, cx = 5.0 - trial % 2, -7.0 + trial // 2
+        want = dft_grid(cps[None], np.array([cy]), np.array([cx]), spacing=1.0 / up, size=R, shape=(ny, nx))[0]
+        for k in (q, q - 2):
+            o, lk = fused.grid_interpolation(up, k)
+            got = lk @ at_nodes(cps, cy, cx, o) @ lk.T
+            worst[k] = max(worst.get(k, 0.0), np.abs(got - want).max() / np.abs(want).max())
+    assert worst[q] < 1e-8  # measured 2e-9 to 4e-9
+    assert worst[q - 2] > 1e-8  # two nodes fewer fall short: the bound is what the nodes buy
+    # grids up to GRID_NODES lags are summed at their own lags
+    lags4, none = fused.grid_interpolation(4, fused.grid_nodes(6))
+    assert none is None and np.array_equal(lags4, (np.arange(6) - 3) / 4)
 
 
 @pytest.mark.parametrize("split", [None, 2])
@@ -438,11 +493,10 @@ def test_plans_and_refusals():
         assert p.split == 2 and p.fft == (256, 256) and p.rows == 128 and p.grid_smem + 512 <= 232448
         assert dict(p.defines())["FC_SPLIT"] == 2
     assert fused_plan((96, 96), "full").split == 1
-    # upsampled at 132 to 144 px: the split's grid sum shares the row sums' space, or it would
-    # miss the 227 KB by 2.4 KB
+    # upsampled at 132 to 144 px: the split's sum of the 12 x 12 nodes shares the row sums' space
     for t in ((132, 132), (144, 144), (136, 144)):
         p = fused_plan(t, "full", grid=24)
-        assert p.split == 2 and p.fft == (288, 288) and p.grid_smem == 229704
+        assert p.split == 2 and p.fft == (288, 288) and p.grid_smem == 218184
     # 112 rows: 243 (3^5) has odd factors; the split takes the next length two blocks can share,
     # and the rows 256 too: 243 = 9 x 27 leaves most of a 32-lane team idle (fast_length)
     assert fused_plan((112, 112), "full", grid=3).fft == (256, 256)
@@ -735,12 +789,19 @@ def test_upsampled_tables_match_float64_sums(tile, mode, shift, up):
     win = (window_1d(tile[0]), window_1d(tile[1]))
     cfg = EngineConfig(mode=mode, max_shift=shift, subpixel="upsampled", upsample=up)
     eng = FusedFFTEngine(select_backend("cuda"), tile, cfg, window_1d=win)
-    wy, wx, acy, acx = (a.get() for a in eng._upsampled_tables())
+    from ebsdxc.engines.fused import grid_interpolation
+    from ebsdxc.kernel_loader import NULL_POINTER
+
+    tables = eng._upsampled_tables()
+    wy, wx, acy, acx = (a.get() for a in tables[:4])
     ny, nx = eng.fft_shape
     R = (3 * up + 1) // 2
+    q = int(tables[5])
+    assert q == min(R, 12) and (tables[4] is NULL_POINTER) == (q == R)
+    nodes, _ = grid_interpolation(up, q)  # the weights at the nodes, the autocorrelations at the lags
     lags = (np.arange(R) - R // 2) / up
-    ty = np.arange(ny)[None, :] + lags[:, None]  # (R, ny)
-    tx = np.arange(nx)[None, :] + lags[:, None]
+    ty = np.arange(ny)[None, :] + nodes[:, None]  # (q, ny)
+    tx = np.arange(nx)[None, :] + nodes[:, None]
     ky = np.fft.fftfreq(ny) * ny
     kx = np.arange(nx // 2 + 1)
     hx = np.full(kx.size, 2.0)
@@ -752,6 +813,8 @@ def test_upsampled_tables_match_float64_sums(tile, mode, shift, up):
     np.testing.assert_allclose(wy, want_wy, atol=4e-6 * ny)
     np.testing.assert_allclose(wx, want_wx, atol=4e-6 * nx)
     sy, sx = (s.get() for s in eng._spectra)
+    ty = np.arange(ny)[None, :] + lags[:, None]  # (R, ny)
+    tx = np.arange(nx)[None, :] + lags[:, None]
     want_acy = (sy * np.cos(2 * np.pi * ty.T[..., None] * ky / ny)).sum(-1) / sy.sum()  # (ny, R)
     want_acx = (sx[:kx.size] * hx * np.cos(2 * np.pi * tx.T[..., None] * kx / nx)).sum(-1) / sx.sum()
     np.testing.assert_allclose(acy, want_acy, atol=1e-12)
@@ -762,12 +825,12 @@ def test_upsampled_tables_match_float64_sums(tile, mode, shift, up):
 @pytest.mark.gpu
 @pytest.mark.parametrize("tile,mode,shift,split,up", [
     ((64, 64), "window", 16, None, 7), ((45, 60), "full", None, 2, 10), ((96, 96), "full", None, None, 5),
-    ((128, 128), "window", 24, None, 50)])
+    ((128, 128), "window", 24, 2, 50), ((96, 96), "full", None, None, 24)])
 def test_upsampled_factors_other_than_16_match_the_float64_oracle(rng, tile, mode, shift, split, up):
     # grids of odd side (7: 11 points, chunks of 3, 3, 3, 2) and steps no power of two (1/7,
-    # 1/10), about centres on either side of zero, read rotated from the tables; a grid of 75
-    # whose scratch sends 128x128 +-24 to a column split of FFT 162 (81 map rows a block: the
-    # last one's complex row ran into the twiddles before the plan gave it room)
+    # 1/10), about centres on either side of zero, read rotated from the tables; grids of 15, 36
+    # and 75 lags from 12 x 12 nodes; 128x128 +-24 as a column split of FFT 162 (81 map rows a
+    # block: the last one's complex row ran into the twiddles before the plan gave it room)
     import cupy as cp
 
     from ebsdxc.backend import select_backend
