@@ -306,11 +306,12 @@ def _grid_scratch(nyl, nx, side, split=1, cw=3):
 GRID_COLUMNS = (6, 3)
 #: The row sums on the FP64 tensor cores (fc::row_sums_mma, sm_80 and later) with the widest
 #: chunk of these that fits (tiles of 8 weight columns, 2 a grid column). Measured on an H100
-#: (benchmarks/fused_grid_columns.py, 2026-11-27): 3, 4, 6, 8 columns took 128x128 at +-24 to
-#: 32.5k, 28.7k, 30.9k, 23.0k patterns/s, 64x64 at +-16 to 51.6k, 42.1k, 48.0k, 32.1k and 96x96
-#: full to 19.8k, 16.8k, -, - (no room for 6 and 8; the FP64 pipes: 30.9k, 39.4k, 17.6k at their
-#: best width). Wider chunks make fewer passes but were slower, for reasons not measured.
-GRID_MMA_COLUMNS = (3,)
+#: (benchmarks/results/s14-2026-11-27/call2, 12 x 12 nodes, the row sums' stride fc::RLD): 3, 4,
+#: 6 columns took 128x128 at +-24 to 52.1k, 57.2k, 54.8k patterns/s, 64x64 at +-16 to 63.4k,
+#: 70.4k, 70.8k, 96x96 full to 28.4k, 29.6k, 29.7k and 256x256 at +-24 to 16.0k, 16.6k, - (no
+#: room for 6). Before the stride was padded, 4 columns put the column sums' reads on a quarter
+#: of the banks and were the slowest.
+GRID_MMA_COLUMNS = (4, 3)
 
 
 def _grid_columns(nyl, nx, side, split, room):

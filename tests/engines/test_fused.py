@@ -381,16 +381,16 @@ def test_fast_lengths_fill_the_teams():
 
 
 def test_upsampled_plans_sum_the_widest_chunk_of_grid_columns_that_fits():
-    # fc::CW: by default 3 columns a pass with the row sums on the FP64 tensor cores (the fastest
-    # measured); of wider choices the widest whose scratch fits (128x128 +-24: 8, 176 KB; 96x96
+    # fc::CW: by default 4 columns a pass with the row sums on the FP64 tensor cores (the fastest
+    # measured), 3 where 4 do not fit; of wider choices the widest whose scratch fits (128x128 +-24: 8, 176 KB; 96x96
     # full: 6, 216 KB; 256x256 +-24: 4); on the FP64 pipes (sm_80 kernels without them, or asked
     # for): 6 where a piece holds one map row, 3 where shared memory is short
     from ebsdxc.engines import fused
 
     for shape, mode, shift in (((128, 128), "window", 24), ((96, 96), "full", None), ((256, 256), "window", 24)):
         p = fused_plan(shape, mode, shift, grid=24)
-        assert (p.grid_cw, p.grid_mma) == (3, True)
-        assert dict(p.defines())["FC_GRID_CW"] == 3 and dict(p.defines())["FC_GRID_MMA"] == 1
+        assert (p.grid_cw, p.grid_mma) == (4, True)
+        assert dict(p.defines())["FC_GRID_CW"] == 4 and dict(p.defines())["FC_GRID_MMA"] == 1
     p = fused_plan((128, 128), "window", 24, grid=3)
     assert (p.grid_cw, p.grid_mma) == (3, False)  # dft: the stencil's three
     saved = fused.GRID_MMA_COLUMNS, fused.FAST_GRID_MAX
@@ -494,9 +494,10 @@ def test_plans_and_refusals():
         assert dict(p.defines())["FC_SPLIT"] == 2
     assert fused_plan((96, 96), "full").split == 1
     # upsampled at 132 to 144 px: the split's sum of the 12 x 12 nodes shares the row sums' space
+    # (4 columns a pass: 222 KB of the 227)
     for t in ((132, 132), (144, 144), (136, 144)):
         p = fused_plan(t, "full", grid=24)
-        assert p.split == 2 and p.fft == (288, 288) and p.grid_smem == 218184
+        assert p.split == 2 and p.fft == (288, 288) and p.grid_smem == 227400 and p.grid_cw == 4
     # 112 rows: 243 (3^5) has odd factors; the split takes the next length two blocks can share,
     # and the rows 256 too: 243 = 9 x 27 leaves most of a 32-lane team idle (fast_length)
     assert fused_plan((112, 112), "full", grid=3).fft == (256, 256)
