@@ -117,9 +117,10 @@ THREADS_MAX = 512
 # peaks (benchmarks/fused_threads.py): dft 1.385 -> 1.181 ms, quadratic 0.971 -> 0.876 ms
 # (256 threads: 1.208, 0.917).
 COLS_THREADS_MAX = 384
-# Subpixel grids up to this side take the cheapest FFT lengths (fast_length), larger ones the
-# smallest, whose maps cost the grid's row sums less (benchmarks set it to compare). 24: the
-# default upsampling factor's grid; H100, 45 ROIs of 128x128 at +-24 (FFT 192 against 162,
+# Subpixel grids summed at up to this many lags a side (grid_nodes: every upsampled grid since
+# GRID_NODES) take the cheapest FFT lengths (fast_length), larger ones the smallest, whose maps
+# cost the grid's row sums less (benchmarks set it to compare). 24: the default upsampling
+# factor's grid, measured before it was summed at nodes; H100, 45 ROIs of 128x128 at +-24 (FFT 192 against 162,
 # benchmarks/fused_upsampled_lengths.py): 37.3k against 32.7k patterns/s, results moved 3.3e-4 px
 # (on simulated EBSD patterns both lengths are as accurate: benchmarks/window_length_accuracy.py).
 FAST_GRID_MAX = 24
