@@ -864,6 +864,37 @@ def test_upsampled_factors_other_than_16_match_the_float64_oracle(rng, tile, mod
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("tile,mode,shift,split", [((128, 128), "window", 24, None), ((96, 96), "full", None, None),
+                                                   ((64, 64), "window", 16, None), ((45, 60), "full", None, 2)])
+def test_upsampled_row_sums_on_the_fp64_pipes_match_the_float64_oracle(rng, monkeypatch, tile, mode, shift, split):
+    # fc::row_sums_pipes, the row sums of GPUs before sm_80: every sm_80+ plan takes the tensor
+    # cores (fc::row_sums_mma), so the pipes are forced here (no tensor-core width offered)
+    import cupy as cp
+
+    from ebsdxc.engines import fused
+    from ebsdxc.peaks import locate_peaks, window_power_spectrum
+
+    monkeypatch.setattr(fused, "GRID_MMA_COLUMNS", ())
+    eng, win = _engine(tile, mode, shift, "upsampled", split=split)
+    assert not eng.plan.grid_mma and eng.plan.grid_cw in (3, 6)
+    B, n = 6, 7
+    scan, ref = _shifted_tiles(rng, B, n, tile, shift=2.3, sigma=2.0)
+    eng.set_reference(cp.asarray(ref), np.ones(n), np.zeros(n, np.uint8))
+    got = [a.get() for a in eng.locate(cp.asarray(scan))]
+    fft = eng.fft_shape
+    cps = (np.fft.rfft2(scan.astype(np.float64), s=fft) * np.conj(np.fft.rfft2(ref.astype(np.float64), s=fft))[None])
+    cps = cps.reshape(B * n, fft[0], fft[1] // 2 + 1)
+    spectra = (window_power_spectrum(win[0], fft[0]), window_power_spectrum(win[1], fft[1]))
+    want = locate_peaks(np.fft.irfft2(cps, s=fft), max_lag=eng.max_lag, method="upsampled", cross_power=cps,
+                        window_spectra=spectra)
+    np.testing.assert_array_equal(np.isnan(got[0]), np.isnan(want[0]))
+    ok = ~np.isnan(want[0])
+    assert ok.mean() > 0.9
+    d = np.concatenate([got[0][ok] - want[0][ok], got[1][ok] - want[1][ok]])
+    assert np.abs(d).max() < 2e-4
+
+
+@pytest.mark.gpu
 @pytest.mark.parametrize("method", ["quadratic", "dft", "upsampled"])
 @pytest.mark.parametrize("mode,shift", [("full", None), ("window", 8)])  # the CPU engine's FFT size too
 def test_real_patterns_split_or_not_match_the_cpu_engine(method, mode, shift):
