@@ -578,6 +578,20 @@ def _engine(tile, mode, shift=None, method="none", compensate=True, window=True,
     return make_engine("fused", select_backend("cuda"), tile, cfg, window_1d=win), win
 
 
+def _float64_peaks(eng, win, scan, ref, method, *, compensate=True, upsample=16):
+    """ebsdxc.peaks.locate_peaks in float64 on the cross-power spectrum of the engine's FFT size
+    (in window mode the interpolant of a circular correlation depends on its size): (y, x, value)."""
+    from ebsdxc.peaks import locate_peaks, window_power_spectrum
+
+    B, n = scan.shape[:2]
+    fft = eng.fft_shape
+    cps = (np.fft.rfft2(scan.astype(np.float64), s=fft) * np.conj(np.fft.rfft2(ref.astype(np.float64), s=fft))[None])
+    cps = cps.reshape(B * n, fft[0], fft[1] // 2 + 1)
+    spectra = (window_power_spectrum(win[0], fft[0]), window_power_spectrum(win[1], fft[1])) if compensate else None
+    return locate_peaks(np.fft.irfft2(cps, s=fft), max_lag=eng.max_lag, method=method, cross_power=cps,
+                        window_spectra=spectra, upsample=upsample)
+
+
 def _shifted_tiles(rng, B, n, tile, shift=2.3, sigma=2.0):
     """Smooth random reference tiles and scan tiles of the same content moved by ~shift px
     (``sigma``: the smoothing, px; broad correlation peaks, as of EBSD patterns, need more)."""
@@ -747,19 +761,13 @@ def test_grid_methods_in_the_kernel_match_the_float64_oracle(rng, tile, mode, sh
     depends on its size)."""
     import cupy as cp
 
-    from ebsdxc.peaks import locate_peaks, window_power_spectrum
 
     eng, win = _engine(tile, mode, shift, method, compensate=compensate, split=split)
     B, n = 6, 7
     scan, ref = _shifted_tiles(rng, B, n, tile, shift=min(2.3, (min(tile) - 1) / 3), sigma=sigma)
     eng.set_reference(cp.asarray(ref), np.ones(n), np.zeros(n, np.uint8))
     got = [a.get() for a in eng.locate(cp.asarray(scan))]
-    fft = eng.fft_shape
-    cps = (np.fft.rfft2(scan.astype(np.float64), s=fft) * np.conj(np.fft.rfft2(ref.astype(np.float64), s=fft))[None])
-    cps = cps.reshape(B * n, fft[0], fft[1] // 2 + 1)
-    spectra = (window_power_spectrum(win[0], fft[0]), window_power_spectrum(win[1], fft[1])) if compensate else None
-    want = locate_peaks(np.fft.irfft2(cps, s=fft), max_lag=eng.max_lag, method=method, cross_power=cps,
-                        window_spectra=spectra)
+    want = _float64_peaks(eng, win, scan, ref, method, compensate=compensate)
     np.testing.assert_array_equal(np.isnan(got[0]), np.isnan(want[0]))
     ok = ~np.isnan(want[0])
     assert ok.mean() > 0.9 if min(tile) >= 16 else ok.any()  # 7x9 tiles: most peaks run off
@@ -837,7 +845,6 @@ def test_upsampled_factors_other_than_16_match_the_float64_oracle(rng, tile, mod
     from ebsdxc.backend import select_backend
     from ebsdxc.engines import EngineConfig
     from ebsdxc.engines.fused import FusedFFTEngine
-    from ebsdxc.peaks import locate_peaks, window_power_spectrum
     from ebsdxc.preprocess import window_1d
 
     win = (window_1d(tile[0]), window_1d(tile[1]))
@@ -849,12 +856,7 @@ def test_upsampled_factors_other_than_16_match_the_float64_oracle(rng, tile, mod
     scan, ref = _shifted_tiles(rng, B, n, tile, shift=2.3, sigma=2.0)
     eng.set_reference(cp.asarray(ref), np.ones(n), np.zeros(n, np.uint8))
     got = [a.get() for a in eng.locate(cp.asarray(scan))]
-    fft = eng.fft_shape
-    cps = (np.fft.rfft2(scan.astype(np.float64), s=fft) * np.conj(np.fft.rfft2(ref.astype(np.float64), s=fft))[None])
-    cps = cps.reshape(B * n, fft[0], fft[1] // 2 + 1)
-    spectra = (window_power_spectrum(win[0], fft[0]), window_power_spectrum(win[1], fft[1]))
-    want = locate_peaks(np.fft.irfft2(cps, s=fft), max_lag=eng.max_lag, method="upsampled", cross_power=cps,
-                        window_spectra=spectra, upsample=up)
+    want = _float64_peaks(eng, win, scan, ref, "upsampled", upsample=up)
     np.testing.assert_array_equal(np.isnan(got[0]), np.isnan(want[0]))
     ok = ~np.isnan(want[0])
     assert ok.mean() > 0.9
@@ -872,7 +874,6 @@ def test_upsampled_row_sums_on_the_fp64_pipes_match_the_float64_oracle(rng, monk
     import cupy as cp
 
     from ebsdxc.engines import fused
-    from ebsdxc.peaks import locate_peaks, window_power_spectrum
 
     monkeypatch.setattr(fused, "GRID_MMA_COLUMNS", ())
     eng, win = _engine(tile, mode, shift, "upsampled", split=split)
@@ -881,12 +882,7 @@ def test_upsampled_row_sums_on_the_fp64_pipes_match_the_float64_oracle(rng, monk
     scan, ref = _shifted_tiles(rng, B, n, tile, shift=2.3, sigma=2.0)
     eng.set_reference(cp.asarray(ref), np.ones(n), np.zeros(n, np.uint8))
     got = [a.get() for a in eng.locate(cp.asarray(scan))]
-    fft = eng.fft_shape
-    cps = (np.fft.rfft2(scan.astype(np.float64), s=fft) * np.conj(np.fft.rfft2(ref.astype(np.float64), s=fft))[None])
-    cps = cps.reshape(B * n, fft[0], fft[1] // 2 + 1)
-    spectra = (window_power_spectrum(win[0], fft[0]), window_power_spectrum(win[1], fft[1]))
-    want = locate_peaks(np.fft.irfft2(cps, s=fft), max_lag=eng.max_lag, method="upsampled", cross_power=cps,
-                        window_spectra=spectra)
+    want = _float64_peaks(eng, win, scan, ref, "upsampled")
     np.testing.assert_array_equal(np.isnan(got[0]), np.isnan(want[0]))
     ok = ~np.isnan(want[0])
     assert ok.mean() > 0.9
