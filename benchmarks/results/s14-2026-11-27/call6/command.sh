@@ -1,0 +1,5 @@
+export PYTHONUNBUFFERED=1
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site $(ls .whl/*.whl | grep -v kikuchipy) >/dev/null 2>&1
+nvidia-smi --query-gpu=name --format=csv,noheader
+export PYTHONPATH=$PWD:/tmp/site
+timeout 200 python3 -m pytest -n 14 -m gpu -q -p no:cacheprovider -rfE --tb=short tests/engines/test_fused.py -k "grid_methods or factors_other or fp64_pipes or tables_match" 2>&1 | tail -6 | tee $OUT/gpu-tests.txt
