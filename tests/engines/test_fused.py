@@ -834,12 +834,13 @@ def test_upsampled_tables_match_float64_sums(tile, mode, shift, up):
 @pytest.mark.gpu
 @pytest.mark.parametrize("tile,mode,shift,split,up", [
     ((64, 64), "window", 16, None, 7), ((45, 60), "full", None, 2, 10), ((96, 96), "full", None, None, 5),
-    ((128, 128), "window", 24, 2, 50), ((96, 96), "full", None, None, 24)])
+    ((128, 128), "window", 24, 2, 50), ((96, 96), "full", None, None, 24), ((256, 256), "window", 24, None, 24)])
 def test_upsampled_factors_other_than_16_match_the_float64_oracle(rng, tile, mode, shift, split, up):
     # grids of odd side (7: 11 points, chunks of 3, 3, 3, 2) and steps no power of two (1/7,
     # 1/10), about centres on either side of zero, read rotated from the tables; grids of 15, 36
-    # and 75 lags from 12 x 12 nodes; 128x128 +-24 as a column split of FFT 162 (81 map rows a
-    # block: the last one's complex row ran into the twiddles before the plan gave it room)
+    # and 75 lags from 12 x 12 nodes (256x256 +-24 at 24: refused before the nodes, its scratch
+    # too large); 128x128 +-24 as a column split of FFT 162 (81 map rows a block: the last one's
+    # complex row ran into the twiddles before the plan gave it room)
     import cupy as cp
 
     from ebsdxc.backend import select_backend
