@@ -1508,7 +1508,7 @@ __device__ void grid_values(const float* Mf, const GridScratch& d, double yc, do
 // instead of evaluating Q (NYL + NX) closed forms and 2R autocorrelation sums (28k of 214k cycles
 // per ROI at 128x128 +-24). Larger grids (R > Q) are summed at Q x Q Chebyshev nodes and
 // interpolated (grid_finish): at 128x128 +-24, 8 passes over the map and 576 column sums a
-// grid became 4 and 144.
+// grid became 3 (4 columns a pass) and 144.
 struct GridTables {
     const float2* __restrict__ wy;   // [Q][NY] Dy(m + o_u) at the node offsets o_u (the grid's (u - c) h where Q = R)
     const double2* __restrict__ wx;  // [Q][NX] Dx(m + o_v)

@@ -44,10 +44,10 @@ frequencies) and Dx (the half spectrum with its Hermitian weights) in closed for
 what :func:`ebsdxc.peaks.dft_grid` computes from the spectrum. A 3x3 stencil of ``dft`` costs,
 for each map column, 6 weighted sums down the column (float, a warp's rows at a time, widened to
 double once per pass), then 9 weighted sums across the columns; the 24x24 grid of ``upsampled``
-6 weighted sums along each map row per three columns of 12 x 12 Chebyshev nodes, then 12 sums
-along the column of row sums, and the polynomial interpolant of the nodes' values at the grid's
-lags (:data:`GRID_NODES`). The Dirichlet weights, and the window autocorrelation that compensation divides by, are
-made in one round before the pass. Its precision is that of the
+8 weighted sums along each map row per four columns of 12 x 12 Chebyshev nodes (on the FP64
+tensor cores), then 12 sums along the column of row sums, and the polynomial interpolant of the
+nodes' values at the grid's lags (:data:`GRID_NODES`). The Dirichlet weights, and the window
+autocorrelation that compensation divides by, are made in one round before the pass. Its precision is that of the
 float32 map (the kernel's inverse FFT): 1e-5 px from the float64 result on sharp peaks, up to
 about 2e-4 px RMS (1.5e-3 max) on broad ones, 3.7e-4 px RMS on the sample EBSD scan, where the
 cuFFT engine's spectrum path stays near 1e-5 (``correlation.engine = "fft"`` when that matters).
@@ -120,8 +120,8 @@ COLS_THREADS_MAX = 384
 # Subpixel grids summed at up to this many lags a side (grid_nodes: every upsampled grid since
 # GRID_NODES) take the cheapest FFT lengths (fast_length), larger ones the smallest, whose maps
 # cost the grid's row sums less (benchmarks set it to compare). 24: the default upsampling
-# factor's grid, measured before it was summed at nodes; H100, 45 ROIs of 128x128 at +-24 (FFT 192 against 162,
-# benchmarks/fused_upsampled_lengths.py): 37.3k against 32.7k patterns/s, results moved 3.3e-4 px
+# factor's grid, measured before it was summed at nodes; H100, 45 ROIs of 128x128 at +-24 (FFT
+# 192 against 162, benchmarks/fused_upsampled_lengths.py): 37.3k against 32.7k patterns/s, results moved 3.3e-4 px
 # (on simulated EBSD patterns both lengths are as accurate: benchmarks/window_length_accuracy.py).
 FAST_GRID_MAX = 24
 _STATIC_SMEM = 512      # static shared memory of the kernel (reduction slots), rounded up
@@ -258,8 +258,9 @@ def grid_side(subpixel, upsample=16) -> int:
 #: band-limited to half a cycle per pixel, and over the grid's 1.5 px the polynomial through
 #: them at 12 Chebyshev nodes meets them within 4e-9 of the largest value (white-noise maps,
 #: upsample 9 to 50; tests/engines/test_fused.py), far below the float32 map's own rounding. At
-#: 128x128 +-24 (upsample 16, a 24 x 24 grid) the row sums make 4 passes over the map instead of
-#: 8, the column sums 144 values instead of 576.
+#: 128x128 +-24 (upsample 16, a 24 x 24 grid) the row sums make 3 passes over the map instead of
+#: 8 (4 columns a pass), the column sums 144 values instead of 576: 36.0k -> 54.9k patterns/s on
+#: an H100 (BENCHMARKS.md, fourteenth session). 15 nodes cost 10% more for no gain that shows.
 GRID_NODES = 12
 
 
