@@ -382,8 +382,8 @@ def test_fast_lengths_fill_the_teams():
 
 def test_upsampled_plans_sum_the_widest_chunk_of_grid_columns_that_fits():
     # fc::CW: by default 4 columns a pass with the row sums on the FP64 tensor cores (the fastest
-    # measured), 3 where 4 do not fit; of wider choices the widest whose scratch fits (128x128 +-24: 8, 176 KB; 96x96
-    # full: 6, 216 KB; 256x256 +-24: 4); on the FP64 pipes (sm_80 kernels without them, or asked
+    # measured), 3 where 4 do not fit; of wider choices the widest whose scratch fits (128x128
+    # +-24: 8, 176 KB; 96x96 full: 6, 216 KB; 256x256 +-24: 4); on the FP64 pipes (sm_80 kernels without them, or asked
     # for): 6 where a piece holds one map row, 3 where shared memory is short
     from ebsdxc.engines import fused
 
