@@ -47,10 +47,10 @@ double once per pass), then 9 weighted sums across the columns; the 24x24 grid o
 8 weighted sums along each map row per four columns of 12 x 12 Chebyshev nodes (on the FP64
 tensor cores), then 12 sums along the column of row sums, and the polynomial interpolant of the
 nodes' values at the grid's lags (:data:`GRID_NODES`). The Dirichlet weights, and the window
-autocorrelation that compensation divides by, are made in one round before the pass. Its precision is that of the
-float32 map (the kernel's inverse FFT): 1e-5 px from the float64 result on sharp peaks, up to
-about 2e-4 px RMS (1.5e-3 max) on broad ones, 3.7e-4 px RMS on the sample EBSD scan, where the
-cuFFT engine's spectrum path stays near 1e-5 (``correlation.engine = "fft"`` when that matters).
+autocorrelation that compensation divides by, are made in one round before the pass. Its
+precision is that of the float32 map (the kernel's inverse FFT): 1e-5 px from the float64
+result on sharp peaks, up to about 2e-4 px RMS (1.5e-3 max) on broad ones, 3.7e-4 px RMS on the
+sample EBSD scan, where the cuFFT engine's spectrum path stays near 1e-5 (``correlation.engine = "fft"`` when that matters).
 
 Maps too big for one block (full mode; 128x128 tiles need a 256x129 spectrum, 264 KB) are split
 over the two blocks of a thread-block cluster (sm_90, ``FusedPlan.split = 2``). Tile rows past
@@ -319,12 +319,13 @@ GRID_MMA_COLUMNS = (4, 3)
 def _grid_columns(nyl, nx, side, split, room):
     # (columns, tensor cores): the widest chunk of grid columns whose scratch fits in room bytes,
     # on the tensor cores where one of GRID_MMA_COLUMNS does (3 on the FP64 pipes where none does)
+    q = grid_nodes(side)  # the columns a pass are node columns
     for cw in GRID_MMA_COLUMNS:
-        if cw < grid_nodes(side) and _grid_scratch(nyl, nx, side, split, cw) <= room:
+        if cw < q and _grid_scratch(nyl, nx, side, split, cw) <= room:
             return cw, True
     rb = 4 if nx % 4 == 0 else 1
     for cw in GRID_COLUMNS:
-        if (cw == 3 or (cw * rb <= 12 and cw < grid_nodes(side))) and _grid_scratch(nyl, nx, side, split, cw) <= room:
+        if (cw == 3 or (cw * rb <= 12 and cw < q)) and _grid_scratch(nyl, nx, side, split, cw) <= room:
             return cw, False
     return 3, False
 

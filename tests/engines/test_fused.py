@@ -424,7 +424,7 @@ def test_upsampled_grid_from_its_nodes_matches_the_exact_grid(up):
 
     rng = np.random.default_rng(up)
     ny, nx = 96, 90
-    R = (3 * up + 1) // 2
+    R = fused.grid_side("upsampled", up)
     q = fused.grid_nodes(R)
     assert q == fused.GRID_NODES < R
     nodes, lerp = fused.grid_interpolation(up, q)
