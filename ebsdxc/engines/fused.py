@@ -50,7 +50,8 @@ nodes' values at the grid's lags (:data:`GRID_NODES`). The Dirichlet weights, an
 autocorrelation that compensation divides by, are made in one round before the pass. Its
 precision is that of the float32 map (the kernel's inverse FFT): 1e-5 px from the float64
 result on sharp peaks, up to about 2e-4 px RMS (1.5e-3 max) on broad ones, 3.7e-4 px RMS on the
-sample EBSD scan, where the cuFFT engine's spectrum path stays near 1e-5 (``correlation.engine = "fft"`` when that matters).
+sample EBSD scan, where the cuFFT engine's spectrum path stays near 1e-5
+(``correlation.engine = "fft"`` when that matters).
 
 Maps too big for one block (full mode; 128x128 tiles need a 256x129 spectrum, 264 KB) are split
 over the two blocks of a thread-block cluster (sm_90, ``FusedPlan.split = 2``). Tile rows past
