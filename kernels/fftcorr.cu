@@ -166,10 +166,11 @@ __host__ __device__ constexpr Tw<R> make_tw() {
 }
 
 // ------------------------------------------------------------ DFTs in registers
-// Dft<R, D>::run(v): v[k] <- sum_n v[n] exp(D 2 pi i n k / R), in place, natural order.
+// Dft<R, D>::run(v): v[k] <- sum_n v[n] exp(D 2 pi i n k / R), in place, natural order; R a
+// product of radices 2, 3, 4 and 5 (fused.axis_factors: 2^a 3^b 5^c).
 template <int R, int D>
 struct Dft {
-    static constexpr int A = R % 4 == 0 ? 4 : (R % 3 == 0 ? 3 : 2);
+    static constexpr int A = R % 4 == 0 ? 4 : (R % 3 == 0 ? 3 : (R % 2 == 0 ? 2 : 5));
     static constexpr int B = R / A;
     __device__ static __forceinline__ void run(float2* v) {
         constexpr Tw<R> tw = make_tw<R, D>();
@@ -230,6 +231,27 @@ struct Dft<4, D> {
         v[1] = cadd(d02, d13);
         v[2] = csub(s02, s13);
         v[3] = csub(d02, d13);
+    }
+};
+
+// The symmetric pairs (1, 4) and (2, 3): X_k, X_{5-k} = v0 + (cosines) -+ D i (sines).
+template <int D>
+struct Dft<5, D> {
+    __device__ static __forceinline__ void run(float2* v) {
+        const float c1 = 0.30901699437494742410f, c2 = -0.80901699437494742410f;  // cos 2pi/5, cos 4pi/5
+        const float s1 = 0.95105651629515357212f, s2 = 0.58778525229247312917f;   // sin 2pi/5, sin 4pi/5
+        const float2 a = v[0];
+        const float2 p1 = cadd(v[1], v[4]), m1 = csub(v[1], v[4]);
+        const float2 p2 = cadd(v[2], v[3]), m2 = csub(v[2], v[3]);
+        const float2 r1 = make_float2(a.x + c1 * p1.x + c2 * p2.x, a.y + c1 * p1.y + c2 * p2.y);
+        const float2 r2 = make_float2(a.x + c2 * p1.x + c1 * p2.x, a.y + c2 * p1.y + c1 * p2.y);
+        const float2 i1 = mul_i<D>(make_float2(s1 * m1.x + s2 * m2.x, s1 * m1.y + s2 * m2.y));
+        const float2 i2 = mul_i<D>(make_float2(s2 * m1.x - s1 * m2.x, s2 * m1.y - s1 * m2.y));
+        v[0] = make_float2(a.x + p1.x + p2.x, a.y + p1.y + p2.y);
+        v[1] = cadd(r1, i1);
+        v[4] = csub(r1, i1);
+        v[2] = cadd(r2, i2);
+        v[3] = csub(r2, i2);
     }
 };
 

@@ -9,10 +9,11 @@ row FFT), and the peak search with the 3x3 subpixel fit of :mod:`ebsdxc.engines.
 padded to 192x192 (192 x 97 complex64 = 149 KB) fits the 227 KB of opt-in shared memory of
 sm_90.
 
-FFT lengths are ``2^a 3^b`` >= ``2h - 1`` (full mode) or ``h + max_shift`` (window mode) that
+FFT lengths are ``2^a 3^b 5^c`` >= ``2h - 1`` (full mode) or ``h + max_shift`` (window mode) that
 split into two factors N = N1 * N2 of at most 32 each: the one of the fewest warp instructions
 (:func:`fast_length`; 192 = 12 x 16 rather than 162 = 9 x 18, whose factors leave most of a
-32-lane team idle) where it fits, else the smallest. Each 1-D FFT is
+32-lane team idle; 160 = 10 x 16 for 128x128 ROIs at +-24 px) where it fits, else the smallest.
+Each 1-D FFT is
 one four-step pass done by a team of threads of one warp: N2 threads do N1-point DFTs in
 registers, twiddle, exchange through shared memory in a skewed layout (no bank
 conflicts), then N1 threads do N2-point DFTs. The column pass runs forward FFT, product and
@@ -89,7 +90,6 @@ handles them.
 from __future__ import annotations
 
 import functools
-import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -131,22 +131,52 @@ _KERNELS = ("fused_peaks", "fused_maps", "fused_dft", "fused_upsampled", "fused_
 
 
 def _smooth(n):
-    for p in (2, 3):
+    for p in (2, 3, 5):
         while n % p == 0:
             n //= p
     return n == 1
 
 
 @functools.cache
+def _skew_conflicts(n1, n2):
+    # The most lanes of a team that hit one bank (16 of 8 bytes: a 64-bit access per half warp)
+    # in one access to the skewed slots of an n1 x n2 four-step FFT: the n2 writers of a k1, the
+    # n1 readers of an n2, and the same with the roles swapped (the column pass's inverse).
+    worst = 1
+    for a, b in ((n1, n2), (n2, n1)):
+        slots = [[skew(q, k, a, b) % 16 for k in range(a)] for q in range(b)]
+        groups = [[row[k] for row in slots] for k in range(a)] + slots
+        for g in groups:
+            for i in range(0, len(g), 16):
+                part = g[i:i + 16]
+                worst = max(worst, max(part.count(v) for v in part))
+    return worst
+
+
+#: Lengths with a factor of 5 are split only into factors of at most 16 (16-lane teams): 160 =
+#: 10 x 16 took 45 ROIs of 128x128 at +-24 from 53-57k to 61-66k patterns/s (upsampled, H100),
+#: while in 32-lane teams the smallest such lengths cost more than the 2^a 3^b ones they would
+#: replace (240 = 12 x 20 for 200x200 ROIs at +-24, a column split: 24.0k against 28.9k at 256,
+#: H200), and 225 = 9 x 25 would have replaced that split by one block of 9- and 25-lane stages.
+#: The worst bank conflict a split may have (fused._skew_conflicts): 27 x 27 (729), which the kernel
+#: has always taken, has 4; a factor of 15 (15 = -1 mod 16 slots a row, so that the skew's
+#: rotation cancels) puts up to 15 lanes on one bank.
+SKEW_CONFLICTS_MAX = 4
+
+
+@functools.cache
 def axis_factors(n):
-    """(N1, N2) with N1 * N2 = n, both 2^a 3^b <= RADIX_MAX, as balanced as possible
-    (N2 >= N1 on ties); None where there is no such split."""
+    """(N1, N2) with N1 * N2 = n, both 2^a 3^b 5^c <= RADIX_MAX, as balanced as possible
+    (N2 >= N1 on ties), whose skewed exchange has few bank conflicts (:data:`SKEW_CONFLICTS_MAX`);
+    None where there is no such split."""
     best = None
     for n1 in range(1, min(n, RADIX_MAX) + 1):
         if n % n1 or not _smooth(n1):
             continue
         n2 = n // n1
-        if n2 > RADIX_MAX or not _smooth(n2):
+        if n2 > RADIX_MAX or not _smooth(n2) or _skew_conflicts(n1, n2) > SKEW_CONFLICTS_MAX:
+            continue
+        if n % 5 == 0 and max(n1, n2) > 16:  # radix 5 in 16-lane teams only (RADIX5_TEAM)
             continue
         key = (max(n1, n2), n1 > n2)
         if best is None or key < best[0]:
@@ -155,7 +185,7 @@ def axis_factors(n):
 
 
 def fft_length(need):
-    """Smallest 2^a 3^b >= ``need`` the kernel can transform (see :func:`axis_factors`), or None."""
+    """Smallest 2^a 3^b 5^c >= ``need`` the kernel can transform (see :func:`axis_factors`), or None."""
     n = max(int(need), 1)
     while n <= LENGTH_MAX:
         if _smooth(n) and axis_factors(n) is not None:
@@ -164,18 +194,39 @@ def fft_length(need):
     return None
 
 
+# Floating-point operations of fc::Dft<R> for the radices it does directly (Dft<5> pairs its
+# terms as v1 +- v4, v2 +- v3); composites recurse as the kernel does (_dft_flops).
+_RADIX_FLOPS = {1: 0, 2: 4, 3: 14, 4: 16, 5: 44}
+
+
+@functools.cache
+def _dft_flops(r):
+    if r in _RADIX_FLOPS:
+        return _RADIX_FLOPS[r]
+    a = 4 if r % 4 == 0 else (3 if r % 3 == 0 else (2 if r % 2 == 0 else 5))
+    b = r // a
+    # b a-point DFTs, a b-point DFTs, a complex product (6) per twiddle b * ka != 0
+    return b * _dft_flops(a) + a * _dft_flops(b) + 6 * (a - 1) * (b - 1)
+
+
 def _lane_cost(n):
-    # warp instructions of a team's 1-D FFT of length n, per FFT and up to a constant: stages A
-    # and B (an N1- and an N2-point DFT in registers, ~ N log N each) run in a team of T lanes,
-    # 32 / T FFTs to a warp. Lengths whose factors leave most of a 32-lane team idle (162 = 9 x 18:
-    # 18 and 9 of 32 lanes) cost more than longer ones that fill 16-lane teams (192 = 12 x 16).
+    # warp instructions of the 1-D FFTs of a pass over n lines of length n, up to a constant:
+    # stage A (an N1-point DFT, N1 - 1 twiddles, N1 loads and stores) and stage B (an N2-point
+    # DFT, its loads and stores) run in a team of T lanes in lockstep, 32 / T FFTs to a warp, so
+    # idle lanes cost as much as busy ones. Lengths whose factors leave most of a 32-lane team
+    # idle (162 = 9 x 18) cost more than longer ones that fill 16-lane teams (192 = 12 x 16); by
+    # operations, not N log N, radices 3 and 5 cost more per point than 2 and 4, so 120 = 10 x 12
+    # does not beat 128 = 8 x 16 (H100, 86 ROIs of 96x96 at +-16: quadratic 99k/91k patterns/s
+    # at 120 against 101k/100k at 128), while 160 = 10 x 16 beats 192 = 12 x 16 (45 ROIs of
+    # 128x128 at +-24, upsampled 61.8k/66.2k against 53.1k/56.9k).
     n1, n2 = axis_factors(n)
-    return n * sum(f * math.log2(f) for f in (n1, n2) if f > 1) * _team(n1, n2) / 32
+    lanes = _dft_flops(n1) + 6 * (n1 - 1) + 2 * n1 + _dft_flops(n2) + 2 * n2
+    return n * lanes * _team(n1, n2) / 32
 
 
 @functools.cache
 def fast_length(need):
-    """The 2^a 3^b length >= ``need``, up to 1.5 ``need``, whose transforms cost the kernel the
+    """The 2^a 3^b 5^c length >= ``need``, up to 1.5 ``need``, whose transforms cost the kernel the
     fewest warp instructions (:func:`fft_length` where no longer one is cheaper), or None.
     Measured (H100, 45 ROIs of 128x128 at +-24 px, tiles to peaks): 192 instead of 162 in both
     axes takes `quadratic` from 0.70 to 0.45 ms and `dft` from 1.27 to 0.97-1.06 ms."""

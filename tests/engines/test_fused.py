@@ -22,12 +22,12 @@ from ebsdxc.engines.fused import (
 
 
 def reg_dft(v, d):
-    """Dft<R, d>: in-register DFT of the last axis (R <= 4 direct, else R = A * B recursion)."""
+    """Dft<R, d>: in-register DFT of the last axis (R <= 5 direct, else R = A * B recursion)."""
     R = v.shape[-1]
-    if R <= 4:
+    if R <= 5:
         k = np.arange(R)
         return v @ np.exp(d * 2j * np.pi * np.outer(k, k) / R)
-    A = 4 if R % 4 == 0 else (3 if R % 3 == 0 else 2)
+    A = 4 if R % 4 == 0 else (3 if R % 3 == 0 else (2 if R % 2 == 0 else 5))
     B = R // A
     t = np.empty_like(v)
     for b in range(B):
@@ -276,7 +276,7 @@ def definition_map(scan, ref, fft):
 # ------------------------------------------------------------------ CPU tests
 
 
-@pytest.mark.parametrize("n", [1, 2, 3, 4, 6, 8, 9, 12, 16, 18, 24, 27, 32])
+@pytest.mark.parametrize("n", [1, 2, 3, 4, 5, 6, 8, 9, 10, 12, 15, 16, 18, 20, 24, 25, 27, 30, 32])
 @pytest.mark.parametrize("d", [-1, 1])
 def test_register_dft_matches_numpy(rng, n, d):
     v = rng.standard_normal((3, n)) + 1j * rng.standard_normal((3, n))
@@ -284,7 +284,7 @@ def test_register_dft_matches_numpy(rng, n, d):
     np.testing.assert_allclose(reg_dft(v, d), want, atol=1e-10 * n)
 
 
-@pytest.mark.parametrize("n", [1, 2, 6, 9, 16, 27, 48, 72, 128, 162, 192, 216, 243, 576, 1024])
+@pytest.mark.parametrize("n", [1, 2, 5, 6, 9, 16, 25, 27, 40, 48, 72, 80, 100, 128, 160, 162, 192, 216, 243, 576, 1024])
 @pytest.mark.parametrize("d", [-1, 1])
 def test_team_fft_matches_numpy(rng, n, d):
     n1, n2 = axis_factors(n)
@@ -298,7 +298,7 @@ def test_team_fft_matches_numpy(rng, n, d):
     np.testing.assert_allclose(X, want, atol=1e-9 * n)
 
 
-@pytest.mark.parametrize("n", [6, 48, 72, 162, 192, 243, 576])
+@pytest.mark.parametrize("n", [6, 48, 72, 80, 100, 120, 160, 162, 192, 243, 576])
 def test_skew_is_a_bijection_without_bank_conflicts(n):
     n1, n2 = axis_factors(n)
     slots = np.array([[skew(a, b, n1, n2) for b in range(n1)] for a in range(n2)])
@@ -307,7 +307,22 @@ def test_skew_is_a_bijection_without_bank_conflicts(n):
     # banks by slot mod 16. Writers of one k1 (lanes n2) and readers of one n2 (lanes k1).
     worst = max(max(np.bincount(g[i:i + 16] % 16).max() for i in range(0, len(g), 16))
                 for g in [slots[:, k] for k in range(n1)] + [slots[a, :] for a in range(n2)])
-    assert worst <= (1 if n in (48, 192) else 3)
+    assert worst <= (1 if n in (48, 160, 192) else 3)
+
+
+def test_radix_5_splits_are_16_lane_teams_without_a_factor_of_15():
+    # 15 slots a row are -1 mod 16: the skew's rotation cancels and a team's readers share a
+    # bank; and radix 5 runs only in 16-lane teams (fused.SKEW_CONFLICTS_MAX says why)
+    from ebsdxc.engines.fused import SKEW_CONFLICTS_MAX, _skew_conflicts
+
+    assert _skew_conflicts(15, 15) == 15 and _skew_conflicts(15, 16) == 15
+    assert _skew_conflicts(10, 16) <= 2 and _skew_conflicts(27, 27) == SKEW_CONFLICTS_MAX
+    assert axis_factors(160) == (10, 16) and axis_factors(80) == (8, 10)
+    assert axis_factors(225) is None and axis_factors(240) is None  # 9 x 25, 12 x 20: 32-lane teams
+    for n in range(1, LENGTH_MAX + 1):
+        f = axis_factors(n)
+        assert f is None or (15 not in f and _skew_conflicts(*f) <= SKEW_CONFLICTS_MAX)
+        assert f is None or n % 5 or max(f) <= 16
 
 
 @pytest.mark.parametrize("tile,mode,shift", [((1, 1), "full", None), ((5, 7), "full", None),
@@ -336,46 +351,53 @@ def test_kernel_model_equals_definition(rng, tile, mode, shift, split):
         np.testing.assert_allclose(part[rows], got[rows], atol=1e-12)
 
 
-def test_fft_lengths_are_smallest_usable_2a3b():
+def test_fft_lengths_are_smallest_usable_2a3b5c():
     assert fft_length(191) == 192
     assert fft_length(1) == 1
     assert fft_length(65) == 72
-    assert fft_length(39) == 48
-    assert fft_length(159) == 162
-    assert fft_length(25) == 27
-    assert fft_length(960) == 1024  # 972 = 4 * 243 has no split into two factors <= 32
+    assert fft_length(39) == 40
+    assert fft_length(159) == 160
+    assert fft_length(161) == 162
+    assert fft_length(25) == 25
+    assert fft_length(960) == 1024  # 960 = 30 x 32: radix 5 in 32-lane teams; 972 = 4 x 243: no split
+    assert fft_length(961) == 1024  # 972 = 4 x 243 and 1000 = 8 x 125: no split into factors <= 32
     assert fft_length(LENGTH_MAX + 1) is None
     assert axis_factors(192) == (12, 16)
-    assert axis_factors(972) is None
+    assert axis_factors(160) == (10, 16)
+    assert axis_factors(972) is None and axis_factors(1000) is None
 
 
 def test_fast_lengths_fill_the_teams():
     # the smallest length where its factors fill the teams; a longer one where they leave most
     # of a 32-lane team idle and a longer length fills 16-lane teams
-    for need, want in [(24, 24), (81, 81), (96, 96), (112, 128), (144, 144), (152, 192), (159, 192),
-                       (192, 192), (200, 256), (243, 256), (280, 288)]:
+    for need, want in [(24, 24), (80, 80), (81, 81), (96, 96), (112, 128), (144, 144), (152, 160), (159, 160),
+                       (161, 192), (176, 192), (192, 192), (200, 256), (243, 256), (280, 288)]:
         assert fast_length(need) == want, need
         assert fast_length(need) >= fft_length(need) and fast_length(need) <= max(1.5 * need, fft_length(need))
-    # window mode 128x128 at +-24 (the 512x512 HR-EBSD case): 192 (12 x 16), not 162 (9 x 18)
-    assert fused_plan((128, 128), "window", 24, grid=3).fft == (192, 192)
+    # window mode 128x128 at +-24 (the 512x512 HR-EBSD case): 160 (10 x 16), smaller and cheaper
+    # than 192 (12 x 16); at +-34, 192 rather than 162 (9 x 18)
+    assert fused_plan((128, 128), "window", 24, grid=3).fft == (160, 160)
+    assert fused_plan((128, 128), "window", 34, grid=3).fft == (192, 192)
     # where the cheaper length does not fit and the smallest does, the smallest
-    p = fused_plan((128, 128), "window", 24, grid=3, smem_limit=160 * 1024)
+    p = fused_plan((128, 128), "window", 34, grid=3, smem_limit=160 * 1024)
     assert p.fft == (162, 162) and p.split == 1
     # the upsampled grid's sums grow with the map: the cheapest lengths for grids summed at up
     # to FAST_GRID_MAX lags a side (the default factor's 24: 192 took 128x128 +-24 from 32.7k to
     # 37.3k patterns/s on an H100), the smallest for larger ones; a larger grid is summed at
-    # GRID_NODES nodes, so the cheapest lengths where they fit (upsample 24 and 30 at 192, 50 at 162)
+    # GRID_NODES nodes, so the cheapest lengths where they fit (128x128 at +-34: upsample 24 and 30
+    # at 192, 50 at 162)
     from ebsdxc.engines import fused
 
     assert fused.FAST_GRID_MAX >= 24 and fused.GRID_NODES <= fused.FAST_GRID_MAX
-    assert fused_plan((128, 128), "window", 24, grid=24).fft == (192, 192)
-    assert fused_plan((128, 128), "window", 24, grid=36).fft == (192, 192)
-    assert fused_plan((128, 128), "window", 24, grid=45).fft == (192, 192)
-    assert fused_plan((128, 128), "window", 24, grid=75).fft == (162, 162)
+    assert fused_plan((128, 128), "window", 34, grid=24).fft == (192, 192)
+    assert fused_plan((128, 128), "window", 34, grid=36).fft == (192, 192)
+    assert fused_plan((128, 128), "window", 34, grid=45).fft == (192, 192)
+    assert fused_plan((128, 128), "window", 34, grid=75).fft == (162, 162)
+    assert fused_plan((128, 128), "window", 24, grid=24).fft == (160, 160)
     saved = fused.GRID_NODES
     try:
         fused.GRID_NODES = 100  # every lag summed
-        assert fused_plan((128, 128), "window", 24, grid=fused.FAST_GRID_MAX + 1).fft == (162, 162)
+        assert fused_plan((128, 128), "window", 34, grid=fused.FAST_GRID_MAX + 1).fft == (162, 162)
     finally:
         fused.GRID_NODES = saved
 
@@ -395,20 +417,20 @@ def test_upsampled_plans_sum_the_widest_chunk_of_grid_columns_that_fits():
     assert (p.grid_cw, p.grid_mma) == (3, False)  # dft: the stencil's three
     saved = fused.GRID_MMA_COLUMNS, fused.FAST_GRID_MAX
     try:
-        fused.FAST_GRID_MAX = 0  # 128x128 +-24 at FFT 162
+        fused.FAST_GRID_MAX = 0  # 128x128 +-34 at FFT 162
         fused.GRID_MMA_COLUMNS = (8, 6, 4, 3)
-        p = fused_plan((128, 128), "window", 24, grid=24)
+        p = fused_plan((128, 128), "window", 34, grid=24)
         assert (p.grid_cw, p.grid_mma) == (8, True) and p.grid_smem + 512 <= 232448
         assert fused_plan((96, 96), "full", grid=24).grid_cw == 6
         assert fused_plan((256, 256), "window", 24, grid=24).grid_cw == 4
         assert fused_plan((64, 64), "window", 16, grid=5).grid_cw == 4  # upsample 3: 5 columns
         # on the FP64 pipes (benchmarks/fused_grid_columns.py)
         fused.GRID_MMA_COLUMNS = ()
-        assert (fused_plan((128, 128), "window", 24, grid=24).grid_cw,
-                fused_plan((128, 128), "window", 24, grid=24).grid_mma) == (6, False)
+        assert (fused_plan((128, 128), "window", 34, grid=24).grid_cw,
+                fused_plan((128, 128), "window", 34, grid=24).grid_mma) == (6, False)
         assert fused_plan((45, 60), "full", grid=24).grid_cw == 3  # NX 128: four rows a piece
-        assert fused_plan((128, 128), "window", 24, grid=24, smem_limit=170 * 1024).grid_cw == 6
-        assert fused_plan((128, 128), "window", 24, grid=24, smem_limit=160 * 1024).grid_cw == 3
+        assert fused_plan((128, 128), "window", 34, grid=24, smem_limit=170 * 1024).grid_cw == 6
+        assert fused_plan((128, 128), "window", 34, grid=24, smem_limit=160 * 1024).grid_cw == 3
     finally:
         fused.GRID_MMA_COLUMNS, fused.FAST_GRID_MAX = saved
 
@@ -519,7 +541,7 @@ def test_plans_and_refusals():
     assert fused_plan((200, 200), "window", 24).cols == 2
     assert fused_plan((128, 128), "window", 24).split == 1
     assert fused_plan((70, 8), "window", 11).fft[0] == 81
-    assert fused_plan((70, 8), "window", 11, split=2).fft[0] == 96  # even, not 81
+    assert fused_plan((70, 8), "window", 11, split=2).fft[0] == 90  # even, not 81
     with pytest.raises(ValueError, match="without thread-block clusters"):
         fused_plan((16, 16), "window", 4, split=2, clusters=False)
     with pytest.raises(ValueError, match="split over two blocks by columns"):
@@ -834,12 +856,12 @@ def test_upsampled_tables_match_float64_sums(tile, mode, shift, up):
 @pytest.mark.gpu
 @pytest.mark.parametrize("tile,mode,shift,split,up", [
     ((64, 64), "window", 16, None, 7), ((45, 60), "full", None, 2, 10), ((96, 96), "full", None, None, 5),
-    ((128, 128), "window", 24, 2, 50), ((96, 96), "full", None, None, 24), ((256, 256), "window", 24, None, 24)])
+    ((128, 128), "window", 34, 2, 50), ((96, 96), "full", None, None, 24), ((256, 256), "window", 24, None, 24)])
 def test_upsampled_factors_other_than_16_match_the_float64_oracle(rng, tile, mode, shift, split, up):
     # grids of odd side (7: 11 points, chunks of 3, 3, 3, 2) and steps no power of two (1/7,
     # 1/10), about centres on either side of zero, read rotated from the tables; grids of 15, 36
     # and 75 lags from 12 x 12 nodes (256x256 +-24 at 24: refused before the nodes, its scratch
-    # too large); 128x128 +-24 as a column split of FFT 162 (81 map rows a block: the last one's
+    # too large); 128x128 +-34 as a column split of FFT 162 (81 map rows a block: the last one's
     # complex row ran into the twiddles before the plan gave it room)
     import cupy as cp
 

@@ -1,0 +1,18 @@
+export PYTHONUNBUFFERED=1
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site $(ls .whl/*.whl | grep -v kikuchipy) >/dev/null 2>&1
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/kp .whl/kikuchipy*.whl >/dev/null 2>&1
+nvidia-smi --query-gpu=name --format=csv,noheader | tee $OUT/device.txt
+R=$PWD; O=$R/.scratch/o0; export PYTHONPATH=$R:/tmp/site:/tmp/kp
+timeout 240 python3 -m pytest -n 14 -m gpu -q -p no:cacheprovider -rfE --tb=short tests/engines/test_fused.py tests/engines/test_gpu_engines.py tests/run/test_subpixel_real.py tests/engines/test_dispatch_measured.py 2>&1 | tail -15 | tee $OUT/gpu-tests.txt
+for c in "--tile 128 --rois 45 --mode window --max-shift 24 --subpixel upsampled" "--tile 128 --rois 45 --mode window --max-shift 24 --subpixel dft" "--tile 128 --rois 45 --mode window --max-shift 24 --subpixel quadratic" "--tile 200 --rois 45 --mode window --max-shift 24 --patterns 20 --subpixel dft" "--tile 64 --rois 86 --mode window --max-shift 16 --subpixel quadratic"; do
+  echo "== $c"
+  for i in 1 2; do
+  echo -n "c8f8dde: "; (cd $O && PYTHONPATH=$O:/tmp/site timeout 40 python3 benchmarks/fused_fft.py $c 2>&1 | grep "^fused " | head -1)
+  echo -n "now:     "; (cd $R && timeout 40 python3 benchmarks/fused_fft.py $c 2>&1 | grep -E "^fused |^fused vs" | head -2)
+  done
+done 2>&1 | tee $OUT/old-new.txt
+cd /tmp
+for r in upsampled dft; do for v in old new; do
+  if [ $v = old ]; then P=$O:/tmp/site; else P=$R:/tmp/site; fi
+  echo "== $r $v"; PYTHONPATH=$P timeout 100 python3 -m ebsdxc bench --pipeline $R/benchmarks/recipes/hrebsd-49roi-w24-$r.toml --patterns 10000 --pattern-size 512 --repeats 2 2>&1 | tail -9
+done; done 2>&1 | tee $OUT/e2e512.txt
