@@ -153,22 +153,25 @@ def _skew_conflicts(n1, n2):
     return worst
 
 
-#: Lengths with a factor of 5 are split only into factors of at most 16 (16-lane teams): 160 =
-#: 10 x 16 took 45 ROIs of 128x128 at +-24 from 53-57k to 61-66k patterns/s (upsampled, H100),
-#: while in 32-lane teams the smallest such lengths cost more than the 2^a 3^b ones they would
-#: replace (240 = 12 x 20 for 200x200 ROIs at +-24, a column split: 24.0k against 28.9k at 256,
-#: H200), and 225 = 9 x 25 would have replaced that split by one block of 9- and 25-lane stages.
 #: The worst bank conflict a split may have (fused._skew_conflicts): 27 x 27 (729), which the kernel
 #: has always taken, has 4; a factor of 15 (15 = -1 mod 16 slots a row, so that the skew's
 #: rotation cancels) puts up to 15 lanes on one bank.
 SKEW_CONFLICTS_MAX = 4
 
+#: The largest factor of a length with a factor of 5 (16-lane teams): 160 = 10 x 16 took 45 ROIs
+#: of 128x128 at +-24 from 53-57k to 61-67k patterns/s (upsampled, H100), while in 32-lane teams
+#: the smallest such lengths cost more than the 2^a 3^b ones they would replace (240 = 12 x 20 for
+#: 200x200 ROIs at +-24, a column split: 24.0k against 28.9k patterns/s at 256, H200), and
+#: 225 = 9 x 25 would have put that split into one block of 9- and 25-lane stages.
+RADIX5_FACTOR_MAX = 16
+
 
 @functools.cache
 def axis_factors(n):
     """(N1, N2) with N1 * N2 = n, both 2^a 3^b 5^c <= RADIX_MAX, as balanced as possible
-    (N2 >= N1 on ties), whose skewed exchange has few bank conflicts (:data:`SKEW_CONFLICTS_MAX`);
-    None where there is no such split."""
+    (N2 >= N1 on ties), whose skewed exchange has few bank conflicts (:data:`SKEW_CONFLICTS_MAX`)
+    and, with a factor of 5, no factor above :data:`RADIX5_FACTOR_MAX`; None where there is no such
+    split."""
     best = None
     for n1 in range(1, min(n, RADIX_MAX) + 1):
         if n % n1 or not _smooth(n1):
@@ -176,7 +179,7 @@ def axis_factors(n):
         n2 = n // n1
         if n2 > RADIX_MAX or not _smooth(n2) or _skew_conflicts(n1, n2) > SKEW_CONFLICTS_MAX:
             continue
-        if n % 5 == 0 and max(n1, n2) > 16:  # radix 5 in 16-lane teams only (RADIX5_TEAM)
+        if n % 5 == 0 and max(n1, n2) > RADIX5_FACTOR_MAX:
             continue
         key = (max(n1, n2), n1 > n2)
         if best is None or key < best[0]:

@@ -312,8 +312,8 @@ def test_skew_is_a_bijection_without_bank_conflicts(n):
 
 def test_radix_5_splits_are_16_lane_teams_without_a_factor_of_15():
     # 15 slots a row are -1 mod 16: the skew's rotation cancels and a team's readers share a
-    # bank; and radix 5 runs only in 16-lane teams (fused.SKEW_CONFLICTS_MAX says why)
-    from ebsdxc.engines.fused import SKEW_CONFLICTS_MAX, _skew_conflicts
+    # bank; and radix 5 runs only in 16-lane teams (fused.RADIX5_FACTOR_MAX says why)
+    from ebsdxc.engines.fused import RADIX5_FACTOR_MAX, SKEW_CONFLICTS_MAX, _skew_conflicts
 
     assert _skew_conflicts(15, 15) == 15 and _skew_conflicts(15, 16) == 15
     assert _skew_conflicts(10, 16) <= 2 and _skew_conflicts(27, 27) == SKEW_CONFLICTS_MAX
@@ -322,7 +322,7 @@ def test_radix_5_splits_are_16_lane_teams_without_a_factor_of_15():
     for n in range(1, LENGTH_MAX + 1):
         f = axis_factors(n)
         assert f is None or (15 not in f and _skew_conflicts(*f) <= SKEW_CONFLICTS_MAX)
-        assert f is None or n % 5 or max(f) <= 16
+        assert f is None or n % 5 or max(f) <= RADIX5_FACTOR_MAX == 16
 
 
 @pytest.mark.parametrize("tile,mode,shift", [((1, 1), "full", None), ((5, 7), "full", None),
