@@ -197,9 +197,14 @@ def fft_length(need):
     return None
 
 
-# Floating-point operations of fc::Dft<R> for the radices it does directly (Dft<5> pairs its
-# terms as v1 +- v4, v2 +- v3); composites recurse as the kernel does (_dft_flops).
-_RADIX_FLOPS = {1: 0, 2: 4, 3: 14, 4: 16, 5: 44}
+# Floating-point operations of fc::Dft<R> for the radices it does directly; composites recurse
+# as the kernel does (_dft_flops). Dft<5> (pairs v1 +- v4, v2 +- v3) does 44 but is priced by
+# what it measured against the others (H100, call 6 of 2026-11-27): at 44, 100 = 10 x 10 came
+# out 2% cheaper than 108 = 9 x 12 and ran 4-12% slower (50x50 ROIs in full mode, quadratic),
+# and 80 = 8 x 10 no faster than 81 = 9 x 9; at 64 those keep their 2^a 3^b lengths, while
+# 160 = 10 x 16 (128x128 ROIs at +-24) and 40 = 5 x 8 (20x20 in full mode: 407k-504k -> 584k-587k
+# patterns/s) keep theirs.
+_RADIX_FLOPS = {1: 0, 2: 4, 3: 14, 4: 16, 5: 64}
 
 
 @functools.cache
