@@ -1204,7 +1204,9 @@ __device__ __forceinline__ void stencil_finish(const GridScratch& d, int comp, d
         cluster_sync();  // the peer has read d.g
     }
     if (i < 9) {
-        double val = a / ((double)NY * NX);
+        // one division (each is a dependent chain of a dozen FP64 instructions, on the path of
+        // a block whose other threads wait at the next barrier)
+        double val;
         if (comp) {
             const int u = i / 3, v = i - 3 * u;
             const double* part = d.rows + 9 * NWARPS;
@@ -1213,7 +1215,9 @@ __device__ __forceinline__ void stencil_finish(const GridScratch& d, int comp, d
             for (int p = 0; p < CY; ++p) ay += part[3 * p + u];
 #pragma unroll
             for (int p = 0; p < CX; ++p) ax += part[3 * (CY + p) + v];
-            val /= (ay / sy_sum) * (ax / sx_sum);
+            val = a * (sy_sum * sx_sum) / (((double)NY * NX) * (ay * ax));
+        } else {
+            val = a * (1.0 / ((double)NY * NX));
         }
         d.g[i] = val;
     }
@@ -1221,52 +1225,69 @@ __device__ __forceinline__ void stencil_finish(const GridScratch& d, int comp, d
 }
 
 // The 3x3 stencil (`dft`) in one pass over the map. Each lane sums, for each of its columns k,
-// c[j][k] Dy_u(j) over its warp's rows j in float (FP32 multiply-adds only), then
-// Re(that Dx_v(k)) over its columns in double, and lanes and warps are summed once at the end.
+// c[j][k] Re Dy_u(j) over its warp's rows j in float (FP32 multiply-adds only), then
+// Re(that Dy_u Dx_v(k)) over its columns in double, and lanes and warps are summed once at the end.
 // The float sums run over a warp's rows (12 at NY = 192), as the former row partials ran over a
 // lane's columns (6), each against one dominant term; the float map of the inverse FFT bounds
 // the interpolant's precision either way (tests/engines/test_fused.py, against float64).
 // Summing rows per column, rather than columns per row, widens each lane's sums to double once
 // per pass instead of once per row (conversions to double run at a quarter of the FP64 rate and
-// were the pass's bound). d.g is complete in warp 0 when it returns.
+// were the pass's bound). The imaginary part of Dy needs no sum per stencil row: for even NY,
+// Im Dy(y - j) = -sin(pi (y - j)) = -(-1)^j sin(pi y) (weight_full_closed), so it is one
+// alternating sum of the column, (-1)^j c[j][k], times -sin(pi y_u) for all three rows u: four
+// float operations a map value instead of six, twelve double products a column instead of
+// eighteen. d.g is complete in warp 0 when it returns.
 __device__ __forceinline__ void stencil_values(const float* Mf, const GridScratch& d, double yc, double xc, double h,
                                                int comp, const double* __restrict__ Sy, const double* __restrict__ Sx,
                                                double sy_sum, double sx_sum, int s) {
+    constexpr bool IMY = NY % 2 == 0;  // odd NY: Dy is real
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     stencil_tables(d, yc, xc, h, comp, Sy, Sx, s);
-    float2 b[3][KM];
+    float b[3][KM], alt[KM];
 #pragma unroll
-    for (int u = 0; u < 3; ++u) {
+    for (int m = 0; m < KM; ++m) {
+        alt[m] = 0.0f;
 #pragma unroll
-        for (int m = 0; m < KM; ++m) b[u][m] = make_float2(0.0f, 0.0f);
+        for (int u = 0; u < 3; ++u) b[u][m] = 0.0f;
     }
     for (int j = warp; j < NYL; j += NWARPS) {
         const float* mr = Mf + j * 2 * MLD;
-        float2 w[3];
+        const float sg = ((j * SPLIT + s) & 1) ? -1.0f : 1.0f;  // (-1)^j of the map row
+        float w[3];
 #pragma unroll
-        for (int u = 0; u < 3; ++u) w[u] = d.wy[u * NYL + j];
+        for (int u = 0; u < 3; ++u) w[u] = d.wy[u * NYL + j].x;
 #pragma unroll
         for (int m = 0; m < KM; ++m) {
             const int k = lane + 32 * m;
             const float cv = k < NX ? mr[k] : 0.0f;
 #pragma unroll
-            for (int u = 0; u < 3; ++u) {
-                b[u][m].x = fmaf(cv, w[u].x, b[u][m].x);
-                b[u][m].y = fmaf(cv, w[u].y, b[u][m].y);
-            }
+            for (int u = 0; u < 3; ++u) b[u][m] = fmaf(cv, w[u], b[u][m]);
+            if (IMY) alt[m] = fmaf(cv, sg, alt[m]);
         }
     }
     double acc[9] = {0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0};  // [u][v]
+    double ai[3] = {0.0, 0.0, 0.0};  // sum over k of the alternating sums times Im Dx_v(k)
 #pragma unroll
     for (int m = 0; m < KM; ++m) {
         const int k = lane + 32 * m;
         if (k < NX) {
+            const double a = alt[m];
 #pragma unroll
             for (int v = 0; v < 3; ++v) {
                 const double2 q = d.wx[v * NX + k];
 #pragma unroll
-                for (int u = 0; u < 3; ++u) acc[3 * u + v] += (double)b[u][m].x * q.x - (double)b[u][m].y * q.y;
+                for (int u = 0; u < 3; ++u) acc[3 * u + v] = fma((double)b[u][m], q.x, acc[3 * u + v]);
+                if (IMY) ai[v] = fma(a, q.y, ai[v]);
             }
+        }
+    }
+    if (IMY) {
+        // Re(b Dx) = Re b Re Dx - Im b Im Dx, Im b_u = -sin(pi y_u) (the alternating sum)
+#pragma unroll
+        for (int u = 0; u < 3; ++u) {
+            const double sy = sinpif(red2(yc + (u - 1) * h));
+#pragma unroll
+            for (int v = 0; v < 3; ++v) acc[3 * u + v] = fma(sy, ai[v], acc[3 * u + v]);
         }
     }
     const double t = warp_sum9(acc);
