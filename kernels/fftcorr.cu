@@ -1110,35 +1110,75 @@ constexpr int KM = (NX + 31) / 32;  // a lane's columns of a map row in the 3x3 
 // 64 frequencies: 0..NY/2 (the pairs ky, -ky added, cos being even) and 0..NX/2 (Hermitian
 // weights), a warp per piece and its three lags.
 constexpr int CY = (NY / 2 + 64) / 64, CX = (NXH + 63) / 64;
+constexpr int STEP_CS = NY / 2 + 1 + NXH;  // a step's row of fused_dft's step_cs
 // The 3x3 stencil keeps the warps' sums (9 each) and these pieces in d.rows.
 constexpr bool STENCIL_ROWS = 9 * NWARPS + 3 * (CY + CX) <= 2 * CW * NYL;
 
 // c cos(2 pi k (y + (u - 1) h) / N), u < 3, into a[u]: cos(A -+ B) from the sines and cosines of
-// A = 2 pi k y / N and B = 2 pi k h / N (two double sincospi for three lags).
-__device__ __forceinline__ void cos3(double c, int k, double y, double h, double rn, double (&a)[3]) {
-    double f = k * y * rn, g = k * h * rn;
+// A = 2 pi k y / N (one double sincospi) and B = 2 pi k h / N, which depends on the step only and
+// comes from the engine's table (fused.py: step_cs; it was a second sincospi, and these warps were
+// as long as the weights).
+__device__ __forceinline__ void cos3(double c, int k, double y, double rn, double2 b, double (&a)[3]) {
+    double f = k * y * rn;
     f -= floor(f);
-    g -= floor(g);
-    double sa, ca, sb, cb;
+    double sa, ca;
     sincospi(2.0 * f, &sa, &ca);
-    sincospi(2.0 * g, &sb, &cb);
-    a[0] = fma(c, ca * cb + sa * sb, a[0]);
+    a[0] = fma(c, ca * b.x + sa * b.y, a[0]);
     a[1] = fma(c, ca, a[1]);
-    a[2] = fma(c, ca * cb - sa * sb, a[2]);
+    a[2] = fma(c, ca * b.x - sa * b.y, a[2]);
 }
 
-// The tables of a 3x3 stencil about (yc, xc) of step h, in one round with no barrier inside (it
+// The row weight's real part and the column weight of an even length N, at t (wrapped to
+// |t| <= N / 2) from cot(pi t / N) (one sincospif and a division): there
+//   Re Dy(t) = sin(pi t) cot(pi t / N),  Dx(t) = cot(pi t / N) (sin(pi t), 1 - cos(pi t))
+// (the closed forms of weight_full_closed and weight_half_closed, simplified), and sin(pi t),
+// 1 - cos(pi t) = 2 sin^2(pi t / 2) depend on the map row or column only through its parity p:
+// the stencil's constants (stencil_tables) hold them for each lag and parity, from arguments
+// reduced so that they are near 0 where t is (float rounding of an argument near 1 would cost
+// the weight at t = 0, the largest, most of its digits). Where |sin(pi t / N)| < 1e-6 the
+// callers take weight_*_small instead, as before.
+__device__ __forceinline__ float cot_even(double t, double rn, float& s) {
+    float c;
+    sincospif((float)(t * rn), &s, &c);
+    return c / s;
+}
+
+// The tables of a 3x3 stencil about (yc, xc) of step h, in one round after the constants (it
 // was five rounds of trigonometry, three barriers apart, and as long as the pass over the map):
-// Dy at the three stencil rows for this block's map rows and Dx at the three stencil columns
-// (a thread per map row or column: three independent weights), and where comp the window
-// autocorrelation's pieces (warps from the last, which have no weights to make). Ends with a
-// barrier.
+// Re Dy at the three stencil rows for this block's map rows (floats, [u][j] from d.wy: the pass
+// takes Im Dy from its alternating sums) and Dx at the three stencil columns (a thread per map
+// row or column: three independent weights), and where comp the window autocorrelation's
+// pieces (warps from the last, which have no weights to make; step_cs: cos and sin of
+// 2 pi k h / N for ky = 0..NY/2, then kx = 0..NXH-1). Even lengths take their weights from
+// cot_even and the constants kc, made first by twelve threads: kc[2 u + p] = sin(pi (y_u - p)),
+// kc[6 + 2 (2 v + p)], kc[7 + 2 (2 v + p)] = 2 sin(pi a) cos(pi a), 2 sin^2(pi a) for
+// a = (x_v - p) / 2 reduced mod 1 (their sign cancels in both). Ends with a barrier.
 __device__ __forceinline__ void stencil_tables(const GridScratch& d, double yc, double xc, double h, int comp,
-                                               const double* __restrict__ Sy, const double* __restrict__ Sx, int s) {
+                                               const double* __restrict__ Sy, const double* __restrict__ Sx,
+                                               const double2* __restrict__ step_cs, int s) {
+    constexpr bool EY = NY % 2 == 0, EX = NX % 2 == 0;
+    __shared__ float kc[18];
+    float* wyr = reinterpret_cast<float*>(d.wy);
+    if (EY || EX) {
+        const int i = threadIdx.x;
+        if (i < 6) {
+            const int u = i >> 1, p = i & 1;
+            kc[i] = sinpif(red2(yc + (u - 1) * h - p));
+        } else if (i < 12) {
+            const int v = (i - 6) >> 1, p = i & 1;
+            const double a = 0.5 * (xc + (v - 1) * h - p);
+            float sn, cs;
+            sincospif((float)(a - rint(a)), &sn, &cs);
+            kc[6 + 2 * (i - 6)] = 2.0f * sn * cs;
+            kc[7 + 2 * (i - 6)] = 2.0f * sn * sn;
+        }
+        __syncthreads();
+    }
     for (int i = threadIdx.x; i < NYL + NX; i += blockDim.x) {
         const bool row = i < NYL;
         const int k = row ? i : i - NYL;
-        const double t0 = row ? yc - (i * SPLIT + s) : xc - k;
+        const int jg = row ? i * SPLIT + s : k;  // the map row, or column
+        const double t0 = row ? yc - jg : xc - k;
         double t[3];
         float sd[3];
         float2 w[3];
@@ -1146,12 +1186,18 @@ __device__ __forceinline__ void stencil_tables(const GridScratch& d, double yc, 
         for (int u = 0; u < 3; ++u) {
             const double tt = t0 + (u - 1) * h;  // D has period N: the least |t| (see red2)
             t[u] = row ? tt - NY * rint(tt * RNY) : tt - NX * rint(tt * RNX);
-            w[u] = row ? weight_full_closed(t[u], sd[u]) : weight_half_closed(t[u], sd[u]);
+            if (row ? EY : EX) {
+                const float ct = cot_even(t[u], row ? RNY : RNX, sd[u]);
+                const float* q = row ? kc + 2 * u + (jg & 1) : kc + 6 + 2 * (2 * u + (jg & 1));
+                w[u] = row ? make_float2(q[0] * ct, 0.0f) : make_float2(q[0] * ct, q[1] * ct);
+            } else {
+                w[u] = row ? weight_full_closed(t[u], sd[u]) : weight_half_closed(t[u], sd[u]);
+            }
         }
 #pragma unroll
         for (int u = 0; u < 3; ++u) {
             if (fabsf(sd[u]) < 1e-6f) w[u] = row ? weight_full_small(t[u]) : weight_half_small(t[u]);
-            if (row) d.wy[u * NYL + i] = w[u];
+            if (row) wyr[u * NYL + i] = w[u].x;
             else d.wx[u * NX + k] = make_double2(w[u].x, w[u].y);
         }
     }
@@ -1163,12 +1209,13 @@ __device__ __forceinline__ void stencil_tables(const GridScratch& d, double yc, 
             for (int e = 0; e < 2; ++e) {
                 if (i < CY) {
                     const int k = i * 64 + 32 * e + lane;
-                    if (k <= NY / 2) cos3((k == 0 || 2 * k == NY) ? Sy[k] : Sy[k] + Sy[NY - k], k, yc, h, RNY, a);
+                    if (k <= NY / 2)
+                        cos3((k == 0 || 2 * k == NY) ? Sy[k] : Sy[k] + Sy[NY - k], k, yc, RNY, step_cs[k], a);
                 } else {
                     const int l = (i - CY) * 64 + 32 * e + lane;
                     if (l < NXH) {
                         const double wl = (l == 0 || (NX % 2 == 0 && l == NX / 2)) ? 1.0 : 2.0;
-                        cos3(Sx[l] * wl, l, xc, h, RNX, a);
+                        cos3(Sx[l] * wl, l, xc, RNX, step_cs[NY / 2 + 1 + l], a);
                     }
                 }
             }
@@ -1239,10 +1286,12 @@ __device__ __forceinline__ void stencil_finish(const GridScratch& d, int comp, d
 // eighteen. d.g is complete in warp 0 when it returns.
 __device__ __forceinline__ void stencil_values(const float* Mf, const GridScratch& d, double yc, double xc, double h,
                                                int comp, const double* __restrict__ Sy, const double* __restrict__ Sx,
-                                               double sy_sum, double sx_sum, int s) {
+                                               double sy_sum, double sx_sum, const double2* __restrict__ step_cs,
+                                               int s) {
     constexpr bool IMY = NY % 2 == 0;  // odd NY: Dy is real
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    stencil_tables(d, yc, xc, h, comp, Sy, Sx, s);
+    stencil_tables(d, yc, xc, h, comp, Sy, Sx, step_cs, s);
+    const float* wyr = reinterpret_cast<const float*>(d.wy);
     float b[3][KM], alt[KM];
 #pragma unroll
     for (int m = 0; m < KM; ++m) {
@@ -1255,7 +1304,7 @@ __device__ __forceinline__ void stencil_values(const float* Mf, const GridScratc
         const float sg = ((j * SPLIT + s) & 1) ? -1.0f : 1.0f;  // (-1)^j of the map row
         float w[3];
 #pragma unroll
-        for (int u = 0; u < 3; ++u) w[u] = d.wy[u * NYL + j].x;
+        for (int u = 0; u < 3; ++u) w[u] = wyr[u * NYL + j];
 #pragma unroll
         for (int m = 0; m < KM; ++m) {
             const int k = lane + 32 * m;
@@ -1515,9 +1564,9 @@ __device__ __forceinline__ double autocorr_part(const double* __restrict__ Sy, c
 // in warp 0 when it returns), else the general grid's sums (d.g complete in every thread).
 __device__ void grid_values(const float* Mf, const GridScratch& d, double yc, double xc, double h, int comp,
                             const double* __restrict__ Sy, const double* __restrict__ Sx, double sy_sum,
-                            double sx_sum, int s = 0) {
+                            double sx_sum, const double2* __restrict__ step_cs, int s = 0) {
     if (STENCIL_ROWS) {
-        stencil_values(Mf, d, yc, xc, h, comp, Sy, Sx, sy_sum, sx_sum, s);
+        stencil_values(Mf, d, yc, xc, h, comp, Sy, Sx, sy_sum, sx_sum, step_cs, s);
         return;
     }
     constexpr int R = 3, c = 1;
@@ -1704,7 +1753,8 @@ __device__ __forceinline__ void finish(const GridScratch& d, double y, double x,
 // then 3x3 stencils of step steps[0] (repeated up to max_moves times while a step reaches the
 // stencil's edge), steps[1], ... as dft_refine (peaks.cu); NaN where the last step still
 // reaches its edge, and as fc::finish says. Sy (NY,), Sx (NX,): the window power spectra,
-// sy_sum, sx_sum their sums (comp only).
+// sy_sum, sx_sum their sums (comp only); step_cs (n_steps, STEP_CS): cos and sin of
+// 2 pi k steps[i] / N for ky = 0..NY/2, then kx = 0..NXH-1 (fused.step_table).
 __global__ void FC_CLUSTER __launch_bounds__(FC_NT, 1)
 fused_dft(const FC_IN* __restrict__ tiles, long long frame, int row, const int* __restrict__ offsets,
           const float* __restrict__ mean, const unsigned char* __restrict__ status,
@@ -1712,7 +1762,8 @@ fused_dft(const FC_IN* __restrict__ tiles, long long frame, int row, const int* 
           int n_ref, const int* __restrict__ ref_of, int indexed, const float2* __restrict__ tw,
           const double* __restrict__ wy, const double* __restrict__ wx, int comp,
           const double* __restrict__ Sy, const double* __restrict__ Sx, double sy_sum, double sx_sum,
-          const double* __restrict__ steps, int n_steps, int max_moves, double reach, double* __restrict__ out_y,
+          const double* __restrict__ steps, const double2* __restrict__ step_cs, int n_steps, int max_moves,
+          double reach, double* __restrict__ out_y,
           double* __restrict__ out_x, float* __restrict__ out_value, unsigned char* __restrict__ out_border) {
     using namespace fc;
     __shared__ float sval[32];
@@ -1731,7 +1782,7 @@ fused_dft(const FC_IN* __restrict__ tiles, long long frame, int row, const int* 
     for (int st = 0, moves = 0; st < n_steps;) {
         const double h = steps[st], yc = d.pos[0], xc = d.pos[1];
         if (!(isfinite(yc) && isfinite(xc))) break;  // a failed start stays NaN (the same in every thread)
-        grid_values(Mf, d, yc, xc, h, comp, Sy, Sx, sy_sum, sx_sum, s);
+        grid_values(Mf, d, yc, xc, h, comp, Sy, Sx, sy_sum, sx_sum, step_cs + st * STEP_CS, s);
         if (threadIdx.x == 0) {
             double g[3][3];
             for (int u = 0; u < 3; ++u)

@@ -107,7 +107,7 @@ from .base import CorrelationEngine, EngineInfo, PeakResult
 from .registry import register
 
 __all__ = ["FusedFFTEngine", "axis_factors", "can_split", "device_limits", "fast_length", "fft_length", "fused_plan",
-           "grid_interpolation", "grid_nodes", "grid_side", "skew", "supports"]
+           "grid_interpolation", "grid_nodes", "grid_side", "skew", "step_table", "supports"]
 
 RADIX_MAX = 32          # largest DFT held in one thread's registers
 LENGTH_MAX = RADIX_MAX * RADIX_MAX
@@ -552,6 +552,30 @@ class _Source:
                 self.window)
 
 
+def step_table(steps, fft_shape):
+    """Cosines and sines of the phase steps of the ``dft`` stencils (fused_dft's ``step_cs``).
+
+    Parameters
+    ----------
+    steps : sequence of float
+        The stencils' steps in px (:data:`ebsdxc.peaks.DFT_STEPS`).
+    fft_shape : (int, int)
+        FFT lengths ``(NY, NX)``.
+
+    Returns
+    -------
+    (len(steps), NY // 2 + 1 + NX // 2 + 1, 2) float64
+        For each step ``h``: ``cos, sin`` of ``2 pi k h / NY`` for ``k = 0 .. NY // 2``, then of
+        ``2 pi k h / NX`` for ``k = 0 .. NX // 2``; the window autocorrelation at a stencil's
+        three lags needs them, and they depend on the step alone.
+    """
+    ny, nx = fft_shape
+    h = np.asarray(steps, dtype=np.float64)[:, None]
+    ph = np.concatenate([h * np.arange(ny // 2 + 1) / ny, h * np.arange(nx // 2 + 1) / nx], axis=1)
+    ph -= np.floor(ph)  # as the kernel reduces its own phases, before the factor 2 pi
+    return np.ascontiguousarray(np.stack([np.cos(2 * np.pi * ph), np.sin(2 * np.pi * ph)], axis=-1))
+
+
 class FusedFFTEngine(CorrelationEngine):
     """n-to-mn FFT correlation fused in shared memory, CUDA only (full and window mode)."""
 
@@ -578,6 +602,7 @@ class FusedFFTEngine(CorrelationEngine):
                                   for f, n in zip(window_1d, self.fft_shape))
             self._lags = tuple(cp.ascontiguousarray(integer_lag_table(S, cp), dtype=cp.float64) for S in self._spectra)
         self._steps = cp.asarray(np.asarray(DFT_STEPS, dtype=np.float64))
+        self._step_cs = cp.asarray(step_table(DFT_STEPS, self.fft_shape))
         self._sums = (1.0, 1.0) if self._spectra is None else tuple(float(S.sum()) for S in self._spectra)
         self._no_lags = (cp.ones(ny), cp.ones(nx))  # kernel arguments when not compensating
         self._no_index = cp.zeros(1, dtype=cp.int32)  # kernel argument for one reference set
@@ -747,7 +772,8 @@ class FusedFFTEngine(CorrelationEngine):
                 if self.config.subpixel == "dft":
                     sy, sx = self._spectra if self._spectra is not None else self._no_lags
                     name, own = "fused_dft", (sy, sx, np.float64(self._sums[0]), np.float64(self._sums[1]),
-                                              self._steps, np.int32(len(DFT_STEPS)), np.int32(DFT_MAX_MOVES))
+                                              self._steps, self._step_cs, np.int32(len(DFT_STEPS)),
+                                              np.int32(DFT_MAX_MOVES))
                 else:
                     name, own = "fused_upsampled", self._upsampled_tables() + (
                         np.int32(self.config.upsample), np.int32(UPSAMPLED_MAX_RECENTRE))
