@@ -1272,8 +1272,9 @@ __device__ __forceinline__ void stencil_finish(const GridScratch& d, int comp, d
 }
 
 // The 3x3 stencil (`dft`) in one pass over the map. Each lane sums, for each of its columns k,
-// c[j][k] Re Dy_u(j) over its warp's rows j in float (FP32 multiply-adds only), then
-// Re(that Dy_u Dx_v(k)) over its columns in double, and lanes and warps are summed once at the end.
+// c[j][k] Re Dy_u(j) over its warp's rows j in float (FP32 multiply-adds only), then the real part
+// of (that + i its Im Dy_u sum) Dx_v(k) over its columns in double, and lanes and warps are summed
+// once at the end.
 // The float sums run over a warp's rows (12 at NY = 192), as the former row partials ran over a
 // lane's columns (6), each against one dominant term; the float map of the inverse FFT bounds
 // the interpolant's precision either way (tests/engines/test_fused.py, against float64).
@@ -1283,7 +1284,9 @@ __device__ __forceinline__ void stencil_finish(const GridScratch& d, int comp, d
 // Im Dy(y - j) = -sin(pi (y - j)) = -(-1)^j sin(pi y) (weight_full_closed), so it is one
 // alternating sum of the column, (-1)^j c[j][k], times -sin(pi y_u) for all three rows u: four
 // float operations a map value instead of six, twelve double products a column instead of
-// eighteen. d.g is complete in warp 0 when it returns.
+// eighteen. sin(pi y_u) may come from an argument near 1 (cot_even keeps its constants from
+// those): these weights are at most 1 in size, against the largest real weight's N, so its
+// rounding does not reach the sum. d.g is complete in warp 0 when it returns.
 __device__ __forceinline__ void stencil_values(const float* Mf, const GridScratch& d, double yc, double xc, double h,
                                                int comp, const double* __restrict__ Sy, const double* __restrict__ Sx,
                                                double sy_sum, double sx_sum, const double2* __restrict__ step_cs,
