@@ -1065,6 +1065,33 @@ def test_even_length_stencil_weights_equal_direct_summation(N):
             assert np.abs(col - dx)[okx].max() <= tol * N, (y, x)
 
 
+@pytest.mark.parametrize("shape", [(16, 20), (96, 64), (192, 160)])
+def test_stencil_pass_from_real_weights_and_alternating_sums_equals_the_matrix_dft(shape):
+    # fc::stencil_values for even lengths, in float64: each column's sums of c[j][k] Re Dy_u(j)
+    # and its alternating sum (-1)^j c[j][k] (for Im Dy_u(j) = -(-1)^j sin(pi y_u)), then across
+    # the columns Re Dx_v and Im Dx_v (cot forms of _model_stencil_weights), held to the matrix
+    # DFT of the map's spectrum (ebsdxc.peaks.dft_grid) at a 3x3 stencil
+    from ebsdxc.peaks import dft_grid
+
+    ny, nx = shape
+    rng = np.random.default_rng(ny + nx)
+    c = rng.standard_normal(shape)
+    spec = np.fft.rfft2(c)[None]
+    h = 0.25
+    for yc, xc in rng.uniform(-min(shape) / 2, min(shape) / 2, (5, 2)):
+        g = np.empty((3, 3))
+        for u in range(3):
+            _, wy, _, _ = _model_stencil_weights(yc + (u - 1) * h, 0.5, ny, lambda v: v)  # x unused
+            col_re = wy @ c  # (nx,) sum over rows of c[j][k] Re Dy_u(j)
+            alt = ((-1.0) ** np.arange(ny)) @ c
+            sy = np.sin(np.pi * (yc + (u - 1) * h))
+            for v in range(3):
+                _, _, _, dx = _model_stencil_weights(0.5, xc + (v - 1) * h, nx, lambda v: v)  # y unused
+                g[u, v] = (col_re @ dx.real + sy * (alt @ dx.imag)) / (ny * nx)
+        want = dft_grid(spec, np.array([yc]), np.array([xc]), spacing=h, size=3, shape=shape)[0]
+        np.testing.assert_allclose(g, want, rtol=0, atol=1e-10 * np.abs(c).sum() / (ny * nx))
+
+
 def test_step_table_holds_the_phases_of_each_step():
     steps = (0.25, 0.05)
     tab = step_table(steps, (192, 160))
