@@ -1155,9 +1155,8 @@ __device__ __forceinline__ float cot_even(double t, double rn, float& s) {
 // a = (x_v - p) / 2 reduced mod 1 (their sign cancels in both). Ends with a barrier.
 __device__ __forceinline__ void stencil_tables(const GridScratch& d, double yc, double xc, double h, int comp,
                                                const double* __restrict__ Sy, const double* __restrict__ Sx,
-                                               const double2* __restrict__ step_cs, int s) {
+                                               const double2* __restrict__ step_cs, int s, float* kc) {
     constexpr bool EY = NY % 2 == 0, EX = NX % 2 == 0;
-    __shared__ float kc[18];
     float* wyr = reinterpret_cast<float*>(d.wy);
     if (EY || EX) {
         const int i = threadIdx.x;
@@ -1284,16 +1283,17 @@ __device__ __forceinline__ void stencil_finish(const GridScratch& d, int comp, d
 // Im Dy(y - j) = -sin(pi (y - j)) = -(-1)^j sin(pi y) (weight_full_closed), so it is one
 // alternating sum of the column, (-1)^j c[j][k], times -sin(pi y_u) for all three rows u: four
 // float operations a map value instead of six, twelve double products a column instead of
-// eighteen. sin(pi y_u) may come from an argument near 1 (cot_even keeps its constants from
-// those): these weights are at most 1 in size, against the largest real weight's N, so its
-// rounding does not reach the sum. d.g is complete in warp 0 when it returns.
+// eighteen. sin(pi y_u) is stencil_tables' constant kc[2 u] (it was three sinpif a lane a pass),
+// whose argument may be near 1: these weights are at most 1 in size, against the largest real
+// weight's N, so its rounding does not reach the sum. d.g is complete in warp 0 when it returns.
 __device__ __forceinline__ void stencil_values(const float* Mf, const GridScratch& d, double yc, double xc, double h,
                                                int comp, const double* __restrict__ Sy, const double* __restrict__ Sx,
                                                double sy_sum, double sx_sum, const double2* __restrict__ step_cs,
                                                int s) {
     constexpr bool IMY = NY % 2 == 0;  // odd NY: Dy is real
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    stencil_tables(d, yc, xc, h, comp, Sy, Sx, step_cs, s);
+    __shared__ float kc[18];  // stencil_tables' constants; kc[2 u] = sin(pi y_u) for even NY
+    stencil_tables(d, yc, xc, h, comp, Sy, Sx, step_cs, s, kc);
     const float* wyr = reinterpret_cast<const float*>(d.wy);
     float b[3][KM], alt[KM];
 #pragma unroll
@@ -1337,7 +1337,7 @@ __device__ __forceinline__ void stencil_values(const float* Mf, const GridScratc
         // Re(b Dx) = Re b Re Dx - Im b Im Dx, Im b_u = -sin(pi y_u) (the alternating sum)
 #pragma unroll
         for (int u = 0; u < 3; ++u) {
-            const double sy = sinpif(red2(yc + (u - 1) * h));
+            const double sy = kc[2 * u];  // read before stencil_finish's barrier, the next pass writes it after
 #pragma unroll
             for (int v = 0; v < 3; ++v) acc[3 * u + v] = fma(sy, ai[v], acc[3 * u + v]);
         }
