@@ -50,6 +50,7 @@ ANCHORS = [
     (4, "        column_weights(d, xc, h, c, q);\n", "after"),
     (4, "    stencil_tables(d, yc, xc, h, comp, Sy, Sx, s);\n", "after"),
     (4, "    stencil_tables(d, yc, xc, h, comp, Sy, Sx, step_cs, s);\n", "after"),
+    (4, "    stencil_tables(d, yc, xc, h, comp, Sy, Sx, step_cs, s, kc);\n", "after"),
     (5, "#pragma unroll\n        for (int u = 0; u < 3; ++u) {\n#pragma unroll\n"
         "            for (int v = 0; v < 3; ++v) {\n                const double s = warp_sum_all", "before"),
     (5, "#pragma unroll\n    for (int u = 0; u < 3; ++u) {\n#pragma unroll\n        for (int v = 0; v < 3; ++v) {\n"
