@@ -995,7 +995,9 @@ __device__ __forceinline__ GridScratch grid_scratch(float2* S, int R, int Q) {
     // pointer arithmetic, not integer rounding, so that the compiler keeps these shared-memory
     // loads (LDS, not generic LD)
     float2* after = d.wy + Q * NYL;
-    if (reinterpret_cast<unsigned long long>(after) & 15ULL) after += 1;
+    // aligned by its offset from S (16-byte aligned: setup), which the compiler folds; a test of
+    // the pointer's own bits lost its address space, and d.wx's loads and stores were generic
+    if ((reinterpret_cast<const char*>(after) - reinterpret_cast<const char*>(S)) & 15) after += 1;
     d.wx = reinterpret_cast<double2*>(after);
     d.rows = reinterpret_cast<double*>(d.wx + CW * NX);
     d.lt = d.rows + RLD * NYL;
