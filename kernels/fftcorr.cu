@@ -975,6 +975,9 @@ struct GridScratch {
     double* acy;  // [R] window autocorrelation at its rows' lags
     double* acx;  // [R]
     float2* wy;   // [Q][NYL] Dy at its row nodes, for this block's map rows
+    float4* wy4;  // d.wy 16-byte aligned: the 3x3 stencil's row weights, for each of this block's
+                  // map rows Re Dy at the three stencil rows and (-1)^j of the map row (the pass
+                  // loads them with one instruction a row instead of three)
     double2* wx;  // [CW][NX] Dx at CW of its column nodes (16-byte aligned); the stencil uses three
     double* rows;  // [NYL][RLD] sum_k c[j][k] (Re, Im) Dx_v(k) for those columns; for the 3x3
                    // stencil the warps' nine sums, then the window autocorrelation's pieces
@@ -994,6 +997,8 @@ __device__ __forceinline__ GridScratch grid_scratch(float2* S, int R, int Q) {
     d.wy = reinterpret_cast<float2*>(d.acx + R);
     // pointer arithmetic, not integer rounding, so that the compiler keeps these shared-memory
     // loads (LDS, not generic LD)
+    d.wy4 = reinterpret_cast<float4*>(
+        d.wy + ((reinterpret_cast<const char*>(d.wy) - reinterpret_cast<const char*>(S)) & 15 ? 1 : 0));
     float2* after = d.wy + Q * NYL;
     // aligned by its offset from S (16-byte aligned: setup), which the compiler folds; a test of
     // the pointer's own bits lost its address space, and d.wx's loads and stores were generic
@@ -1147,7 +1152,7 @@ __device__ __forceinline__ float cot_even(double t, double rn, float& s) {
 
 // The tables of a 3x3 stencil about (yc, xc) of step h, in one round after the constants (it
 // was five rounds of trigonometry, three barriers apart, and as long as the pass over the map):
-// Re Dy at the three stencil rows for this block's map rows (floats, [u][j] from d.wy: the pass
+// Re Dy at the three stencil rows for this block's map rows (d.wy4, with the row's sign: the pass
 // takes Im Dy from its alternating sums) and Dx at the three stencil columns (a thread per map
 // row or column: three independent weights), and where comp the window autocorrelation's
 // pieces (warps from the last, which have no weights to make; step_cs: cos and sin of
@@ -1159,7 +1164,6 @@ __device__ __forceinline__ void stencil_tables(const GridScratch& d, double yc, 
                                                const double* __restrict__ Sy, const double* __restrict__ Sx,
                                                const double2* __restrict__ step_cs, int s, float* kc) {
     constexpr bool EY = NY % 2 == 0, EX = NX % 2 == 0;
-    float* wyr = reinterpret_cast<float*>(d.wy);
     if (EY || EX) {
         const int i = threadIdx.x;
         if (i < 6) {
@@ -1198,9 +1202,9 @@ __device__ __forceinline__ void stencil_tables(const GridScratch& d, double yc, 
 #pragma unroll
         for (int u = 0; u < 3; ++u) {
             if (fabsf(sd[u]) < 1e-6f) w[u] = row ? weight_full_small(t[u]) : weight_half_small(t[u]);
-            if (row) wyr[u * NYL + i] = w[u].x;
-            else d.wx[u * NX + k] = make_double2(w[u].x, w[u].y);
+            if (!row) d.wx[u * NX + k] = make_double2(w[u].x, w[u].y);
         }
+        if (row) d.wy4[i] = make_float4(w[0].x, w[1].x, w[2].x, (jg & 1) ? -1.0f : 1.0f);
     }
     if (comp) {  // the warps from the last, which have no weights to make where NYL + NX < NT
         const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -1296,7 +1300,6 @@ __device__ __forceinline__ void stencil_values(const float* Mf, const GridScratc
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     __shared__ float kc[18];  // stencil_tables' constants; kc[2 u] = sin(pi y_u) for even NY
     stencil_tables(d, yc, xc, h, comp, Sy, Sx, step_cs, s, kc);
-    const float* wyr = reinterpret_cast<const float*>(d.wy);
     float b[3][KM], alt[KM];
 #pragma unroll
     for (int m = 0; m < KM; ++m) {
@@ -1306,17 +1309,15 @@ __device__ __forceinline__ void stencil_values(const float* Mf, const GridScratc
     }
     for (int j = warp; j < NYL; j += NWARPS) {
         const float* mr = Mf + j * 2 * MLD;
-        const float sg = ((j * SPLIT + s) & 1) ? -1.0f : 1.0f;  // (-1)^j of the map row
-        float w[3];
-#pragma unroll
-        for (int u = 0; u < 3; ++u) w[u] = wyr[u * NYL + j];
+        const float4 w = d.wy4[j];  // w.w: (-1)^j of the map row
 #pragma unroll
         for (int m = 0; m < KM; ++m) {
             const int k = lane + 32 * m;
             const float cv = k < NX ? mr[k] : 0.0f;
-#pragma unroll
-            for (int u = 0; u < 3; ++u) b[u][m] = fmaf(cv, w[u], b[u][m]);
-            if (IMY) alt[m] = fmaf(cv, sg, alt[m]);
+            b[0][m] = fmaf(cv, w.x, b[0][m]);
+            b[1][m] = fmaf(cv, w.y, b[1][m]);
+            b[2][m] = fmaf(cv, w.z, b[2][m]);
+            if (IMY) alt[m] = fmaf(cv, w.w, alt[m]);
         }
     }
     double acc[9] = {0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0};  // [u][v]
