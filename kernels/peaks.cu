@@ -39,6 +39,29 @@ __device__ void quadratic_coefficients(const double v[3][3], double& b, double& 
     det = 4.0 * d * f - e * e;
 }
 
+// The maximum of that quadratic, where it has one (det > 1e-12 (d^2 + f^2), d < 0, f < 0): its
+// offsets (qx, qy) = ((e cc - 2 f b) / det, (e b - 2 d cc) / det). The coefficients are taken
+// times 6 (b, cc, d, f) and 4 (e) and det times 144, so that it divides once: each FP64 division
+// is a dependent chain of a dozen instructions, on thread 0's path in the fused kernels while
+// their blocks wait at a barrier (it was five, with quadratic_coefficients').
+__device__ __forceinline__ bool quadratic_peak(const double v[3][3], double& qx, double& qy) {
+    double s = 0, sx = 0, sy = 0, sxy = 0, sxx = 0, syy = 0;
+    for (int a = 0; a < 3; ++a)
+        for (int q = 0; q < 3; ++q) {
+            const double val = v[a][q];
+            const int x = q - 1, y = a - 1;
+            s += val; sx += x * val; sy += y * val; sxy += x * y * val;
+            sxx += x * x * val; syy += y * y * val;
+        }
+    const double d6 = 3.0 * sxx - 2.0 * s, f6 = 3.0 * syy - 2.0 * s;  // 6 d, 6 f
+    const double det144 = 16.0 * d6 * f6 - 9.0 * sxy * sxy;  // 144 (4 d f - e^2)
+    if (!(det144 > 4e-12 * (d6 * d6 + f6 * f6) && d6 < 0.0 && f6 < 0.0)) return false;
+    const double r = 1.0 / det144;  // (e cc - 2 f b) / det = (6 e4 cc6 - 8 f6 b6) / det144
+    qx = (6.0 * sxy * sy - 8.0 * f6 * sx) * r;
+    qy = (6.0 * sxy * sx - 8.0 * d6 * sy) * r;
+    return true;
+}
+
 // Subpixel offsets from a 3x3 neighbourhood v[y][x] (ebsdxc.peaks.fit_3x3).
 template <int METHOD>
 __device__ void fit_3x3(const double v[3][3], double& dy, double& dx) {
@@ -51,12 +74,8 @@ __device__ void fit_3x3(const double v[3][3], double& dy, double& dx) {
             dy = parabolic(log(v[0][1]), log(v[1][1]), log(v[2][1]));
         }
     } else if (METHOD == M_QUADRATIC) {
-        double b, cc, d, e, f, det;
-        quadratic_coefficients(v, b, cc, d, e, f, det);
-        if (det > 1e-12 * (d * d + f * f) && d < 0.0 && f < 0.0) {
-            const double qx = (e * cc - 2.0 * f * b) / det, qy = (e * b - 2.0 * d * cc) / det;
-            if (fabs(qx) <= 1.0 && fabs(qy) <= 1.0) { dx = qx; dy = qy; }
-        }
+        double qx, qy;
+        if (quadratic_peak(v, qx, qy) && fabs(qx) <= 1.0 && fabs(qy) <= 1.0) { dx = qx; dy = qy; }
     }
     // Beyond reach, or no maximum: the peak cannot be fitted (NaN, engines flag it).
     if (!(fabs(dx) <= FIT_3X3_REACH && fabs(dy) <= FIT_3X3_REACH)) { dx = PEAK_NAN; dy = PEAK_NAN; }
@@ -175,23 +194,9 @@ __global__ void find_peaks(const float* __restrict__ corr, int Ny, int Nx, int r
 #define DFT_SLOTS 4  // spectrum loads a lane issues at once along a row (rows up to 128 in one go)
 
 // One trust-region ascent step from a 3x3 stencil (ebsdxc.peaks.stencil_step).
-// The quadratic's coefficients (quadratic_coefficients) are taken times 6 (b, cc, d, f) and 4 (e)
-// and det times 144, so that the step divides once: each FP64 division is a dependent chain of a
-// dozen instructions, and the fused kernels' blocks wait at a barrier while thread 0 steps.
 __device__ bool stencil_step(const double v[3][3], double& dy, double& dx) {
-    double s = 0, sx = 0, sy = 0, sxy = 0, sxx = 0, syy = 0;
-    for (int a = 0; a < 3; ++a)
-        for (int q = 0; q < 3; ++q) {
-            const double val = v[a][q];
-            const int x = q - 1, y = a - 1;
-            s += val; sx += x * val; sy += y * val; sxy += x * y * val;
-            sxx += x * x * val; syy += y * y * val;
-        }
-    const double d6 = 3.0 * sxx - 2.0 * s, f6 = 3.0 * syy - 2.0 * s;  // 6 d, 6 f
-    const double det144 = 16.0 * d6 * f6 - 9.0 * sxy * sxy;  // 144 (4 d f - e^2)
-    if (det144 > 4e-12 * (d6 * d6 + f6 * f6) && d6 < 0.0 && f6 < 0.0) {
-        const double r = 1.0 / det144;  // (e cc - 2 f b) / det = (6 e4 cc6 - 8 f6 b6) / det144
-        double qx = (6.0 * sxy * sy - 8.0 * f6 * sx) * r, qy = (6.0 * sxy * sx - 8.0 * d6 * sy) * r;
+    double qx, qy;
+    if (quadratic_peak(v, qx, qy)) {
         const double m = fmax(fabs(qx), fabs(qy));
         if (isfinite(m)) {
             if (m > 1.0) { qx /= m; qy /= m; }
