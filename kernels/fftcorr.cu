@@ -995,13 +995,14 @@ __device__ __forceinline__ GridScratch grid_scratch(float2* S, int R, int Q) {
     d.acy = d.gsum + (SPLIT > 1 && !gsum_in_rows ? Q * Q : 0);
     d.acx = d.acy + R;
     d.wy = reinterpret_cast<float2*>(d.acx + R);
-    // pointer arithmetic, not integer rounding, so that the compiler keeps these shared-memory
-    // loads (LDS, not generic LD)
+    // Pointer arithmetic, not integer rounding, so that the compiler keeps these shared-memory
+    // loads (LDS, not generic LD), aligned by their offsets from S (16-byte aligned: setup), which
+    // it folds: a test of a pointer's own bits lost the address space, and the stencil's loads and
+    // stores of d.wx and d.rows were generic. wy4 (4 NYL floats, 2 more where it moves) fits in
+    // wy where Q = 3, the stencil's.
     d.wy4 = reinterpret_cast<float4*>(
         d.wy + ((reinterpret_cast<const char*>(d.wy) - reinterpret_cast<const char*>(S)) & 15 ? 1 : 0));
     float2* after = d.wy + Q * NYL;
-    // aligned by its offset from S (16-byte aligned: setup), which the compiler folds; a test of
-    // the pointer's own bits lost its address space, and d.wx's loads and stores were generic
     if ((reinterpret_cast<const char*>(after) - reinterpret_cast<const char*>(S)) & 15) after += 1;
     d.wx = reinterpret_cast<double2*>(after);
     d.rows = reinterpret_cast<double*>(d.wx + CW * NX);
@@ -1340,7 +1341,7 @@ __device__ __forceinline__ void stencil_values(const float* Mf, const GridScratc
         // Re(b Dx) = Re b Re Dx - Im b Im Dx, Im b_u = -sin(pi y_u) (the alternating sum)
 #pragma unroll
         for (int u = 0; u < 3; ++u) {
-            const double sy = kc[2 * u];  // read before stencil_finish's barrier, the next pass writes it after
+            const double sy = kc[2 * u];  // read before stencil_finish's barrier; the next pass writes after it
 #pragma unroll
             for (int v = 0; v < 3; ++v) acc[3 * u + v] = fma(sy, ai[v], acc[3 * u + v]);
         }
