@@ -195,6 +195,8 @@ def _quadratic_peak(n, xp):
     """Maximum of the least-squares quadratic on (T, 3, 3) grids.
 
     Returns (qy, qx, ok); ``ok`` is false where the surface has no maximum within 1 px.
+    ``kernels/peaks.cu`` (``quadratic_peak``) takes the coefficients scaled to whole multiples
+    and divides once; ``tests/test_peaks.py`` checks that both agree.
     """
     b, c, d, e, f, det = _quadratic_coefficients(n, xp)
     # A relative threshold: a degenerate surface (e.g. a 1-row map) must not pass on rounding.

@@ -69,6 +69,65 @@ def test_quadratic_exact_on_any_2d_quadratic_with_a_maximum():
     np.testing.assert_allclose(dy, y0, atol=1e-9)
 
 
+def _kernel_quadratic_peak(v):
+    """kernels/peaks.cu quadratic_peak for one 3x3 grid, operation for operation in float64: the
+    moments in its loop order, the coefficients scaled to whole multiples, one division."""
+    s = sx = sy = sxy = sxx = syy = 0.0
+    for a in range(3):
+        for q in range(3):
+            val, x, y = float(v[a, q]), q - 1, a - 1
+            s += val
+            sx += x * val
+            sy += y * val
+            sxy += x * y * val
+            sxx += x * x * val
+            syy += y * y * val
+    d6, f6 = 3.0 * sxx - 2.0 * s, 3.0 * syy - 2.0 * s
+    det144 = 16.0 * d6 * f6 - 9.0 * sxy * sxy
+    if not (det144 > 4e-12 * (d6 * d6 + f6 * f6) and d6 < 0.0 and f6 < 0.0):
+        return False, np.nan, np.nan
+    r = 1.0 / det144
+    return True, (6.0 * sxy * sy - 8.0 * f6 * sx) * r, (6.0 * sxy * sx - 8.0 * d6 * sy) * r
+
+
+def test_kernel_quadratic_peak_equals_the_normal_equations():
+    # the GPU's one-division form (fit_3x3 "quadratic", stencil_step) against the normal
+    # equations' offsets and maximum test (_quadratic_coefficients), on concave, saddle,
+    # barely concave and one-row grids
+    rng = np.random.default_rng(5)
+    T = 600
+    L = rng.normal(size=(T, 2, 2))
+    M = L @ L.transpose(0, 2, 1) * rng.choice([1.0, 1e-7, -1.0], size=(T, 1, 1))
+    M[: T // 6, 1, 1] = M[: T // 6, 0, 1] = 0.0  # no curvature across the rows
+    y0, x0 = rng.uniform(-2, 2, T), rng.uniform(-2, 2, T)
+    dx_, dy_ = STENCIL_X - x0[:, None, None], STENCIL_Y - y0[:, None, None]
+    noise = 1e-3 * rng.normal(size=(T, 3, 3))
+    # about the maximum test's threshold (det / (d^2 + f^2) = 1e-12): rank-one Hessians plus mu I,
+    # noise-free, at 4 mu / lambda = 4e-14 (no maximum), 1.2e-11 and 4e-9
+    u = rng.normal(size=(60, 2))
+    u /= np.linalg.norm(u, axis=1)[:, None]
+    M[-60:] = u[:, :, None] * u[:, None, :] + np.repeat([1e-14, 3e-12, 1e-9], 20)[:, None, None] * np.eye(2)
+    noise[-60:] = 0.0
+    n = 5.0 - (M[:, 0, 0, None, None] * dx_**2 + 2 * M[:, 0, 1, None, None] * dx_ * dy_
+               + M[:, 1, 1, None, None] * dy_**2) + noise
+    b, c, d, e, f, det = peaks._quadratic_coefficients(n, np)
+    want_ok = (det > 1e-12 * (d * d + f * f)) & (d < 0) & (f < 0)
+    assert not want_ok[-60:-40].any() and want_ok[-40:].all()
+    got = [_kernel_quadratic_peak(g) for g in n]
+    assert 100 < want_ok.sum() < T - 100  # both outcomes are exercised
+    np.testing.assert_array_equal([g[0] for g in got], want_ok)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        qx, qy = (e * c - 2 * f * b) / det, (e * b - 2 * d * c) / det
+    # within a few roundings: the coefficients carry roundings of the grid's size (sum |v|), which
+    # the offsets amplify by (sum of |coefficients|) (1 + |q|) / det (up to 1e9 on barely concave grids)
+    size = np.abs(n).sum(axis=(1, 2)) * (np.abs(b) + np.abs(c) + np.abs(d) + np.abs(e) + np.abs(f)) / np.abs(det)
+    for k, q in ((1, qx), (2, qy)):
+        cond = (size * (1 + np.abs(q)))[want_ok]
+        err = np.abs(np.array([g[k] for g in got])[want_ok] - q[want_ok])
+        assert (err <= 2e-15 * cond).all(), (err / cond).max()
+        assert cond.max() > 1e8 and np.median(err) < 1e-13  # ill-conditioned grids are among them
+
+
 def test_gaussian_falls_back_to_parabolic_on_non_positive_neighbour():
     rng = np.random.default_rng(3)
     T = 60
