@@ -22,11 +22,10 @@ __device__ __forceinline__ double parabolic(double cm, double c0, double cp) {
 // Largest 3x3 subpixel offset from the integer peak (ebsdxc.peaks.FIT_3X3_REACH).
 #define FIT_3X3_REACH 1.0
 
-// Least-squares quadratic a + b x + c y + d x^2 + e xy + f y^2 on a 3x3 grid v[y][x]
-// (normal equations; ebsdxc.peaks._quadratic_coefficients).
-__device__ void quadratic_coefficients(const double v[3][3], double& b, double& cc, double& d,
-                                       double& e, double& f, double& det) {
-    double sx = 0, sy = 0, sxy = 0, sxx = 0, syy = 0, s = 0;
+// The moments of a 3x3 grid v[y][x] about its centre: sums of v, x v, y v, x y v, x^2 v, y^2 v.
+__device__ __forceinline__ void grid_moments(const double v[3][3], double& s, double& sx, double& sy, double& sxy,
+                                             double& sxx, double& syy) {
+    s = 0; sx = 0; sy = 0; sxy = 0; sxx = 0; syy = 0;
     for (int a = 0; a < 3; ++a)
         for (int q = 0; q < 3; ++q) {
             const double val = v[a][q];
@@ -34,6 +33,14 @@ __device__ void quadratic_coefficients(const double v[3][3], double& b, double& 
             s += val; sx += x * val; sy += y * val; sxy += x * y * val;
             sxx += x * x * val; syy += y * y * val;
         }
+}
+
+// Least-squares quadratic a + b x + c y + d x^2 + e xy + f y^2 on a 3x3 grid v[y][x]
+// (normal equations; ebsdxc.peaks._quadratic_coefficients).
+__device__ void quadratic_coefficients(const double v[3][3], double& b, double& cc, double& d,
+                                       double& e, double& f, double& det) {
+    double s, sx, sy, sxy, sxx, syy;
+    grid_moments(v, s, sx, sy, sxy, sxx, syy);
     b = sx / 6.0; cc = sy / 6.0; e = sxy / 4.0;
     d = sxx / 2.0 - s / 3.0; f = syy / 2.0 - s / 3.0;
     det = 4.0 * d * f - e * e;
@@ -45,14 +52,8 @@ __device__ void quadratic_coefficients(const double v[3][3], double& b, double& 
 // is a dependent chain of a dozen instructions, on thread 0's path in the fused kernels while
 // their blocks wait at a barrier (it was five, with quadratic_coefficients').
 __device__ __forceinline__ bool quadratic_peak(const double v[3][3], double& qx, double& qy) {
-    double s = 0, sx = 0, sy = 0, sxy = 0, sxx = 0, syy = 0;
-    for (int a = 0; a < 3; ++a)
-        for (int q = 0; q < 3; ++q) {
-            const double val = v[a][q];
-            const int x = q - 1, y = a - 1;
-            s += val; sx += x * val; sy += y * val; sxy += x * y * val;
-            sxx += x * x * val; syy += y * y * val;
-        }
+    double s, sx, sy, sxy, sxx, syy;
+    grid_moments(v, s, sx, sy, sxy, sxx, syy);
     const double d6 = 3.0 * sxx - 2.0 * s, f6 = 3.0 * syy - 2.0 * s;  // 6 d, 6 f
     const double det144 = 16.0 * d6 * f6 - 9.0 * sxy * sxy;  // 144 (4 d f - e^2)
     if (!(det144 > 4e-12 * (d6 * d6 + f6 * f6) && d6 < 0.0 && f6 < 0.0)) return false;
