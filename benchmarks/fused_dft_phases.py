@@ -69,6 +69,9 @@ ANCHORS = [
     # the integer start split (from the eleventh session's code on; the rest stays "integer start")
     (13, "    const bool lead = map_argmax(Mf, s, sval, sidx, pk, best, bi);\n"
          "    if (threadIdx.x < 32) {  // warp 0 (thread 0 leads)\n", "after"),
+    (13, "    const bool lead = map_argmax(Mf, s, true, sval, sidx, pk, best, bi);"
+         "  // correlate(..., all_rows = true)\n"
+         "    if (threadIdx.x < 32) {  // warp 0 (thread 0 leads)\n", "after"),
     (14, "        start_3x3(Mf, ly, lx, lag_y, lag_x, comp, s, v, flat);\n        if (lead) {\n", "after"),
 ]
 

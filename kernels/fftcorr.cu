@@ -291,15 +291,26 @@ constexpr int PAIR_LO = (NY - RY - 1) / 2;
 constexpr bool PAIRS_ALL = PAIR_LO <= PAIR_FIRST;
 constexpr int PAIR_ITEMS = PAIRS_ALL ? NPAIRS : PAIR_FIRST + (NPAIRS - PAIR_LO);
 
-// Wide windows (full mode): the inverse row pass keeps each thread's integer peak of the values
-// it writes, so the peak search reads no map of its own (a pass over up to 37k values). Narrow
-// windows keep the search over their lags, which are a few of the values written.
+// Wide windows (full mode): the inverse row pass keeps the largest of the values each thread
+// writes, so the peak search reads no map of its own (a pass over up to 37k values); only the
+// threads that hold the block's maximum look for its index, in the round that gave it
+// (tracked_argmax). Keeping the index in the pass cost 12% of the transform (H100, 2026-11-27).
+// Narrow windows keep the search over their lags, which are a few of the values written.
 constexpr bool TRACK = 2 * (2 * RX + 1) >= NX;
-// A thread's running integer peak of the values it wrote (search index bi: the block's search
-// takes it where TRACK).
+// A thread's largest value written at a lag of the search (NaN never taken), where TRACK, and
+// the round (loop base of its team) of the pass that first gave it, or -1 where two rounds did.
 struct Peak {
     float best;
-    int bi;
+    int at;
+};
+// The inverse row pass's row pairs: item it of `items` is pair q(it), map rows 2 q, 2 q + 1;
+// all of them where the rows are all needed, else those of lags |dy| <= RY + 1.
+struct RowPairs {
+    bool every;
+    int items;
+    __device__ explicit RowPairs(bool all_rows)
+        : every(all_rows || PAIRS_ALL || SPLIT > 1), items(every ? (NYL + 1) / 2 : PAIR_ITEMS) {}
+    __device__ int q(int it) const { return (every || it < PAIR_FIRST) ? it : PAIR_LO + it - PAIR_FIRST; }
 };
 // Index of lag row (column) y of the circular map in the search's row-major order over
 // |dy| <= RY, or -1 outside; where the window wraps onto itself the lower index, which is
@@ -465,7 +476,7 @@ __device__ __forceinline__ void correlate(float2* S, const float2* twx, const fl
     //    block s takes half the pairs, each in a line of NX of its team's own after the lag
     //    tables, and writes each column of the pair's half spectra to the block that owns it.
     pk.best = EBSDXC_NEG_INF;
-    pk.bi = 0x7fffffff;
+    pk.at = -1;
     if (COLS > 1) cluster_sync();  // the peer runs: its shared memory may be written
     {
         Teams<FC_TX> tm;
@@ -595,12 +606,11 @@ __device__ __forceinline__ void correlate(float2* S, const float2* twx, const fl
     {
         Teams<FC_TX> tm;
         float* Mf = reinterpret_cast<float*>(S);
-        const bool every = all_rows || PAIRS_ALL || SPLIT > 1;
-        const int items = every ? (NYL + 1) / 2 : PAIR_ITEMS;
-        for (int base = tm.first; base < items; base += tm.step) {
+        const RowPairs rp(all_rows);
+        for (int base = tm.first; base < rp.items; base += tm.step) {
             const int it = tm.item(base);
-            const bool valid = it < items;
-            const int q = (every || it < PAIR_FIRST) ? it : PAIR_LO + it - PAIR_FIRST;
+            const bool valid = it < rp.items;
+            const int q = rp.q(it);
             float2* L = S + 2 * q * MLD;
             float2 v[N1X];
             if (valid && tm.lane < N2X) {
@@ -636,15 +646,24 @@ __device__ __forceinline__ void correlate(float2* S, const float2* twx, const fl
                 float* ya = Mf + (long long)(2 * q) * 2 * MLD;
                 const int iya = TRACK ? lag_row(2 * q * SPLIT + s) : -1;
                 const int iyb = TRACK && 2 * q + 1 < NYL ? lag_row((2 * q + 1) * SPLIT + s) : -1;
+                float top = EBSDXC_NEG_INF;
 #pragma unroll
                 for (int k2 = 0; k2 < N2X; ++k2) {
                     const int m = tm.lane + N1X * k2;
                     ya[m] = u[k2].x;
                     ya[2 * MLD + m] = u[k2].y;
                     if (TRACK) {
-                        const int ix = lag_col(m);
-                        if (ix >= 0 && iya >= 0) argmax_take(pk.best, pk.bi, u[k2].x, iya * (2 * RX + 1) + ix);
-                        if (ix >= 0 && iyb >= 0) argmax_take(pk.best, pk.bi, u[k2].y, iyb * (2 * RX + 1) + ix);
+                        const bool col = lag_col(m) >= 0;
+                        if (col && iya >= 0) top = fmaxf(top, u[k2].x);
+                        if (col && iyb >= 0) top = fmaxf(top, u[k2].y);
+                    }
+                }
+                if (TRACK) {
+                    if (top > pk.best) {
+                        pk.best = top;
+                        pk.at = base;
+                    } else if (top == pk.best) {
+                        pk.at = -1;
                     }
                 }
             }
@@ -684,14 +703,84 @@ __device__ __forceinline__ const float* map_row(const float* Mf, int y, int s) {
     return r == s ? m : peer(m, r);
 }
 
+__device__ __forceinline__ int warp_min(int v) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    return __reduce_min_sync(0xffffffffu, v);
+#else
+    for (int o = 16; o > 0; o >>= 1) v = min(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+#endif
+}
+
+__device__ __forceinline__ float warp_max(float v) {
+    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
+
+// The least search index among the values this thread wrote in the inverse row pass (correlate,
+// with the same all_rows) at lags of the search that equal m, or 0x7fffffff: the same teams,
+// row pairs and columns as the pass, in round `at` only where at >= 0 (pk.at). A round's values
+// are loaded before any is compared, so that the loads overlap (a load and branch per value took
+// 7k cycles a ROI at 96x96).
+__device__ __forceinline__ int tracked_index(const float* Mf, float m, int s, bool all_rows, int at) {
+    const Teams<FC_TX> tm;
+    const RowPairs rp(all_rows);
+    int bi = 0x7fffffff;
+    if (tm.lane >= N1X) return bi;
+    for (int base = at >= 0 ? at : tm.first; base < rp.items; base += tm.step) {
+        const int it = tm.item(base);
+        if (it >= rp.items) break;
+        const int q = rp.q(it);
+        const float* ya = Mf + (long long)(2 * q) * 2 * MLD;
+        const int iya = lag_row(2 * q * SPLIT + s);
+        const int iyb = 2 * q + 1 < NYL ? lag_row((2 * q + 1) * SPLIT + s) : -1;
+        float va[N2X], vb[N2X];
+#pragma unroll
+        for (int k2 = 0; k2 < N2X; ++k2) {
+            va[k2] = ya[tm.lane + N1X * k2];
+            vb[k2] = ya[2 * MLD + tm.lane + N1X * k2];
+        }
+#pragma unroll
+        for (int k2 = 0; k2 < N2X; ++k2) {
+            const int ix = lag_col(tm.lane + N1X * k2);
+            if (ix >= 0 && iya >= 0 && va[k2] == m) bi = min(bi, iya * (2 * RX + 1) + ix);
+            if (ix >= 0 && iyb >= 0 && vb[k2] == m) bi = min(bi, iyb * (2 * RX + 1) + ix);
+        }
+        if (at >= 0) break;
+    }
+    return bi;
+}
+
+// The block's integer peak from each thread's largest value (pk, TRACK): the block maximum m
+// (NaN never wins), then the least search index of m among the threads that hold it (usually
+// one, in one round; every thread and round where all values tie), so (m, index) is
+// numpy.argmax's over the lags.
+// Thread 0 returns true with it, warp 0 gets the index, every thread gets m in best.
+__device__ __forceinline__ bool tracked_argmax(const float* Mf, int s, bool all_rows, float* sval, int* sidx,
+                                               int at, float& best, int& bi) {
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    float m = warp_max(best);
+    if (lane == 0) sval[warp] = m;
+    __syncthreads();
+    m = warp_max(lane < NWARPS ? sval[lane] : EBSDXC_NEG_INF);  // every warp: no second barrier
+    int i = best == m ? tracked_index(Mf, m, s, all_rows, at) : 0x7fffffff;
+    i = warp_min(i);
+    if (lane == 0) sidx[warp] = i;
+    __syncthreads();
+    best = m;
+    if (warp != 0) return false;  // a split's lead writes sidx[0] next
+    bi = warp_min(lane < NWARPS ? sidx[lane] : 0x7fffffff);
+    return lane == 0;
+}
+
 // The integer peak over |dy| <= RY, |dx| <= RX of the whole map: thread 0 returns true with it
 // (in both blocks of a split, after a cluster barrier every thread of both blocks reaches).
-// pk: this thread's peak of the values it wrote (correlate), taken where TRACK.
-__device__ __forceinline__ bool map_argmax(const float* Mf, int s, float* sval, int* sidx, const Peak& pk,
-                                           float& best, int& bi) {
+// pk: this thread's largest value written (correlate, with the same all_rows), taken where TRACK.
+__device__ __forceinline__ bool map_argmax(const float* Mf, int s, bool all_rows, float* sval, int* sidx,
+                                           const Peak& pk, float& best, int& bi) {
     best = pk.best;
-    bi = pk.bi;
-    const bool lead = TRACK ? block_argmax(best, bi, sval, sidx)
+    bi = 0x7fffffff;
+    const bool lead = TRACK ? tracked_argmax(Mf, s, all_rows, sval, sidx, pk.at, best, bi)
                             : block_lag_argmax(Mf, NY, NX, 2 * MLD, RY, RX, sval, sidx, best, bi, SPLIT, s);
     if (SPLIT > 1) {
         if (lead) { sval[0] = best; sidx[0] = bi; }
@@ -794,7 +883,7 @@ fused_peaks(const FC_IN* __restrict__ tiles, long long frame, int row, const int
     int bi;
     // rank 0 reports (its warp 0 fits); in a split it reads the peer's rows, so neither block
     // leaves before the end
-    const bool lead = map_argmax(Mf, s, sval, sidx, pk, best, bi);
+    const bool lead = map_argmax(Mf, s, false, sval, sidx, pk, best, bi);
     if (threadIdx.x < 32 && s == 0) {
         bi = __shfl_sync(0xffffffffu, bi, 0);
         const int ly = bi / rw - RY, lx = bi % rw - RX;
@@ -1680,7 +1769,7 @@ __device__ void integer_start(const float* Mf, const GridScratch& d, const doubl
     constexpr int rw = 2 * RX + 1;
     float best;
     int bi;
-    const bool lead = map_argmax(Mf, s, sval, sidx, pk, best, bi);
+    const bool lead = map_argmax(Mf, s, true, sval, sidx, pk, best, bi);  // correlate(..., all_rows = true)
     if (threadIdx.x < 32) {  // warp 0 (thread 0 leads)
         bi = __shfl_sync(0xffffffffu, bi, 0);
         const int ly = bi / rw - RY, lx = bi % rw - RX;
