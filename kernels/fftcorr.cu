@@ -448,7 +448,8 @@ struct TileIn {
 #if FC_RAW
         if (zero) return make_float2(0.0f, 0.0f);
         const float* wa = win + y * W;
-        return make_float2(((float)ra[x] - mean) * wa[x], next ? ((float)ra[row + x] - mean) * wa[W + x] : 0.0f);
+        return make_float2((exact_float(ra[x]) - mean) * wa[x],
+                           next ? (exact_float(ra[row + x]) - mean) * wa[W + x] : 0.0f);
 #else
         return make_float2(ra[x], next ? ra[row + x] : 0.0f);
 #endif

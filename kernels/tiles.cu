@@ -18,7 +18,7 @@
 template <typename T>
 __device__ __forceinline__ void lane_values(const T* __restrict__ r, int x0, int w, float (&v)[4]) {
 #pragma unroll
-    for (int u = 0; u < 4; ++u) v[u] = x0 + 32 * u < w ? (float)r[x0 + 32 * u] : 0.0f;
+    for (int u = 0; u < 4; ++u) v[u] = x0 + 32 * u < w ? exact_float(r[x0 + 32 * u]) : 0.0f;
 }
 
 // The first value of the block's tile t (ROI t % n_roi of pattern t / n_roi; rows W apart).
@@ -120,7 +120,10 @@ __device__ __forceinline__ void lane_raw(const T* __restrict__ r, int x0, int w,
 
 // prepare_tiles with the tile read from global memory once: the mean's pass keeps it in
 // shared memory (h * w values of T, the launch's dynamic shared memory) and the energy's pass
-// reads it there. Overlapping ROIs of large patterns made the second global pass miss the L2
+// reads it there. T is an integer type: the mean's sum runs in int per lane (exact, as the
+// double sums of integers below 2^53 it replaces, so the same bits; at most STAGED_TILE_MAX / 2
+// values of 16 bits in a block of 128 or more threads stay under 2^31 a lane) and no value can
+// be NaN or infinite. Overlapping ROIs of large patterns made the second global pass miss the L2
 // (H100, 128 patterns of 1024x1024 x 49 ROIs of 256x256 uint16, statistics only: 1.19 ms
 // with prepare_tiles, 0.75 ms here with 1024 threads and K = 8). The values and the order of
 // every sum are those of prepare_tiles at the same block size.
@@ -133,30 +136,28 @@ __global__ void prepare_tiles_staged(const T* __restrict__ patterns, int H, int 
     extern __shared__ __align__(16) unsigned char staged_bytes[];
     T* tile = reinterpret_cast<T*>(staged_bytes);
     __shared__ double sred[32];
-    __shared__ float fred[32];
     const long long t = blockIdx.x;
     const T* p = tile_start(patterns, H, W, origins, n_roi, t);
     float* o = out != nullptr ? out + t * (long long)Ny * Nx : nullptr;
     const int npx = h * w;
+    static_assert(T(0.5) == T(0), "integer values");
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
-    double s = 0.0;
-    float bad = 0.0f;
+    int si = 0;
     for (int yy = warp; yy < h; yy += nwarps) {
         const T* r = p + (long long)yy * W;
         T* tr = tile + yy * w;
         for (int xa = lane; xa < w; xa += K * 32) {
             T v[K];
-            lane_raw<T, K>(r, xa, w, v);
+            lane_raw<T, K>(r, xa, w, v);  // zeros past w
 #pragma unroll
             for (int u = 0; u < K; ++u) {
                 if (xa + 32 * u < w) tr[xa + 32 * u] = v[u];
-                const float f = (float)v[u];
-                if (isfinite(f)) { s += f; } else { bad = 1.0f; }
+                si += v[u];
             }
         }
     }
-    s = block_sum(s, sred);  // its barriers also make the staged tile visible to every thread
-    bad = block_max(bad, fred);
+    const double s = block_sum((double)si, sred);  // its barriers also make the staged tile visible
+    const float bad = 0.0f;
     const float mean = (float)(s / npx);
 
     double e = 0.0;
@@ -164,7 +165,7 @@ __global__ void prepare_tiles_staged(const T* __restrict__ patterns, int H, int 
         const T* tr = tile + yy * w;
         const float* wr = window + yy * w;
         for (int xx = lane; xx < w; xx += 32) {
-            const float q = bad > 0.0f ? 0.0f : ((float)tr[xx] - mean) * wr[xx];
+            const float q = (exact_float(tr[xx]) - mean) * wr[xx];
             if (out != nullptr) o[yy * Nx + xx] = q;
             e += (double)q * q;
         }

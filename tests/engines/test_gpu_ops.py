@@ -107,6 +107,36 @@ def test_tile_statistics_are_those_of_the_prepared_tiles_bit_for_bit(cp, rng, dt
     assert staged == (np.dtype(dtype).itemsize <= 2)
 
 
+@pytest.mark.parametrize("dtype,tile", [(np.uint16, (96, 96)), (np.int16, (64, 64)), (np.uint8, (33, 40)),
+                                        (np.uint16, (300, 300))])
+def test_integer_values_are_converted_exactly(cp, rng, dtype, tile):
+    """Integer patterns of the full range, extremes included, become the float32 tiles NumPy's
+    float32 arithmetic gives from the kernel's own mean, bit for bit (the tile pass converts
+    1- and 2-byte integers without the conversion instruction; 300x300 uint16 takes the plain
+    kernel, the others the staged one), and their mean is the exact integer sum's."""
+    from ebsdxc.engines.gpu_ops import _tile_kernel, prepare_tiles_padded, tile_statistics
+
+    h, w = tile
+    info = np.iinfo(dtype)
+    patterns = rng.integers(info.min, info.max, (2, h + 9, w + 5), endpoint=True).astype(dtype)
+    patterns[:, ::7, ::5] = info.max
+    patterns[:, 3::11, 2::3] = info.min
+    origins = np.array([[0, 0], [5, 9]], dtype=np.int32)
+    win = window_2d(tile).astype(np.float32)
+    frames = cp.zeros((4, h, w), dtype=cp.float32)
+    prepare_tiles_padded(cp.asarray(patterns), cp.asarray(origins), tile, cp.asarray(win), frames)
+    _, mean, _, _ = tile_statistics(cp.asarray(patterns), cp.asarray(origins), tile, cp.asarray(win))
+    mean, got = mean.get(), frames.get()
+    for t in range(4):
+        b, k = divmod(t, 2)
+        x0, y0 = origins[k]
+        roi = patterns[b, y0:y0 + h, x0:x0 + w]
+        assert mean[t] == np.float32(roi.astype(np.int64).sum() / roi.size)
+        np.testing.assert_array_equal(got[t], (roi.astype(np.float32) - mean[t]) * win)
+    staged = _tile_kernel(dtype, h, w, smem_limit=227 * 1024)[0].startswith("prepare_tiles_staged")
+    assert staged == (h * w * np.dtype(dtype).itemsize <= 160 * 1024)
+
+
 def _smooth_maps(rng, T, shape):
     from scipy import ndimage
 
