@@ -150,6 +150,7 @@ def test_gpu_copy_is_the_crop(dtype, kind, batch):
     host = cupyx.empty_pinned((batch, *shape), dtype=dtype)
     host[...] = rng.integers(0, 250, host.shape).astype(dtype)
     dev = cp.full((batch, *plan.shape), 7, dtype=dtype)
+    cp.cuda.Device().synchronize()  # the fill ran on the null stream, which the copy's does not wait for
     stream = cp.cuda.Stream(non_blocking=True)
     plan.copy(host, dev, stream)
     stream.synchronize()
