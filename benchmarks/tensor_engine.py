@@ -109,7 +109,7 @@ def main(argv=None):
     import cupy as cp
 
     from ebsdxc.backend import select_backend
-    from ebsdxc.engines import EngineConfig, make_engine
+    from ebsdxc.engines import EngineConfig, make_engine, tensor_wgmma
     from ebsdxc.engines.base import PRECISIONS
     from ebsdxc.engines.definition import Pairing, overlap_fmas
     from ebsdxc.engines.tensor import launch_shape, tensor_maps
@@ -156,9 +156,24 @@ def main(argv=None):
 
     print("maps only:")
     mp = cp.empty((B * n, 2 * r + 1, 2 * r + 1), dtype=cp.float32)
+    smem = cp.cuda.Device().attributes.get("MaxSharedMemoryPerBlockOptin", 227 * 1024)
     for prec in PRECISIONS:
         report(f"tensor maps {prec}",
                median_ms(lambda prec=prec: tensor_maps(lefts, rights, pairing, (r, r), prec, out=mp)))
+        gp = tensor_wgmma.plan(h, w, (r, r), B, prec, smem) if tensor_wgmma.available() else None
+        if gp is not None:  # the default was the wgmma GEMM: the mma.sync kernel too, and every block
+            print(f"    wgmma launch: {json.dumps(gp)}")
+            report(f"tensor maps {prec} mma.sync",
+                   median_ms(lambda prec=prec: tensor_maps(lefts, rights, pairing, (r, r), prec, out=mp,
+                                                           gemm=False)))
+            if a.sweep:
+                for blk in tensor_wgmma.SHAPES:
+                    try:
+                        ms = median_ms(lambda prec=prec, blk=blk: tensor_maps(lefts, rights, pairing, (r, r), prec,
+                                                                              out=mp, gemm=blk))
+                    except ValueError:
+                        continue
+                    print(f"    wgmma block {blk}: {ms:7.3f} ms {B / (ms * 1e-3):10,.0f} patterns/s", flush=True)
         ls = launch_shape(h, w, (r, r), B, prec)
         print(f"    launch: {json.dumps(ls)}")
         if a.sweep:
@@ -172,7 +187,7 @@ def main(argv=None):
                 except ValueError:
                     continue
                 ms = median_ms(lambda prec=prec, s=s: tensor_maps(lefts, rights, pairing, (r, r), prec,
-                                                                  out=mp, shape=s))
+                                                                  out=mp, shape=s, gemm=False))
                 print(f"    warps={warps} mtw={mtw} yc={yc:2d} stages={stages} smem={s['smem'] / 1024:6.1f} KB: "
                       f"{ms:7.3f} ms {B / (ms * 1e-3):10,.0f} patterns/s", flush=True)
 

@@ -44,28 +44,31 @@ def kernel_source(name: str) -> str:
 
 
 @functools.cache
-def _module(device_id: int, source_name: str, name_expressions: tuple, defines: tuple):
+def _module(device_id: int, source_name: str, name_expressions: tuple, defines: tuple, options: tuple = ()):
     import cupy as cp
 
     prelude = "".join(f"#define {k} {v}\n" for k, v in defines)
     with cp.cuda.Device(device_id):
-        mod = cp.RawModule(code=prelude + kernel_source(source_name), options=("-std=c++17",),
+        # CuPy appends its own -arch=sm_XY after these; NVRTC keeps an sm_90a given here (the
+        # architecture-specific instructions of tensorgemm.cu need it).
+        mod = cp.RawModule(code=prelude + kernel_source(source_name), options=("-std=c++17", *options),
                            name_expressions=name_expressions)
         mod.compile()
     return mod
 
 
-def get_function(source_name: str, name_expression: str, *, name_expressions=None, defines=()):
+def get_function(source_name: str, name_expression: str, *, name_expressions=None, defines=(), options=()):
     """The compiled kernel ``name_expression`` of ``kernels/<source_name>`` on the current device.
 
     ``name_expressions`` lists every specialisation compiled into the same module
     (so one NVRTC call serves them all); ``defines`` is a tuple of (name, value)
-    pairs emitted as a ``#define`` prelude.
+    pairs emitted as a ``#define`` prelude; ``options`` are further NVRTC options
+    (``("-arch=sm_90a",)`` for Hopper's architecture-specific instructions).
     """
     import cupy as cp
 
     names = tuple(name_expressions or (name_expression,))
     if name_expression not in names:
         names = names + (name_expression,)
-    mod = _module(cp.cuda.Device().id, source_name, names, tuple(defines))
+    mod = _module(cp.cuda.Device().id, source_name, names, tuple(defines), tuple(options))
     return mod.get_function(name_expression)

@@ -29,6 +29,7 @@ import functools
 import numpy as np
 
 from ..kernel_loader import get_function
+from . import tensor_wgmma
 from .base import PEAK_PRECISIONS, PRECISIONS, EngineInfo
 from .definition import check_operands
 from .pairing import PairingEngine
@@ -112,22 +113,23 @@ def launch_shape(h, w, max_lag, n_rows_maps, precision, smem_limit=_SMEM_OPTIN, 
     raise ValueError(f"{h}x{w} tiles with lags up to {max_lag} do not fit the tensor engine's shared memory")
 
 
-def _pack(mats, precision, ls, ry, *, left):
-    """Packed operand of :func:`tensor_maps` (``kernels/tensorcorr.cu``, ``tc_pack``) and the fp16
-    scale per matrix (None for the other precisions)."""
+def _pack(mats, precision, *, left, row_words, first_column=0, pad_rows=0):
+    """Packed operand of ``kernels/tensorcorr.cu``'s ``tc_pack`` and the fp16 scale per matrix
+    (None for the other precisions): left, (T, h, row_words) words, word j holding columns
+    j + first_column (and the next, fp16/bf16); right, (T, h + 2 pad_rows, row_words) words of
+    consecutive columns, zero rows above and below."""
     import cupy as cp
 
     T, h, w = mats.shape
-    half = _half(precision)
-    if left:
-        dst = cp.empty((T, h, ls["lwt"]), dtype=cp.uint32)
-    else:
-        dst = cp.empty((T, h + 2 * ry, ls["wp"] // (2 if half else 1)), dtype=cp.uint32)
+    epw = 2 if _half(precision) else 1
+    rows = h if left else h + 2 * pad_rows
+    dst = cp.empty((T, rows, row_words), dtype=cp.uint32)
     scale = cp.empty(T, dtype=cp.float32) if precision == "fp16" else None
     if T:
         fn = get_function("tensorcorr.cu", f"tc_pack<{_PREC[precision]}, {int(left)}>")
         fn((T,), (256,), (mats, dst, np.uint64(0) if scale is None else scale, np.int32(h), np.int32(w),
-                          np.int32(ry), np.int32(ls["wp"]), np.int32(ls["lwt"]), np.int32(ls["cmin"])))
+                          np.int32(pad_rows), np.int32(row_words * epw), np.int32(row_words),
+                          np.int32(first_column)))
     return dst, scale
 
 
@@ -137,7 +139,8 @@ def _smem_limit():
     return int(cp.cuda.Device().attributes.get("MaxSharedMemoryPerBlockOptin", _SMEM_OPTIN))
 
 
-def tensor_maps(lefts, rights, pairing, max_lag, precision=DEFAULT_PRECISION, *, out=None, shape=None):
+def tensor_maps(lefts, rights, pairing, max_lag, precision=DEFAULT_PRECISION, *, out=None, shape=None,
+                gemm=None):
     """Window-mode correlation maps on tensor cores.
 
     Parameters
@@ -152,7 +155,11 @@ def tensor_maps(lefts, rights, pairing, max_lag, precision=DEFAULT_PRECISION, *,
     out : CuPy array, optional
         ``(n_pairs, 2 ry + 1, 2 rx + 1)`` float32 to write into.
     shape : dict, optional
-        Launch shape overriding :func:`launch_shape` (benchmarks).
+        Launch shape of the ``mma.sync`` kernel overriding :func:`launch_shape` (benchmarks).
+    gemm : bool or (int, int), optional
+        True: the wgmma GEMM of :mod:`ebsdxc.engines.tensor_wgmma` whatever the number of right
+        matrices (ValueError where it cannot run), (mt, nn): the same with that block shape;
+        False: the ``mma.sync`` kernel; None (default): the GEMM where it applies.
 
     Returns
     -------
@@ -165,9 +172,22 @@ def tensor_maps(lefts, rights, pairing, max_lag, precision=DEFAULT_PRECISION, *,
     h, w = lefts.shape[1:]
     if pairing.n_pairs == 0:
         return out
+    if gemm is not False and shape is None and tensor_wgmma.available():
+        forced = gemm is not None
+        launch = tensor_wgmma.plan(h, w, (ry, rx), pairing.nb, precision, _smem_limit(),
+                                   shape=gemm if isinstance(gemm, tuple) else None,
+                                   least=1 if forced else tensor_wgmma.MIN_RIGHTS)
+        if launch is not None:
+            lp, sl = _pack(lefts, precision, left=True, row_words=launch["lw"], first_column=-rx)
+            rp, sr = _pack(rights, precision, left=False, row_words=launch["wk"] // 2)
+            return tensor_wgmma.maps(lp, sl, rp, sr, pairing, (h, w), (ry, rx), precision, out, launch)
+    if gemm:
+        raise ValueError("gemm needs a compute capability 9.0 GPU, bf16 or fp16 inputs and tiles whose "
+                         "rows fit its shared memory")
     ls = launch_shape(h, w, (ry, rx), pairing.nb, precision, _smem_limit()) if shape is None else shape
-    lp, sl = _pack(lefts, precision, ls, ry, left=True)
-    rp, sr = _pack(rights, precision, ls, ry, left=False)
+    lp, sl = _pack(lefts, precision, left=True, row_words=ls["lwt"], first_column=ls["cmin"])
+    rp, sr = _pack(rights, precision, left=False, row_words=ls["wp"] // (2 if _half(precision) else 1),
+                   pad_rows=ry)
     fn = get_function("tensorcorr.cu", f"tc_maps<{_PREC[precision]}, {ls['mtw']}, {ls['nt']}>")
     fn.max_dynamic_shared_size_bytes = ls["smem"]
     null = np.uint64(0)

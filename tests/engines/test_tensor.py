@@ -12,6 +12,7 @@ from ebsdxc.engines import ENGINES, EngineConfig
 from ebsdxc.engines.base import PRECISIONS
 from ebsdxc.engines.definition import Pairing
 from ebsdxc.engines.tensor import TensorEngine, launch_shape
+from ebsdxc.engines.tensor_wgmma import SHAPES
 
 # Unit roundoff of each input precision (tf32 rounds to nearest-away, the others to nearest even;
 # fp32 is three tf32 products, without the small-by-small term).
@@ -59,6 +60,32 @@ def test_launch_shapes_fit_shared_memory(precision, shape, lag, nb):
     assert ls["lwt"] % 8 == 0 and ls["lw"] % 8 == 0 and ls["stage"] % 4 == 0  # 16-byte copies
 
 
+@pytest.mark.parametrize("shape,lag,nb", [((96, 96), (16, 16), 50), ((96, 96), (16, 16), 512),
+                                          ((128, 128), (24, 24), 512), ((256, 256), (24, 24), 45),
+                                          ((9, 200), (4, 60), 40), ((37, 53), (5, 9), 1000)])
+def test_gemm_plans_fit(shape, lag, nb):
+    from ebsdxc.engines import tensor_wgmma
+
+    p = tensor_wgmma.plan(*shape, lag, nb, "bf16", 227 * 1024)
+    assert p["smem"] <= 227 * 1024 and (p["mt"], p["nn"]) in tensor_wgmma.SHAPES
+    ry, rx = lag
+    assert p["blocks"][0] * 2 * p["mt"] * 64 >= (2 * ry + 1) * (2 * rx + 1)
+    assert p["blocks"][1] * p["nn"] >= nb
+    assert p["wk"] % 32 == 0 and p["wk"] % (16 * p["kb"]) == 0 and p["wk"] >= shape[1]  # atoms, batches
+    assert p["lw"] % 4 == 0 and p["lw"] >= p["wk"] + 2 * rx  # 16-byte copies; every gathered word
+    # The ring of left rows holds the rows a block's lags meet plus the rows copied ahead.
+    span = min(2 * ry + 1, (2 * p["mt"] * 64 - 1) // (2 * rx + 1) + 2)
+    assert p["ring"] & (p["ring"] - 1) == 0 and p["ring"] >= span + 2
+
+
+def test_gemm_plan_declines():
+    from ebsdxc.engines import tensor_wgmma
+
+    assert tensor_wgmma.plan(96, 96, (16, 16), 512, "tf32", 227 * 1024) is None
+    assert tensor_wgmma.plan(96, 96, (16, 16), tensor_wgmma.MIN_RIGHTS - 1, "bf16", 227 * 1024) is None
+    assert tensor_wgmma.plan(2048, 2048, (16, 16), 512, "bf16", 227 * 1024) is None  # rows too long
+
+
 def test_options_name_the_tensor_engine():
     fft = ENGINES["fft"]
     why = fft.refusal((32, 32), EngineConfig(mode="window", max_shift=4, subpixel="quadratic", precision="bf16"),
@@ -86,13 +113,50 @@ def test_options_name_the_tensor_engine():
 @pytest.mark.parametrize("precision", PRECISIONS)
 @pytest.mark.parametrize("shape,lag,pairing", CASES, ids=lambda v: str(v) if not isinstance(v, Pairing) else "")
 def test_maps_match_oracle(rng, precision, shape, lag, pairing):
+    check_maps(rng, precision, shape, lag, pairing, gemm=False)
+
+
+# The wgmma GEMM (Hopper): the cases above, right matrices over several blocks and a partial
+# last block (70, 130), n-to-m with many rights, one lag (ry = rx = 0), a block of one lag row.
+GEMM_CASES = CASES + [
+    ((96, 96), (16, 16), Pairing.n_to_mn(2, 70)),
+    ((33, 47), (7, 11), Pairing.n_to_m(2, 130)),
+    ((24, 40), (0, 0), Pairing.n_to_mn(3, 9)),
+    ((16, 300), (2, 100), Pairing.n_to_mn(1, 4)),
+]
+
+
+def _need_wgmma():
+    from ebsdxc.engines import tensor_wgmma
+
+    if not tensor_wgmma.available():
+        pytest.skip("the wgmma GEMM needs a compute capability 9.0 GPU")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("precision", ("bf16", "fp16"))
+@pytest.mark.parametrize("shape,lag,pairing", GEMM_CASES, ids=lambda v: str(v) if not isinstance(v, Pairing) else "")
+def test_gemm_maps_match_oracle(rng, precision, shape, lag, pairing):
+    _need_wgmma()
+    check_maps(rng, precision, shape, lag, pairing, gemm=True)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("block", SHAPES)
+def test_gemm_blocks_match_oracle(rng, block):
+    # Every compiled block shape, with lags and right matrices over several blocks each.
+    _need_wgmma()
+    check_maps(rng, "bf16", (40, 44), (10, 12), Pairing.n_to_mn(2, 150), gemm=block)
+
+
+def check_maps(rng, precision, shape, lag, pairing, *, gemm):
     import cupy as cp
 
     from ebsdxc.engines.tensor import tensor_maps
 
     lefts = rng.standard_normal((pairing.na, *shape)).astype(np.float32)
     rights = (100.0 * rng.standard_normal((pairing.n_rights, *shape))).astype(np.float32)  # fp16 scaling
-    maps = cp.asnumpy(tensor_maps(cp.asarray(lefts), cp.asarray(rights), pairing, lag, precision))
+    maps = cp.asnumpy(tensor_maps(cp.asarray(lefts), cp.asarray(rights), pairing, lag, precision, gemm=gemm))
     got = np.fft.fftshift(maps, axes=(-2, -1))
     u = UNIT[precision]
     worst = 0.0
@@ -107,6 +171,29 @@ def test_maps_match_oracle(rng, precision, shape, lag, pairing):
             err = np.abs(g - want) / (2.2 * u * bound + 1e-5 * bound.max())
             worst = max(worst, err.max())
     assert worst <= 1.0, worst
+
+
+@pytest.mark.gpu
+def test_gemm_is_the_default_for_many_rights(rng, monkeypatch):
+    # On Hopper a left matrix with MIN_RIGHTS right matrices or more goes to the GEMM, fewer to
+    # the mma.sync kernel (both sum a row's 16-pixel steps in the same order: the maps alone
+    # cannot tell them apart, so the GEMM's launches are counted).
+    import cupy as cp
+
+    from ebsdxc.engines import tensor_wgmma
+    from ebsdxc.engines.tensor import tensor_maps
+
+    _need_wgmma()
+    launches = []
+    run = tensor_wgmma.maps
+    monkeypatch.setattr(tensor_wgmma, "maps", lambda *a, **k: launches.append(1) or run(*a, **k))
+    for nb, gemm in ((tensor_wgmma.MIN_RIGHTS, True), (tensor_wgmma.MIN_RIGHTS - 1, False)):
+        p = Pairing.n_to_mn(2, nb)
+        lefts = cp.asarray(rng.standard_normal((2, 48, 48)).astype(np.float32))
+        rights = cp.asarray(rng.standard_normal((2 * nb, 48, 48)).astype(np.float32))
+        before = len(launches)
+        tensor_maps(lefts, rights, p, (8, 8), "bf16")
+        assert len(launches) - before == int(gemm)
 
 
 @pytest.mark.gpu
