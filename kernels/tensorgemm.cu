@@ -148,7 +148,18 @@ __global__ void __launch_bounds__(256, MT * NN <= 128 ? 2 : 1)
 
     // Copies of row r of the walk: row y_lo + r of the NN right matrices, and row y_lo + r - dymin
     // of L (the newest the lags need); rows of L outside the matrix are zeros.
-    const int chunks = wk / 8, lchunks = lw / 4;
+    const int lchunks = lw / 4;
+    // This thread's right matrices (n = 64 q + tid / 4) and 16-byte chunk (tid % 4) of each atom.
+    constexpr int NQ = (NN + 63) / 64;
+    const unsigned short* rsrc[NQ];
+    int sdst[NQ];
+#pragma unroll
+    for (int q = 0; q < NQ; ++q) {
+        const int n = min(q * 64 + (int)(threadIdx.x >> 2), NN - 1), c = threadIdx.x & 3;
+        const int b = min(n0 + n, nb - 1);
+        rsrc[q] = Rp + ((long long)a * rs_a + (long long)b * rs_b) * h * wk + c * 8;
+        sdst[q] = n * 64 + ((c ^ ((n >> 1) & 3)) << 4);
+    }
     auto copy_left = [&](int yl) {
         unsigned* dst = Ls + (yl & (ring - 1)) * lw;
         const bool in = yl >= 0 && yl < h;
@@ -162,13 +173,11 @@ __global__ void __launch_bounds__(256, MT * NN <= 128 ? 2 : 1)
             // 64-byte swizzled K-major stage: atom s (32 pixels) of matrix n at s NN 64 + n 64 bytes,
             // its 16-byte chunk c at chunk c ^ ((n >> 1) & 3). Four threads copy a 64-byte piece
             // of one right row, a warp eight rows: 512 contiguous bytes of the stage.
-            const int quads = wk / 8;  // 16-byte chunks of a row
-            for (int i = threadIdx.x; i < NN * quads; i += blockDim.x) {
-                const int c = i & 3, n = (i >> 2) % NN, at = (i >> 2) / NN;
-                const int b = min(n0 + n, nb - 1);
-                const long long ri = (long long)a * rs_a + (long long)b * rs_b;
-                tg_cp16(st + at * (NN * 64) + n * 64 + ((c ^ ((n >> 1) & 3)) << 4),
-                        Rp + (ri * h + yp) * wk + at * 32 + c * 8, 16);
+#pragma unroll
+            for (int q = 0; q < NQ; ++q) {
+                if (q * 64 + (int)(threadIdx.x >> 2) >= NN) break;
+                const unsigned short* src = rsrc[q] + (long long)yp * wk;
+                for (int at = 0; at < wk / 32; ++at) tg_cp16(st + at * (NN * 64) + sdst[q], src + at * 32, 16);
             }
             copy_left(yp - dymin);
         }

@@ -22,6 +22,10 @@ __all__ = ["SHAPES", "MIN_RIGHTS", "available", "plan", "maps"]
 #: (64-lag tiles per warpgroup, right matrices per block) compiled: the accumulators per thread
 #: (MT * NN / 2) of one block per SM, or two (64 or fewer).
 SHAPES = ((4, 64), (3, 96), (2, 128), (1, 256), (2, 64), (1, 128), (1, 64))
+#: Work per second of each shape relative to (2, 64), padding counted as work (H100, 86 ROIs of
+#: 96x96 at +-16 against 512 patterns, BENCHMARKS.md): the plan weighs the padded work by it.
+_EFFICIENCY = {(2, 64): 1.0, (3, 96): 0.96, (1, 128): 0.94, (4, 64): 0.89, (2, 128): 0.87, (1, 64): 0.85,
+               (1, 256): 0.78}
 #: Most A registers of a batch of steps (KB MT 4), and the step counts a batch may have.
 _BATCH_REGS = 32
 _BATCHES = (8, 6, 4, 3, 2, 1)
@@ -77,9 +81,8 @@ def plan(h, w, max_lag, nb, precision, smem_limit, *, shape=None, least=MIN_RIGH
         if smem > smem_limit:
             continue
         blocks = (-(-my * mx // bm), -(-nb // nn))
-        # Least work with the padding of lags and right matrices, then the widest block (more
-        # reuse of a gathered value).
-        key = (blocks[0] * bm * blocks[1] * nn, -nn)
+        # Least time: the work with the padding of lags and right matrices at the shape's rate.
+        key = (blocks[0] * bm * blocks[1] * nn / _EFFICIENCY.get((mt, nn), 0.5), -nn)
         if best is None or key < best[0]:
             best = (key, dict(mt=mt, nn=nn, kb=kb, wk=wk, lw=lw, ring=ring, smem=smem, blocks=blocks))
     return None if best is None else best[1]

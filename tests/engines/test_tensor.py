@@ -354,15 +354,21 @@ def test_engine_with_reference_sets_matches_direct_engine(sample_dir, grouped, m
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("precision", ["bf16", "fp16", "tf32"])
-def test_real_patterns_match_the_cpu_engine(precision):
+@pytest.mark.parametrize("precision,gemm", [("bf16", False), ("fp16", False), ("tf32", False), ("bf16", True),
+                                            ("fp16", True)])
+def test_real_patterns_match_the_cpu_engine(precision, gemm, monkeypatch):
     # kikuchipy's 3x3 Ni scan (real patterns, 60x60): nine 24 px ROIs against point 0, window +-6,
-    # against the float64 FFT engine on the CPU.
+    # against the float64 FFT engine on the CPU; nine patterns a reference ROI take the mma.sync
+    # kernel unless the wgmma GEMM is allowed for so few.
     from real_patterns import ni_tiles
 
     from ebsdxc.backend import select_backend
-    from ebsdxc.engines import make_engine
+    from ebsdxc.engines import make_engine, tensor_wgmma
     from ebsdxc.preprocess import window_1d
+
+    if gemm:
+        _need_wgmma()
+        monkeypatch.setattr(tensor_wgmma, "MIN_RIGHTS", 1)
 
     size = 24
     tp, en, status = ni_tiles(size)
