@@ -133,6 +133,12 @@ def _pack(mats, precision, *, left, row_words, first_column=0, pad_rows=0):
     return dst, scale
 
 
+def _sms():
+    import cupy as cp
+
+    return int(cp.cuda.Device().attributes["MultiProcessorCount"])
+
+
 def _smem_limit():
     import cupy as cp
 
@@ -174,8 +180,8 @@ def tensor_maps(lefts, rights, pairing, max_lag, precision=DEFAULT_PRECISION, *,
         return out
     if gemm is not False and shape is None and tensor_wgmma.available():
         forced = gemm is not None
-        launch = tensor_wgmma.plan(h, w, (ry, rx), pairing.nb, precision, _smem_limit(),
-                                   shape=gemm if isinstance(gemm, tuple) else None,
+        launch = tensor_wgmma.plan(h, w, (ry, rx), pairing.nb, precision, _smem_limit(), na=pairing.na,
+                                   sms=1 if forced else _sms(), shape=gemm if isinstance(gemm, tuple) else None,
                                    least=1 if forced else tensor_wgmma.MIN_RIGHTS)
         if launch is not None:
             lp, sl = _pack(lefts, precision, left=True, row_words=launch["lw"], first_column=-rx)

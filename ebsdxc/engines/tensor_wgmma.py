@@ -22,15 +22,20 @@ __all__ = ["SHAPES", "MIN_RIGHTS", "available", "plan", "maps"]
 #: (64-lag tiles per warpgroup, right matrices per block) compiled: the accumulators per thread
 #: (MT * NN / 2) of one block per SM, or two (64 or fewer).
 SHAPES = ((4, 64), (3, 96), (2, 128), (1, 256), (2, 64), (1, 128), (1, 64))
-#: Work per second of each shape relative to (2, 64), padding counted as work (H100, 86 ROIs of
-#: 96x96 at +-16 against 512 patterns, BENCHMARKS.md): the plan weighs the padded work by it.
+#: Work per second of each shape relative to (2, 64), padding counted as work (H100, 512 patterns;
+#: BENCHMARKS.md): the plan weighs the padded work by it. Rows up to 96 pixels (86 ROIs of 96x96
+#: at +-16), and wider (45 of 128x128 at +-24), where a block of fewer lags copies the same
+#: right rows more often.
 _EFFICIENCY = {(2, 64): 1.0, (3, 96): 0.96, (1, 128): 0.94, (4, 64): 0.89, (2, 128): 0.87, (1, 64): 0.85,
                (1, 256): 0.78}
+_EFFICIENCY_WIDE = {(2, 64): 1.0, (3, 96): 1.02, (1, 128): 0.71, (4, 64): 0.94, (2, 128): 0.95, (1, 64): 0.79,
+                    (1, 256): 0.7}
 #: Most A registers of a batch of steps (KB MT 4), and the step counts a batch may have.
 _BATCH_REGS = 32
 _BATCHES = (8, 6, 4, 3, 2, 1)
-#: Fewest right matrices per left for this path: below it most columns of a block are padding.
-MIN_RIGHTS = 32
+#: Fewest right matrices per left for this path: with 32 half of a 64-column block is padding,
+#: and the mma.sync kernel was faster at +-16 (H100 dispatch table, 2026-11-27).
+MIN_RIGHTS = 48
 _STAGES = 4  # kernels/tensorgemm.cu STAGES
 _AHEAD = 2  # kernels/tensorgemm.cu AHEAD
 _PREC = {"bf16": 2, "fp16": 3}
@@ -55,11 +60,12 @@ def available():
 
 
 @functools.lru_cache(maxsize=256)
-def plan(h, w, max_lag, nb, precision, smem_limit, *, shape=None, least=MIN_RIGHTS):
-    """Launch of :func:`maps` for (h, w) matrices, lags ``max_lag`` = (ry, rx) and ``nb`` right
-    matrices per left: a dict (mt, nn, kb, wk, lw, ring, smem, blocks), or None where the path
-    does not apply (fewer than ``least`` right matrices among them). ``shape`` = (mt, nn)
-    fixes the block (benchmarks)."""
+def plan(h, w, max_lag, nb, precision, smem_limit, *, na=1, sms=132, shape=None, least=MIN_RIGHTS):
+    """Launch of :func:`maps` for ``na`` left (h, w) matrices, lags ``max_lag`` = (ry, rx) and
+    ``nb`` right matrices per left on ``sms`` multiprocessors: a dict (mt, nn, kb, wk, lw, ring,
+    smem, blocks), or None where the path does not apply (fewer than ``least`` right matrices
+    per left, or fewer blocks than multiprocessors: the mma.sync kernel spreads such a case
+    wider). ``shape`` = (mt, nn) fixes the block (benchmarks, tests)."""
     if precision not in _PREC or nb < least:
         return None
     ry, rx = max_lag
@@ -81,8 +87,15 @@ def plan(h, w, max_lag, nb, precision, smem_limit, *, shape=None, least=MIN_RIGH
         if smem > smem_limit:
             continue
         blocks = (-(-my * mx // bm), -(-nb // nn))
-        # Least time: the work with the padding of lags and right matrices at the shape's rate.
-        key = (blocks[0] * bm * blocks[1] * nn / _EFFICIENCY.get((mt, nn), 0.5), -nn)
+        total = na * blocks[0] * blocks[1]
+        if shape is None and total < sms:
+            continue
+        # Least time: whole waves of blocks (one or two an SM), each the work of a block with
+        # the padding of lags and right matrices, at the shape's rate.
+        per_sm = 2 if mt * nn <= 128 and 2 * smem <= smem_limit else 1
+        waves = -(-total // (sms * per_sm))
+        rate = (_EFFICIENCY if wk <= 96 else _EFFICIENCY_WIDE).get((mt, nn), 0.5)
+        key = (waves * per_sm * bm * nn / rate, -nn)
         if best is None or key < best[0]:
             best = (key, dict(mt=mt, nn=nn, kb=kb, wk=wk, lw=lw, ring=ring, smem=smem, blocks=blocks))
     return None if best is None else best[1]

@@ -61,12 +61,12 @@ def test_launch_shapes_fit_shared_memory(precision, shape, lag, nb):
 
 
 @pytest.mark.parametrize("shape,lag,nb", [((96, 96), (16, 16), 50), ((96, 96), (16, 16), 512),
-                                          ((128, 128), (24, 24), 512), ((256, 256), (24, 24), 45),
-                                          ((9, 200), (4, 60), 40), ((37, 53), (5, 9), 1000)])
+                                          ((128, 128), (24, 24), 512), ((256, 256), (24, 24), 128),
+                                          ((9, 200), (4, 60), 64), ((37, 53), (5, 9), 1000)])
 def test_gemm_plans_fit(shape, lag, nb):
     from ebsdxc.engines import tensor_wgmma
 
-    p = tensor_wgmma.plan(*shape, lag, nb, "bf16", 227 * 1024)
+    p = tensor_wgmma.plan(*shape, lag, nb, "bf16", 227 * 1024, na=86)
     assert p["smem"] <= 227 * 1024 and (p["mt"], p["nn"]) in tensor_wgmma.SHAPES
     ry, rx = lag
     assert p["blocks"][0] * 2 * p["mt"] * 64 >= (2 * ry + 1) * (2 * rx + 1)
@@ -83,7 +83,10 @@ def test_gemm_plan_declines():
 
     assert tensor_wgmma.plan(96, 96, (16, 16), 512, "tf32", 227 * 1024) is None
     assert tensor_wgmma.plan(96, 96, (16, 16), tensor_wgmma.MIN_RIGHTS - 1, "bf16", 227 * 1024) is None
-    assert tensor_wgmma.plan(2048, 2048, (16, 16), 512, "bf16", 227 * 1024) is None  # rows too long
+    assert tensor_wgmma.plan(2048, 2048, (16, 16), 512, "bf16", 227 * 1024, na=86) is None  # rows too long
+    # One reference ROI against 512 patterns: 36 blocks at most for 132 multiprocessors.
+    assert tensor_wgmma.plan(96, 96, (16, 16), 512, "bf16", 227 * 1024, na=1) is None
+    assert tensor_wgmma.plan(96, 96, (16, 16), 512, "bf16", 227 * 1024, na=1, sms=16) is not None
 
 
 def test_options_name_the_tensor_engine():
@@ -187,10 +190,11 @@ def test_gemm_is_the_default_for_many_rights(rng, monkeypatch):
     launches = []
     run = tensor_wgmma.maps
     monkeypatch.setattr(tensor_wgmma, "maps", lambda *a, **k: launches.append(1) or run(*a, **k))
+    na = cp.cuda.Device().attributes["MultiProcessorCount"]  # a block per left: enough to fill the GPU
     for nb, gemm in ((tensor_wgmma.MIN_RIGHTS, True), (tensor_wgmma.MIN_RIGHTS - 1, False)):
-        p = Pairing.n_to_mn(2, nb)
-        lefts = cp.asarray(rng.standard_normal((2, 48, 48)).astype(np.float32))
-        rights = cp.asarray(rng.standard_normal((2 * nb, 48, 48)).astype(np.float32))
+        p = Pairing.n_to_mn(na, nb)
+        lefts = cp.asarray(rng.standard_normal((na, 48, 48)).astype(np.float32))
+        rights = cp.asarray(rng.standard_normal((na * nb, 48, 48)).astype(np.float32))
         before = len(launches)
         tensor_maps(lefts, rights, p, (8, 8), "bf16")
         assert len(launches) - before == int(gemm)
@@ -366,9 +370,13 @@ def test_real_patterns_match_the_cpu_engine(precision, gemm, monkeypatch):
     from ebsdxc.engines import make_engine, tensor_wgmma
     from ebsdxc.preprocess import window_1d
 
-    if gemm:
+    launches = []
+    if gemm:  # nine ROIs against nine patterns: allowed onto the GEMM, which must then run
         _need_wgmma()
         monkeypatch.setattr(tensor_wgmma, "MIN_RIGHTS", 1)
+        monkeypatch.setattr("ebsdxc.engines.tensor._sms", lambda: 1)
+        run = tensor_wgmma.maps
+        monkeypatch.setattr(tensor_wgmma, "maps", lambda *a, **k: launches.append(1) or run(*a, **k))
 
     size = 24
     tp, en, status = ni_tiles(size)
@@ -383,6 +391,7 @@ def test_real_patterns_match_the_cpu_engine(precision, gemm, monkeypatch):
         r = eng.match(xp.asarray(tp), xp.asarray(en), xp.asarray(status))
         out.append([be.asnumpy(a) for a in (r.displacement, r.peak_height, r.status)])
     (d0, h0, s0), (d1, h1, s1) = out
+    assert bool(launches) == gemm
     np.testing.assert_array_equal(s1, s0)
     assert (s0 == 0).mean() > 0.7
     assert np.nanmax(np.abs(d0)) > 0.1  # the points do move against point 0
