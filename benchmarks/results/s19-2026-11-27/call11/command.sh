@@ -1,0 +1,9 @@
+export PYTHONUNBUFFERED=1
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site $(ls .whl/*.whl | grep -v kikuchipy) >/dev/null 2>&1
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/kp .whl/kikuchipy*.whl >/dev/null 2>&1
+nvidia-smi --query-gpu=name --format=csv,noheader | tee $OUT/device.txt
+R=$PWD; export PYTHONPATH=$R:/tmp/site:/tmp/kp
+timeout 150 python3 -m pytest -n 8 -q -p no:cacheprovider -rfE --tb=short tests/engines/test_tensor.py 2>&1 | grep -v Warning | tail -8 | tee $OUT/tests.txt
+for B in 512 50; do timeout 100 python3 .scratch/s19/split.py $B bf16 2>&1 | tee -a $OUT/split.txt; done
+timeout 100 python3 .scratch/s19/split.py 512 bf16 x 128,24,45 2>&1 | tee -a $OUT/split.txt
+timeout 100 python3 .scratch/s19/split.py 128 bf16 x 256,24,45 2>&1 | tee -a $OUT/split.txt
