@@ -160,7 +160,8 @@ def main(argv=None):
     for prec in PRECISIONS:
         report(f"tensor maps {prec}",
                median_ms(lambda prec=prec: tensor_maps(lefts, rights, pairing, (r, r), prec, out=mp)))
-        gp = tensor_wgmma.plan(h, w, (r, r), B, prec, smem) if tensor_wgmma.available() else None
+        sms = cp.cuda.Device().attributes["MultiProcessorCount"]
+        gp = tensor_wgmma.plan(h, w, (r, r), B, prec, smem, na=n, sms=sms) if tensor_wgmma.available() else None
         if gp is not None:  # the default was the wgmma GEMM: the mma.sync kernel too, and every block
             print(f"    wgmma launch: {json.dumps(gp)}")
             report(f"tensor maps {prec} mma.sync",
