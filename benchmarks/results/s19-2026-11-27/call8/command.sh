@@ -1,0 +1,10 @@
+export PYTHONUNBUFFERED=1
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site $(ls .whl/*.whl | grep -v kikuchipy) >/dev/null 2>&1
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/kp .whl/kikuchipy*.whl >/dev/null 2>&1
+nvidia-smi --query-gpu=name --format=csv,noheader | tee $OUT/device.txt
+R=$PWD; export PYTHONPATH=$R:/tmp/site:/tmp/kp
+git rev-parse --short HEAD > $OUT/rev.txt 2>/dev/null; git status --short | head -5 >> $OUT/rev.txt
+timeout 200 python3 -m pytest -n 8 -q -p no:cacheprovider -rfEs --tb=short tests/engines/test_tensor.py tests/engines/test_gpu_engines.py tests/engines/test_registry.py 2>&1 | grep -v Warning | tail -8 | tee $OUT/tests.txt
+timeout 120 python3 benchmarks/tensor_engine.py --patterns 512 --skip direct --json $OUT/paper-512.json 2>&1 | grep -v "launch:" | tee $OUT/paper-512.txt
+timeout 150 python3 benchmarks/tensor_engine.py --patterns 50 --skip direct --accuracy 20x50 --json $OUT/paper-50.json 2>&1 | grep -v "launch:" | tee $OUT/paper-50.txt
+timeout 90 python3 benchmarks/tensor_engine.py --tile 128 --rois 45 --max-shift 24 --patterns 512 --skip direct --json $OUT/t128-512.json 2>&1 | grep -v "launch:" | tee $OUT/t128-512.txt
