@@ -1,4 +1,4 @@
-"""Tensor-core correlation engine for window mode (GPU): implicit GEMM on mma.sync.
+"""Tensor-core correlation engine for window mode (GPU): implicit GEMMs on mma.sync and wgmma.
 
 The correlation of window mode, ``C[dy, dx] = sum L[y, x] R[y + dy, x + dx]`` for
 ``|dy|, |dx| <= max_shift``, is one GEMM per reference subregion whose rows are (pattern,
@@ -6,7 +6,10 @@ dy), columns dx and depth (y, x) (``kernels/tensorcorr.cu`` spells it out): the 
 operand is rows of the staged scan tiles, the reference operand a Toeplitz matrix built
 from one reference row, both gathered from shared memory, never stored. Inputs are bf16
 (default), fp16 (scaled per matrix to unit RMS) or tf32, or fp32 as three tf32 products
-(``EngineConfig.precision``); sums are the tensor cores' fp32.
+(``EngineConfig.precision``); sums are the tensor cores' fp32. On compute capability 9.0
+(H100, H200), bf16 and fp16 with many patterns per reference subregion go instead to the
+warpgroup GEMM of :mod:`ebsdxc.engines.tensor_wgmma` (the lags as rows, the patterns as
+columns: ``kernels/tensorgemm.cu``); ``tensor_maps(gemm=...)`` chooses by hand.
 
 Only the integer peak comes from those maps. The 3x3 neighbourhood is then summed again
 from the float32 tiles (``EngineConfig.peak_precision``: fp32 or fp64 sums), the peak
