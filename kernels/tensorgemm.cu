@@ -27,6 +27,8 @@
 #define STAGES 4
 #define AHEAD 2  // rows copied ahead: a stage is rewritten two rows after its products were issued
 
+// D (64 x N, fp32) += A (64 x 16, four registers a thread) B (16 x N, by descriptor): one
+// specialisation per (precision, N), each naming its N / 2 accumulators.
 template <int PREC, int N>
 __device__ __forceinline__ void wgmma_rs(float (&d)[N / 2], const unsigned (&a)[4], unsigned long long desc);
 
@@ -97,14 +99,15 @@ __device__ __forceinline__ void tg_cp16(void* smem, const void* gmem, int bytes)
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(s), "l"(gmem), "r"(bytes));
 }
 
-// Shared-memory matrix descriptor without swizzle: start, leading (K) and stride (N) byte offsets.
+// Shared-memory matrix descriptor: start, leading (K) and stride (N) byte offsets; the caller ors
+// in the swizzle mode (bits 62-63).
 __device__ __forceinline__ unsigned long long tg_desc(const void* smem, unsigned lbo, unsigned sbo) {
     const unsigned s = (unsigned)__cvta_generic_to_shared(smem);
     return (unsigned long long)((s & 0x3FFFF) >> 4) | ((unsigned long long)((lbo >> 4) & 0x3FFF) << 16) |
            ((unsigned long long)((sbo >> 4) & 0x3FFF) << 32);
 }
 
-// Maps of window mode for pairs (a, b): grid (na, lag blocks, right blocks), 256 threads.
+// Maps of window mode for pairs (a, b): na x mblocks x nblocks blocks of 256 threads.
 // Lp: (na, h, lw) packed left rows; Rp: (n_rights, h, wk) 16-bit right rows (zero past w);
 // ring: rows of L kept (a power of two). One flat grid, lag blocks fastest, then right blocks,
 // then left matrices: the blocks that copy the same right rows run together (L2 hits).
