@@ -156,11 +156,11 @@ def main(argv=None):
 
     print("maps only:")
     mp = cp.empty((B * n, 2 * r + 1, 2 * r + 1), dtype=cp.float32)
-    smem = cp.cuda.Device().attributes.get("MaxSharedMemoryPerBlockOptin", 227 * 1024)
+    attrs = cp.cuda.Device().attributes
+    smem, sms = attrs.get("MaxSharedMemoryPerBlockOptin", 227 * 1024), attrs["MultiProcessorCount"]
     for prec in PRECISIONS:
         report(f"tensor maps {prec}",
                median_ms(lambda prec=prec: tensor_maps(lefts, rights, pairing, (r, r), prec, out=mp)))
-        sms = cp.cuda.Device().attributes["MultiProcessorCount"]
         gp = tensor_wgmma.plan(h, w, (r, r), B, prec, smem, na=n, sms=sms) if tensor_wgmma.available() else None
         if gp is not None:  # the default was the wgmma GEMM: the mma.sync kernel too, and every block
             print(f"    wgmma launch: {json.dumps(gp)}")

@@ -136,16 +136,26 @@ def _pack(mats, precision, *, left, row_words, first_column=0, pad_rows=0):
     return dst, scale
 
 
+@functools.cache
+def _device_limits(device_id):
+    """(multiprocessors, opt-in shared memory per block) of a device: CuPy's ``attributes``
+    queries every attribute of the device, too much for each batch."""
+    import cupy as cp
+
+    attrs = cp.cuda.Device(device_id).attributes
+    return int(attrs["MultiProcessorCount"]), int(attrs.get("MaxSharedMemoryPerBlockOptin", _SMEM_OPTIN))
+
+
 def _sms():
     import cupy as cp
 
-    return int(cp.cuda.Device().attributes["MultiProcessorCount"])
+    return _device_limits(cp.cuda.Device().id)[0]
 
 
 def _smem_limit():
     import cupy as cp
 
-    return int(cp.cuda.Device().attributes.get("MaxSharedMemoryPerBlockOptin", _SMEM_OPTIN))
+    return _device_limits(cp.cuda.Device().id)[1]
 
 
 def tensor_maps(lefts, rights, pairing, max_lag, precision=DEFAULT_PRECISION, *, out=None, shape=None,
