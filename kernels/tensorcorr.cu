@@ -23,10 +23,11 @@
 // products (big*big + big*small + small*big: fp32-accurate products, the "3xTF32" scheme).
 // fp16 inputs are scaled per matrix (scale arrays) into its range; the map is scaled back.
 //
-// tc_peaks then finds each map's integer maximum and re-evaluates the 3x3 neighbourhood from
+// tc_exact then finds each map's integer maximum and re-evaluates the 3x3 neighbourhood from
 // the float32 matrices (sums in float per thread, in double across threads; all in double with
-// EXACT64), climbing to the exact local maximum when a neighbour beats the centre, before the
-// 3x3 fits of peaks.cu: the subpixel offsets and peak heights never see tensor-core rounding.
+// EXACT64), climbing to the exact local maximum when a neighbour beats the centre, and tc_fit
+// makes the 3x3 fits of peaks.cu: the subpixel offsets and peak heights never see tensor-core
+// rounding.
 #include "peaks.cu"
 
 #define P_FP32 0
@@ -83,50 +84,84 @@ __device__ __forceinline__ void split_tf32(float x, unsigned& hi, unsigned& lo) 
 //   left:  (na, h, lwt) words, word j of row y holding L[y, c] (and L[y, c + 1] in the high
 //          half for fp16/bf16), c = j + cmin, zero outside the matrix: the shifted copies a B
 //          fragment reads, one aligned word each.
-// fp16 matrices are scaled to unit RMS first (the factor goes to scale[t]; all-zero: 1).
-template <int PREC, int LEFT>
-__global__ void tc_pack(const float* __restrict__ src, unsigned* __restrict__ dst, float* __restrict__ scale,
-                        int h, int w, int ry, int wp, int lwt, int cmin) {
+// fp16 matrices are scaled to unit RMS first (tc_scale; all-zero: 1).
+
+// scale[t] = 1 / RMS of matrix t (n values), one block per matrix.
+__global__ void tc_scale(const float* __restrict__ src, float* __restrict__ scale, int n) {
     __shared__ double red[32];
-    constexpr bool HALF = PREC >= P_BF16;
+    const float* m = src + (long long)blockIdx.x * n;
+    double acc = 0.0;
+    for (int i = threadIdx.x; i < n; i += blockDim.x) acc += (double)m[i] * m[i];
+    const double ss = block_sum(acc, red);
+    if (threadIdx.x == 0) scale[blockIdx.x] = ss > 0.0 ? (float)rsqrt(ss / n) : 1.0f;
+}
+
+template <int PREC>
+__device__ __forceinline__ unsigned pack_word(const float* v, float s) {
+    if (PREC >= P_BF16) return pack_pair<PREC>(v[0] * s, v[1] * s);
+    return PREC == P_TF32 ? to_tf32(v[0]) : __float_as_uint(v[0]);
+}
+
+// Left operand, one block per matrix (few matrices: a reference set).
+template <int PREC>
+__global__ void tc_pack_left(const float* __restrict__ src, unsigned* __restrict__ dst,
+                             const float* __restrict__ scale, int h, int w, int lwt, int cmin) {
+    constexpr int EPW = PREC >= P_BF16 ? 2 : 1;
     const long long t = blockIdx.x;
     const float* m = src + t * h * w;
-    float s = 1.0f;
-    if (PREC == P_FP16) {
-        double acc = 0.0;
-        for (int i = threadIdx.x; i < h * w; i += blockDim.x) acc += (double)m[i] * m[i];
-        const double ss = block_sum(acc, red);
-        s = ss > 0.0 ? (float)rsqrt(ss / ((double)h * w)) : 1.0f;
-        if (threadIdx.x == 0 && scale) scale[t] = s;
+    const float s = scale ? scale[t] : 1.0f;
+    unsigned* d = dst + t * h * lwt;
+    for (int i = threadIdx.x; i < h * lwt; i += blockDim.x) {
+        const int y = i / lwt, c = i % lwt + cmin;
+        float v[2];
+#pragma unroll
+        for (int e = 0; e < EPW; ++e) v[e] = (c + e >= 0 && c + e < w) ? m[y * w + c + e] : 0.0f;
+        d[i] = pack_word<PREC>(v, s);
     }
-    if (LEFT) {
-        unsigned* d = dst + t * h * lwt;
-        for (int i = threadIdx.x; i < h * lwt; i += blockDim.x) {
-            const int y = i / lwt, c = i % lwt + cmin;
-            const float v0 = (c >= 0 && c < w) ? m[y * w + c] * s : 0.0f;
-            if (HALF) {
-                const float v1 = (c + 1 >= 0 && c + 1 < w) ? m[y * w + c + 1] * s : 0.0f;
-                d[i] = pack_pair<PREC>(v0, v1);
-            } else {
-                d[i] = PREC == P_TF32 ? to_tf32(v0) : __float_as_uint(v0);
+}
+
+// Right operand, four words a thread over all rows of all matrices: a pass at memory speed
+// (one block per matrix with an index division per word ran at a tenth of it). Rows of a
+// launch and their words fit an int (the caller splits larger sets). VEC: w and row_words
+// multiples of 4, so that rows start on 16 bytes (vector loads and stores).
+template <int PREC, int VEC>
+__global__ void tc_pack_right(const float* __restrict__ src, unsigned* __restrict__ dst,
+                              const float* __restrict__ scale, int items, int h, int w, int pad, int row_words) {
+    constexpr int EPW = PREC >= P_BF16 ? 2 : 1;
+    const int chunks = (row_words + 3) >> 2, rows = h + 2 * pad;
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= items) return;
+    const int rr = i / chunks, k = i - rr * chunks;  // output row over all matrices, its chunk
+    const int t = rr / rows, yy = rr - t * rows - pad;
+    const int c0 = 4 * EPW * k;
+    float v[4 * EPW];
+    if (yy >= 0 && yy < h) {
+        const float* row = src + ((long long)t * h + yy) * w;
+        if (VEC && c0 + 4 * EPW <= w) {
+#pragma unroll
+            for (int q = 0; q < EPW; ++q) {
+                const float4 f = *reinterpret_cast<const float4*>(row + c0 + 4 * q);
+                v[4 * q] = f.x; v[4 * q + 1] = f.y; v[4 * q + 2] = f.z; v[4 * q + 3] = f.w;
             }
+        } else {
+#pragma unroll
+            for (int e = 0; e < 4 * EPW; ++e) v[e] = c0 + e < w ? row[c0 + e] : 0.0f;
         }
     } else {
-        const int per_row = HALF ? wp / 2 : wp, rows = h + 2 * ry;
-        unsigned* d = dst + t * rows * per_row;
-        for (int i = threadIdx.x; i < rows * per_row; i += blockDim.x) {
-            const int yy = i / per_row - ry, k = i % per_row;
-            const bool row = yy >= 0 && yy < h;
-            if (HALF) {
-                const int c = 2 * k;
-                const float v0 = (row && c < w) ? m[yy * w + c] * s : 0.0f;
-                const float v1 = (row && c + 1 < w) ? m[yy * w + c + 1] * s : 0.0f;
-                d[i] = pack_pair<PREC>(v0, v1);
-            } else {
-                const float v = (row && k < w) ? m[yy * w + k] : 0.0f;
-                d[i] = PREC == P_TF32 ? to_tf32(v) : __float_as_uint(v);
-            }
-        }
+#pragma unroll
+        for (int e = 0; e < 4 * EPW; ++e) v[e] = 0.0f;
+    }
+    const float s = scale ? scale[t] : 1.0f;
+    unsigned wd[4];
+#pragma unroll
+    for (int j = 0; j < 4; ++j) wd[j] = pack_word<PREC>(v + EPW * j, s);
+    unsigned* d = dst + (long long)rr * row_words + 4 * k;
+    if (VEC) {
+        *reinterpret_cast<uint4*>(d) = make_uint4(wd[0], wd[1], wd[2], wd[3]);
+    } else {
+#pragma unroll
+        for (int j = 0; j < 4; ++j)
+            if (4 * k + j < row_words) d[j] = wd[j];
     }
 }
 
@@ -327,12 +362,15 @@ __global__ void __launch_bounds__(256) tc_maps(const unsigned* __restrict__ Lp, 
 }
 
 // Exact correlation at the 3x3 lags around (ly, lx) into sv[9] (row-major), every thread
-// taking part: each warp walks a band of L rows, each lane a column, keeping the three R rows
-// a pixel meets in registers (one new R row of three values per L row: a third of the loads);
-// per-thread sums in ACC, the block's sum in double.
-template <typename ACC>
+// taking part: each warp walks a band of L rows, each lane some columns, keeping the three R
+// rows a pixel meets in registers (one new R row of three values per L row: a third of the
+// loads); per-thread sums in ACC, the block's sums in double.
+template <typename ACC, int NJ>
 __device__ void exact_3x3(const float* __restrict__ Lm, const float* __restrict__ Rm, int h, int w, int ly,
                           int lx, double* sv, double* red) {
+    // Up to NJ columns a lane (x = lane + 32 j) in one walk down the rows: their loads are
+    // independent, so a warp has NJ times as many in flight (one column a walk waited for
+    // memory at every row).
     ACC acc[9];
 #pragma unroll
     for (int k = 0; k < 9; ++k) acc[k] = 0;
@@ -341,52 +379,82 @@ __device__ void exact_3x3(const float* __restrict__ Lm, const float* __restrict_
     const int y_lo = max(0, -(ly + 1)), y_hi = min(h, h - (ly - 1));
     const int band = (y_hi - y_lo + nwarps - 1) / nwarps;
     const int yb = y_lo + warp * band, ye = min(y_hi, yb + band);
-    auto r_at = [&](int yy, int xx) -> ACC {
-        return (yy >= 0 && yy < h && xx >= 0 && xx < w) ? (ACC)Rm[(long long)yy * w + xx] : (ACC)0;
-    };
-    for (int x = lane; x < w && yb < ye; x += 32) {
-        ACC rr[3][3];
+    for (int x0 = 0; x0 < w && yb < ye; x0 += 32 * NJ) {
+        bool cin[NJ][3];  // column x + lx + v - 1 of R inside the matrix (and x inside L)
 #pragma unroll
-        for (int u = 0; u < 2; ++u)
+        for (int j = 0; j < NJ; ++j) {
+            const int x = x0 + lane + 32 * j;
 #pragma unroll
-            for (int v = 0; v < 3; ++v) rr[u][v] = r_at(yb + ly + u - 1, x + lx + v - 1);
+            for (int v = 0; v < 3; ++v) cin[j][v] = x < w && x + lx + v - 1 >= 0 && x + lx + v - 1 < w;
+        }
+        auto r_row = [&](int yy, ACC (&dst)[NJ][3]) {
+            const bool row = yy >= 0 && yy < h;
+#pragma unroll
+            for (int j = 0; j < NJ; ++j)
+#pragma unroll
+                for (int v = 0; v < 3; ++v) {
+                    const long long i = (long long)yy * w + x0 + lane + 32 * j + lx + v - 1;
+                    dst[j][v] = (row && cin[j][v]) ? (ACC)Rm[i] : (ACC)0;
+                }
+        };
+        ACC r0[NJ][3], r1[NJ][3], r2[NJ][3];
+        r_row(yb + ly - 1, r0);
+        r_row(yb + ly, r1);
         for (int y = yb; y < ye; ++y) {
+            r_row(y + ly + 1, r2);
 #pragma unroll
-            for (int v = 0; v < 3; ++v) rr[2][v] = r_at(y + ly + 1, x + lx + v - 1);
-            const ACC l = Lm[(long long)y * w + x];
+            for (int j = 0; j < NJ; ++j) {
+                const int x = x0 + lane + 32 * j;
+                const ACC l = x < w ? (ACC)Lm[(long long)y * w + x] : (ACC)0;
 #pragma unroll
-            for (int u = 0; u < 3; ++u)
-#pragma unroll
-                for (int v = 0; v < 3; ++v) acc[3 * u + v] += l * rr[u][v];
-#pragma unroll
-            for (int v = 0; v < 3; ++v) {
-                rr[0][v] = rr[1][v];
-                rr[1][v] = rr[2][v];
+                for (int v = 0; v < 3; ++v) {
+                    acc[v] += l * r0[j][v];
+                    acc[3 + v] += l * r1[j][v];
+                    acc[6 + v] += l * r2[j][v];
+                }
             }
+#pragma unroll
+            for (int j = 0; j < NJ; ++j)
+#pragma unroll
+                for (int v = 0; v < 3; ++v) {
+                    r0[j][v] = r1[j][v];
+                    r1[j][v] = r2[j][v];
+                }
         }
     }
+    // The nine sums at once: one barrier for the warps' partial sums (double), nine threads add them.
+    __syncthreads();  // red and sv may still be read by a previous call
+#pragma unroll
     for (int k = 0; k < 9; ++k) {
-        const double s = block_sum((double)acc[k], red);
-        if (threadIdx.x == 0) sv[k] = s;
+        const double s = warp_sum((double)acc[k]);
+        if (lane == 0) red[9 * warp + k] = s;
+    }
+    __syncthreads();
+    if (threadIdx.x < 9) {
+        double s = 0.0;
+        for (int q = 0; q < nwarps; ++q) s += red[9 * q + threadIdx.x];
+        sv[threadIdx.x] = s;
     }
     __syncthreads();
 }
 
-// Peaks of tc_maps maps, one block per pair (a, b) (threads a multiple of 32): integer
-// maximum of the map, exact 3x3 around it, up to max_moves steps to a neighbour inside the
-// window that beats the centre, then window compensation and the 3x3 fit of find_peaks.
+// Peaks of tc_maps maps in two kernels. tc_exact, one block per pair (a, b) (threads a
+// multiple of 32): integer maximum of the map, exact 3x3 around it, up to max_moves steps to
+// a neighbour inside the window that beats the centre; its lag and nine sums to lag[2 t],
+// sums[9 t] (t the pair's map). tc_fit, a thread per map: window compensation and the 3x3 fit
+// of find_peaks. Apart, the walk's block keeps only the registers of its sums (the fit's
+// double arithmetic on one thread set them for all: fewer blocks an SM, each waiting on memory).
 // Window autocorrelation tables wy (nwy,), wx (nwx,) by lag mod nwy / nwx reach one lag past
 // the window (nwy = 2 ry + 3).
-template <int METHOD, int EXACT64>
-__global__ void tc_peaks(const float* __restrict__ maps, const float* __restrict__ L,
-                         const float* __restrict__ R, int h, int w, int ry, int rx, int na, int nb, int rs_a,
-                         int rs_b, int os_a, int os_b, const double* __restrict__ wy,
-                         const double* __restrict__ wx, int nwy, int nwx, int comp, int max_moves,
-                         double* __restrict__ out_y, double* __restrict__ out_x, float* __restrict__ out_value,
-                         unsigned char* __restrict__ out_border) {
+template <int EXACT64, int NJ, int MINB>
+__global__ void __launch_bounds__(128, MINB) tc_exact(const float* __restrict__ maps, const float* __restrict__ L,
+                                                      const float* __restrict__ R, int h, int w, int ry, int rx,
+                                                      int na, int nb, int rs_a, int rs_b, int os_a, int os_b,
+                                                      int max_moves, int* __restrict__ lag,
+                                                      double* __restrict__ sums) {
     __shared__ float sval[32];
     __shared__ int sidx[32];
-    __shared__ double red[32], sv[9];
+    __shared__ double red[9 * 32], sv[9];  // red: nine sums a warp
     __shared__ int sl[3];  // ly, lx, done
     const int a = blockIdx.x % na, b = blockIdx.x / na;
     const long long tmap = (long long)a * os_a + (long long)b * os_b;
@@ -403,8 +471,8 @@ __global__ void tc_peaks(const float* __restrict__ maps, const float* __restrict
     __syncthreads();
     for (int move = 0;; ++move) {
         const int ly = sl[0], lx = sl[1];
-        if (EXACT64) exact_3x3<double>(Lm, Rm, h, w, ly, lx, sv, red);
-        else exact_3x3<float>(Lm, Rm, h, w, ly, lx, sv, red);
+        if (EXACT64) exact_3x3<double, NJ>(Lm, Rm, h, w, ly, lx, sv, red);
+        else exact_3x3<float, NJ>(Lm, Rm, h, w, ly, lx, sv, red);
         if (threadIdx.x == 0) {
             int k_best = 4;
             for (int k = 0; k < 9; ++k) {
@@ -420,8 +488,19 @@ __global__ void tc_peaks(const float* __restrict__ maps, const float* __restrict
         __syncthreads();
         if (sl[2]) break;
     }
-    if (threadIdx.x != 0) return;
-    const int ly = sl[0], lx = sl[1];
+    if (threadIdx.x < 9) sums[9 * tmap + threadIdx.x] = sv[threadIdx.x];
+    if (threadIdx.x < 2) lag[2 * tmap + threadIdx.x] = sl[threadIdx.x];
+}
+
+template <int METHOD>
+__global__ void tc_fit(const int* __restrict__ lag, const double* __restrict__ sums, int n, int ry, int rx,
+                       const double* __restrict__ wy, const double* __restrict__ wx, int nwy, int nwx, int comp,
+                       double* __restrict__ out_y, double* __restrict__ out_x, float* __restrict__ out_value,
+                       unsigned char* __restrict__ out_border) {
+    const int t = blockIdx.x * blockDim.x + threadIdx.x;
+    if (t >= n) return;
+    const int ly = lag[2 * t], lx = lag[2 * t + 1];
+    const double* sv = sums + 9LL * t;
     double v[3][3], wv[3][3];
     for (int u = 0; u < 3; ++u) {
         const int yy = ((ly + u - 1) % nwy + nwy) % nwy;
@@ -436,8 +515,8 @@ __global__ void tc_peaks(const float* __restrict__ maps, const float* __restrict
         fit_3x3<METHOD>(v, dy, dx);
         drop_loose(comp && barely_concave(v, wv), dy, dx);
     }
-    out_value[tmap] = (float)sv[4];
-    out_border[tmap] = ((ry > 0 && abs(ly) == ry) || (rx > 0 && abs(lx) == rx)) ? 1 : 0;
-    out_y[tmap] = ly + dy;
-    out_x[tmap] = lx + dx;
+    out_value[t] = (float)sv[4];
+    out_border[t] = ((ry > 0 && abs(ly) == ry) || (rx > 0 && abs(lx) == rx)) ? 1 : 0;
+    out_y[t] = ly + dy;
+    out_x[t] = lx + dx;
 }

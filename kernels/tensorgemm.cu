@@ -18,14 +18,17 @@
 // walks the rows y' of R that its lags meet: row y' of its NN right matrices goes to shared
 // memory by cp.async in the layout of a wgmma operand (K-major, 64-byte swizzle), and
 // the rows of L those lags reach (y' - dy) to a ring of packed rows, word j of a row holding
-// L[., j - rx] and L[., j - rx + 1] (tc_pack's left layout): a fragment's pair of k values is
+// L[., j - rx] and L[., j - rx + 1] (tc_pack_left's layout): a fragment's pair of k values is
 // one aligned 32-bit load wherever dx puts it (rows of L outside the matrix are zeros, so lags
 // that leave it add nothing). KB 16-pixel steps at a time gather their MT A fragments each,
 // then issue their wgmma with fp32 accumulators.
 //
-// PREC: bf16 (2) or fp16 (3, per-matrix scales sl, sr as tc_pack makes them).
+// PREC: bf16 (2) or fp16 (3, per-matrix scales sl, sr as tc_scale makes them).
 #define STAGES 4
 #define AHEAD 2  // rows copied ahead: a stage is rewritten two rows after its products were issued
+// RPS rows a barrier (AHEAD a multiple of it, AHEAD + RPS <= STAGES): the copies of rows
+// r + AHEAD .. r + AHEAD + RPS - 1 go out together after the barrier of row r, into the stages
+// of rows whose products every warpgroup waited for before it.
 
 // D (64 x N, fp32) += A (64 x 16, four registers a thread) B (16 x N, by descriptor): one
 // specialisation per (precision, N), each naming its N / 2 accumulators.
@@ -113,7 +116,7 @@ __device__ __forceinline__ unsigned long long tg_desc(const void* smem, unsigned
 // then left matrices: the blocks that copy the same right rows run together (L2 hits).
 // Blocks of at most 64 accumulators a thread fit two to an SM (three spill, and ptxas then
 // serialises the wgmma). wk: a multiple of 32 and of 16 KB (B is zero past w).
-template <int PREC, int MT, int NN, int KB>
+template <int PREC, int MT, int NN, int KB, int RPS>
 __global__ void __launch_bounds__(256, MT * NN <= 128 ? 2 : 1)
     tg_maps(const unsigned* __restrict__ Lp, const unsigned short* __restrict__ Rp, float* __restrict__ out,
             const float* __restrict__ sl, const float* __restrict__ sr, int h, int w, int ry, int rx, int na,
@@ -184,7 +187,6 @@ __global__ void __launch_bounds__(256, MT * NN <= 128 ? 2 : 1)
             }
             copy_left(yp - dymin);
         }
-        asm volatile("cp.async.commit_group;");
     };
 
     float acc[MT][NN / 2];
@@ -194,55 +196,60 @@ __global__ void __launch_bounds__(256, MT * NN <= 128 ? 2 : 1)
         for (int j = 0; j < NN / 2; ++j) acc[i][j] = 0.0f;
 
     for (int yl = y_lo - dymax; yl < y_lo - dymin; ++yl) copy_left(yl);
-#pragma unroll
-    for (int r = 0; r < AHEAD; ++r) copy_row(r);
+    for (int r = 0; r < AHEAD; ++r) {
+        copy_row(r);
+        if ((r + 1) % RPS == 0) asm volatile("cp.async.commit_group;");
+    }
 
     // Descriptor of a stage: 64-byte swizzle, eight rows (right matrices) of an atom 512 bytes
     // on (stride offset); the leading offset is unused (a step's 16 pixels lie in one atom).
     // Step ks starts ks / 2 atoms on, and 32 bytes into the atom for odd ks.
     const unsigned long long dstage = tg_desc(Bs, 16, 512) | (2ull << 62);
-    for (int r = 0; r < nrows; ++r) {
-        asm volatile("cp.async.wait_group %0;" ::"n"(AHEAD - 1) : "memory");
+    for (int r0 = 0; r0 < nrows; r0 += RPS) {
+        asm volatile("cp.async.wait_group %0;" ::"n"(AHEAD / RPS - 1) : "memory");
         asm volatile("fence.proxy.async.shared::cta;" ::: "memory");  // cp.async wrote it; wgmma reads it
         __syncthreads();
-        copy_row(r + AHEAD);
-        const int yp = y_lo + r;
-        const unsigned long long d0 = dstage + (unsigned)((r % STAGES) * stage_bytes >> 4);
-        int base[MT][2];
+        for (int j = 0; j < RPS; ++j) copy_row(r0 + AHEAD + j);
+        asm volatile("cp.async.commit_group;");
+#pragma unroll 1
+        for (int r = r0; r < min(r0 + RPS, nrows); ++r) {
+            const int yp = y_lo + r;
+            const unsigned long long d0 = dstage + (unsigned)((r % STAGES) * stage_bytes >> 4);
+            int base[MT][2];
 #pragma unroll
-        for (int i = 0; i < MT; ++i) {
+            for (int i = 0; i < MT; ++i) {
 #pragma unroll
-            for (int hf = 0; hf < 2; ++hf) base[i][hf] = ((yp - dyv[i][hf]) & (ring - 1)) * lw + col[i][hf];
-        }
-        // KB steps at a time: their A fragments gathered first, then their products as one group.
-        // A wgmma reads its A registers until it completes, and ptxas serialises every wgmma if
-        // any instruction writes an A register while one is in flight: the warpgroup waits for its
-        // group before gathering the next (the other warpgroups of the SM keep the tensor cores busy).
-        for (int k0 = 0; k0 < wk / 16; k0 += KB) {
-            unsigned af[KB][MT][4];
+                for (int hf = 0; hf < 2; ++hf) base[i][hf] = ((yp - dyv[i][hf]) & (ring - 1)) * lw + col[i][hf];
+            }
+            // KB steps at a time: their A fragments gathered first, then their products as one group.
+            // A wgmma reads its A registers until it completes, and ptxas serialises every wgmma if
+            // any instruction writes an A register while one is in flight: the warpgroup waits for its
+            // group before gathering the next (the other warpgroups of the SM keep the tensor cores busy).
+            for (int k0 = 0; k0 < wk / 16; k0 += KB) {
+                unsigned af[KB][MT][4];
 #pragma unroll
-            for (int q = 0; q < KB; ++q)
+                for (int q = 0; q < KB; ++q)
 #pragma unroll
-                for (int i = 0; i < MT; ++i) {
-                    const unsigned* p0 = Ls + base[i][0] + 16 * (k0 + q);
-                    const unsigned* p1 = Ls + base[i][1] + 16 * (k0 + q);
-                    af[q][i][0] = p0[0];
-                    af[q][i][1] = p1[0];
-                    af[q][i][2] = p0[8];
-                    af[q][i][3] = p1[8];
-                }
-            asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
+                    for (int i = 0; i < MT; ++i) {
+                        const unsigned* p0 = Ls + base[i][0] + 16 * (k0 + q);
+                        const unsigned* p1 = Ls + base[i][1] + 16 * (k0 + q);
+                        af[q][i][0] = p0[0];
+                        af[q][i][1] = p1[0];
+                        af[q][i][2] = p0[8];
+                        af[q][i][3] = p1[8];
+                    }
+                asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
 #pragma unroll
-            for (int q = 0; q < KB; ++q)
+                for (int q = 0; q < KB; ++q)
 #pragma unroll
-                for (int i = 0; i < MT; ++i)
-                    wgmma_rs<PREC, NN>(acc[i], af[q][i],
-                                       d0 + (unsigned)((((k0 + q) >> 1) * (NN * 64) + ((k0 + q) & 1) * 32) >> 4));
-            asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
-            asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
+                    for (int i = 0; i < MT; ++i)
+                        wgmma_rs<PREC, NN>(acc[i], af[q][i],
+                                           d0 + (unsigned)((((k0 + q) >> 1) * (NN * 64) + ((k0 + q) & 1) * 32) >> 4));
+                asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
+                asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
+            }
         }
     }
-    asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
 
     const float s_l = sl ? sl[a] : 1.0f;
 #pragma unroll

@@ -116,23 +116,49 @@ def launch_shape(h, w, max_lag, n_rows_maps, precision, smem_limit=_SMEM_OPTIN, 
     raise ValueError(f"{h}x{w} tiles with lags up to {max_lag} do not fit the tensor engine's shared memory")
 
 
+#: ``tc_exact``'s fewest blocks an SM (its registers: 64): memory latency bounds it (H100, 2026-11-27).
+_PEAK_BLOCKS = 8
+
+
+def _peak_columns(w, exact64):
+    """Columns a lane of ``tc_exact`` walks at once: a row of up to 128 pixels in one walk (float
+    sums); one (double sums, whose registers would spill)."""
+    return 1 if exact64 else min(4, -(-w // 32))
+#: Most threads of a ``tc_pack_right`` launch: its thread index is an int.
+_PACK_THREADS = 2**31 - 1
+
+
 def _pack(mats, precision, *, left, row_words, first_column=0, pad_rows=0):
-    """Packed operand of ``kernels/tensorcorr.cu``'s ``tc_pack`` and the fp16 scale per matrix
-    (None for the other precisions): left, (T, h, row_words) words, word j holding columns
-    j + first_column (and the next, fp16/bf16); right, (T, h + 2 pad_rows, row_words) words of
-    consecutive columns, zero rows above and below."""
+    """Packed operand of ``kernels/tensorcorr.cu``'s ``tc_pack_left`` / ``tc_pack_right`` and the
+    fp16 scale per matrix (None for the other precisions): left, (T, h, row_words) words, word j
+    holding columns j + first_column (and the next, fp16/bf16); right, (T, h + 2 pad_rows,
+    row_words) words of consecutive columns, zero rows above and below."""
     import cupy as cp
 
     T, h, w = mats.shape
-    epw = 2 if _half(precision) else 1
     rows = h if left else h + 2 * pad_rows
     dst = cp.empty((T, rows, row_words), dtype=cp.uint32)
     scale = cp.empty(T, dtype=cp.float32) if precision == "fp16" else None
-    if T:
-        fn = get_function("tensorcorr.cu", f"tc_pack<{_PREC[precision]}, {int(left)}>")
-        fn((T,), (256,), (mats, dst, np.uint64(0) if scale is None else scale, np.int32(h), np.int32(w),
-                          np.int32(pad_rows), np.int32(row_words * epw), np.int32(row_words),
-                          np.int32(first_column)))
+    if not T:
+        return dst, scale
+    if scale is not None:
+        get_function("tensorcorr.cu", "tc_scale")((T,), (256,), (mats, scale, np.int32(h * w)))
+    null = np.uint64(0)
+    if left:
+        fn = get_function("tensorcorr.cu", f"tc_pack_left<{_PREC[precision]}>")
+        fn((T,), (256,), (mats, dst, null if scale is None else scale, np.int32(h), np.int32(w),
+                          np.int32(row_words), np.int32(first_column)))
+        return dst, scale
+    vec = int(w % 4 == 0 and row_words % 4 == 0)
+    fn = get_function("tensorcorr.cu", f"tc_pack_right<{_PREC[precision]}, {vec}>")
+    per_matrix = rows * -(-row_words // 4)  # threads
+    step = max(1, _PACK_THREADS // per_matrix)  # matrices a launch
+    for t0 in range(0, T, step):
+        t1 = min(T, t0 + step)
+        items = (t1 - t0) * per_matrix
+        fn((-(-items // 256),), (256,), (mats[t0:t1], dst[t0:t1], null if scale is None else scale[t0:t1],
+                                         np.int32(items), np.int32(h), np.int32(w), np.int32(pad_rows),
+                                         np.int32(row_words)))
     return dst, scale
 
 
@@ -246,10 +272,16 @@ def exact_peaks(maps, lefts, rights, pairing, max_lag, method, window_lags=None,
             wy, wx = (cp.ascontiguousarray(a, dtype=cp.float64) for a in window_lags)
         else:
             wy, wx = cp.ones(2 * ry + 3), cp.ones(2 * rx + 3)
-        fn = get_function("tensorcorr.cu", f"tc_peaks<{_METHODS[method]}, {int(peak_precision == 'fp64')}>")
+        exact64 = peak_precision == "fp64"
+        nj, minb = _peak_columns(w, exact64), _PEAK_BLOCKS
+        lag = cp.empty((T, 2), dtype=cp.int32)
+        sums = cp.empty((T, 9), dtype=cp.float64)
+        fn = get_function("tensorcorr.cu", f"tc_exact<{int(exact64)}, {nj}, {minb}>")
         fn((T,), (128,), (maps, lefts, rights, np.int32(h), np.int32(w), np.int32(ry), np.int32(rx),
-                          *pairing.as_struct(), wy, wx, np.int32(wy.size), np.int32(wx.size), np.int32(comp),
-                          np.int32(max_moves), y, x, value, border))
+                          *pairing.as_struct(), np.int32(max_moves), lag, sums))
+        fn = get_function("tensorcorr.cu", f"tc_fit<{_METHODS[method]}>")
+        fn((-(-T // 128),), (128,), (lag, sums, np.int32(T), np.int32(ry), np.int32(rx), wy, wx,
+                                     np.int32(wy.size), np.int32(wx.size), np.int32(comp), y, x, value, border))
     return y, x, value, border.astype(bool)
 
 

@@ -38,6 +38,8 @@ _BATCHES = (8, 6, 4, 3, 2, 1)
 MIN_RIGHTS = 48
 _STAGES = 4  # kernels/tensorgemm.cu STAGES
 _AHEAD = 2  # kernels/tensorgemm.cu AHEAD
+#: Rows of a stage barrier (kernels/tensorgemm.cu RPS): two halve the barriers of one.
+ROWS_PER_BARRIER = 2
 _PREC = {"bf16": 2, "fp16": 3}
 _OPTIONS = ("-arch=sm_90a",)
 
@@ -62,8 +64,8 @@ def available():
 @functools.lru_cache(maxsize=256)
 def plan(h, w, max_lag, nb, precision, smem_limit, *, na=1, sms=132, shape=None, least=MIN_RIGHTS):
     """Launch of :func:`maps` for ``na`` left (h, w) matrices, lags ``max_lag`` = (ry, rx) and
-    ``nb`` right matrices per left on ``sms`` multiprocessors: a dict (mt, nn, kb, wk, lw, ring,
-    smem, blocks), or None where the path does not apply (fewer than ``least`` right matrices
+    ``nb`` right matrices per left on ``sms`` multiprocessors: a dict (mt, nn, kb, rps, wk, lw,
+    ring, smem, blocks), or None where the path does not apply (fewer than ``least`` right matrices
     per left, or fewer blocks than multiprocessors: the mma.sync kernel spreads such a case
     wider). ``shape`` = (mt, nn) fixes the block (benchmarks, tests)."""
     if precision not in _PREC or nb < least:
@@ -82,7 +84,8 @@ def plan(h, w, max_lag, nb, precision, smem_limit, *, na=1, sms=132, shape=None,
         lw = -(-(wk + 2 * rx) // 4) * 4
         bm = 2 * mt * 64
         span = min(my, (bm - 1) // mx + 2)  # rows of lags (dy) one block meets
-        ring = 1 << (span + _AHEAD).bit_length()
+        # Rows of L in use: the span, the rows copied ahead and those of the barrier (more than).
+        ring = 1 << (span + _AHEAD + ROWS_PER_BARRIER - 2).bit_length()
         smem = _STAGES * nn * wk * 2 + ring * lw * 4 + 512  # and up to 512 bytes to align the stages
         if smem > smem_limit:
             continue
@@ -97,21 +100,22 @@ def plan(h, w, max_lag, nb, precision, smem_limit, *, na=1, sms=132, shape=None,
         rate = (_EFFICIENCY if wk <= 96 else _EFFICIENCY_WIDE).get((mt, nn), 0.5)
         key = (waves * per_sm * bm * nn / rate, -nn)
         if best is None or key < best[0]:
-            best = (key, dict(mt=mt, nn=nn, kb=kb, wk=wk, lw=lw, ring=ring, smem=smem, blocks=blocks))
+            best = (key, dict(mt=mt, nn=nn, kb=kb, rps=ROWS_PER_BARRIER, wk=wk, lw=lw, ring=ring, smem=smem,
+                                   blocks=blocks))
     return None if best is None else best[1]
 
 
 def maps(lp, sl, rp, sr, pairing, tile_shape, max_lag, precision, out, launch):
     """Window-mode maps of ``pairing`` into ``out`` by the launch of :func:`plan`, from the packed
-    operands of ``tc_pack`` (:func:`ebsdxc.engines.tensor.tensor_maps` makes them): left rows of
-    ``launch["lw"]`` words from column -rx, right rows of ``launch["wk"]`` 16-bit values; ``sl``,
-    ``sr`` the fp16 scales (or None)."""
+    operands of ``tc_pack_left`` and ``tc_pack_right`` (:func:`ebsdxc.engines.tensor.tensor_maps`
+    makes them): left rows of ``launch["lw"]`` words from column -rx, right rows of
+    ``launch["wk"]`` 16-bit values; ``sl``, ``sr`` the fp16 scales (or None)."""
     import cupy as cp
 
     h, w = tile_shape
     ry, rx = max_lag
     fn = get_function("tensorgemm.cu",
-                      f"tg_maps<{_PREC[precision]}, {launch['mt']}, {launch['nn']}, {launch['kb']}>",
+                      f"tg_maps<{_PREC[precision]}, {launch['mt']}, {launch['nn']}, {launch['kb']}, {launch['rps']}>",
                       options=_OPTIONS)
     fn.max_dynamic_shared_size_bytes = launch["smem"]
     null = np.uint64(0)

@@ -145,11 +145,76 @@ def test_gemm_maps_match_oracle(rng, precision, shape, lag, pairing):
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("rows_per_barrier", (1, 2))
 @pytest.mark.parametrize("block", SHAPES)
-def test_gemm_blocks_match_oracle(rng, block):
-    # Every compiled block shape, with lags and right matrices over several blocks each.
+def test_gemm_blocks_match_oracle(rng, monkeypatch, block, rows_per_barrier):
+    # Every compiled block shape, with lags and right matrices over several blocks each, and
+    # both stage barriers (an odd number of rows: 41 rows, 21 lags of dy).
+    from ebsdxc.engines import tensor_wgmma
+
     _need_wgmma()
-    check_maps(rng, "bf16", (40, 44), (10, 12), Pairing.n_to_mn(2, 150), gemm=block)
+    monkeypatch.setattr(tensor_wgmma, "ROWS_PER_BARRIER", rows_per_barrier)
+    tensor_wgmma.plan.cache_clear()
+    try:
+        check_maps(rng, "bf16", (41, 44), (10, 12), Pairing.n_to_mn(2, 150), gemm=block)
+    finally:
+        tensor_wgmma.plan.cache_clear()
+
+
+def _rounded_bits(x, precision):
+    """uint32 bits of float32 ``x`` as the tensor operands hold it (fp16/bf16: 16-bit values)."""
+    u = np.ascontiguousarray(x, np.float32).view(np.uint32).astype(np.uint64)
+    if precision == "fp32":
+        return u.astype(np.uint32)
+    if precision == "tf32":  # nearest, ties away from zero
+        return ((u + 0x1000) & 0xFFFFE000).astype(np.uint32)
+    if precision == "bf16":  # nearest, ties to even
+        return ((u + 0x7FFF + ((u >> 16) & 1)) >> 16).astype(np.uint32)
+    return x.astype(np.float16).view(np.uint16).astype(np.uint32)
+
+
+def _packed_oracle(mats, precision, *, left, row_words, first_column=0, pad_rows=0):
+    T, h, w = mats.shape
+    epw = 2 if precision in ("bf16", "fp16") else 1
+    if precision == "fp16":
+        ms = np.mean(mats.astype(np.float64) ** 2, axis=(1, 2))
+        scale = np.where(ms > 0, 1.0 / np.sqrt(np.where(ms > 0, ms, 1.0)), 1.0).astype(np.float32)
+        mats = mats * scale[:, None, None]
+    rows = h + (0 if left else 2 * pad_rows)
+    cols = (np.arange(row_words)[:, None] * (1 if left else epw) + np.arange(epw)[None, :]).ravel()
+    cols = cols + first_column
+    padded = np.zeros((T, rows, row_words * epw), np.float32)
+    ok = (cols >= 0) & (cols < w)
+    y0 = 0 if left else pad_rows
+    padded[:, y0:y0 + h, ok] = mats[:, :, cols[ok]]
+    bits = _rounded_bits(padded, precision).reshape(T, rows, row_words, epw)
+    return bits[..., 0] | (bits[..., 1] << 16) if epw == 2 else bits[..., 0]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("precision", PRECISIONS)
+@pytest.mark.parametrize("left,h,w,row_words,first_column,pad_rows", [
+    (False, 5, 16, 8, 0, 0),     # vector loads and stores, the wgmma GEMM's layout
+    (False, 7, 10, 7, 0, 3),     # odd words, zero columns past w, zero rows: the mma.sync layout
+    (False, 3, 12, 12, 0, 1),    # w a multiple of 4, more words than columns
+    (True, 6, 9, 12, -3, 0),     # left: shifted columns
+])
+def test_pack_matches_numpy(rng, monkeypatch, precision, left, h, w, row_words, first_column, pad_rows):
+    # Every packed word, from an oracle of the rounding rules; a launch limit small enough that
+    # the right matrices take several launches.
+    import cupy as cp
+
+    from ebsdxc.engines import tensor
+
+    monkeypatch.setattr(tensor, "_PACK_THREADS", 3 * (h + 2 * pad_rows) * -(-row_words // 4) + 1)
+    mats = (10.0 * rng.standard_normal((11, h, w))).astype(np.float32)
+    mats[4] = 0.0  # fp16 scale of an all-zero matrix: 1
+    got, scale = tensor._pack(cp.asarray(mats), precision, left=left, row_words=row_words,
+                              first_column=first_column, pad_rows=pad_rows)
+    want = _packed_oracle(mats, precision, left=left, row_words=row_words, first_column=first_column,
+                          pad_rows=pad_rows)
+    np.testing.assert_array_equal(cp.asnumpy(got), want)
+    assert (scale is None) == (precision != "fp16")
 
 
 def check_maps(rng, precision, shape, lag, pairing, *, gemm):
@@ -275,6 +340,27 @@ def test_exact_peaks_match_cpu_peaks(rng, method, precision, peak_precision):
     np.testing.assert_allclose(x, wx, atol=tol, rtol=0, equal_nan=True)
     assert np.isfinite(y).mean() > 0.9
     np.testing.assert_allclose(value, wv, rtol=1e-7 if peak_precision == "fp64" else 1e-6)  # value is float32
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("peak_precision", ["fp32", "fp64"])
+@pytest.mark.parametrize("shape", [(20, 17), (24, 70), (16, 100), (18, 128), (12, 150)])
+def test_exact_values_every_width(rng, shape, peak_precision):
+    # Rows of one to four 32-pixel columns a lane, and of more than one walk (150): the exact
+    # value at the integer peak is the float64 oracle's.
+    import cupy as cp
+
+    from ebsdxc.engines.tensor import exact_peaks, tensor_maps
+
+    lag = (4, 5)
+    lefts, rights, shifts = _shifted_pairs(rng, 6, shape, lag)
+    p = Pairing.n_to_mn(6, 1)
+    maps = tensor_maps(cp.asarray(lefts), cp.asarray(rights), p, lag, "bf16")
+    y, x, value, _ = (cp.asnumpy(a) for a in exact_peaks(maps, cp.asarray(lefts), cp.asarray(rights), p, lag,
+                                                          "none", peak_precision=peak_precision))
+    np.testing.assert_array_equal(np.stack([y, x], axis=1), shifts)
+    want = np.array([oracle(lefts[i], rights[i], lag)[lag[0] + dy, lag[1] + dx] for i, (dy, dx) in enumerate(shifts)])
+    np.testing.assert_allclose(value, want, rtol=1e-7 if peak_precision == "fp64" else 1e-6)
 
 
 @pytest.mark.gpu
