@@ -344,23 +344,25 @@ def test_exact_peaks_match_cpu_peaks(rng, method, precision, peak_precision):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("peak_precision", ["fp32", "fp64"])
-@pytest.mark.parametrize("shape", [(20, 17), (24, 70), (16, 100), (18, 128), (12, 150)])
+@pytest.mark.parametrize("shape", [(40, 17), (32, 70), (32, 100), (30, 128), (24, 150)])
 def test_exact_values_every_width(rng, shape, peak_precision):
-    # Rows of one to four 32-pixel columns a lane, and of more than one walk (150): the exact
-    # value at the integer peak is the float64 oracle's.
+    # Rows of one to four 32-pixel columns a lane, and of more than one walk (150): the integer
+    # peak and the exact value there are the float64 oracle's (its top two lags 2.5% apart or
+    # more; on tiles this small the window moves some peaks off the shift they were made with).
     import cupy as cp
 
     from ebsdxc.engines.tensor import exact_peaks, tensor_maps
 
     lag = (4, 5)
-    lefts, rights, shifts = _shifted_pairs(rng, 6, shape, lag)
+    lefts, rights, _ = _shifted_pairs(rng, 6, shape, lag)
     p = Pairing.n_to_mn(6, 1)
     maps = tensor_maps(cp.asarray(lefts), cp.asarray(rights), p, lag, "bf16")
     y, x, value, _ = (cp.asnumpy(a) for a in exact_peaks(maps, cp.asarray(lefts), cp.asarray(rights), p, lag,
                                                           "none", peak_precision=peak_precision))
-    np.testing.assert_array_equal(np.stack([y, x], axis=1), shifts)
-    want = np.array([oracle(lefts[i], rights[i], lag)[lag[0] + dy, lag[1] + dx] for i, (dy, dx) in enumerate(shifts)])
-    np.testing.assert_allclose(value, want, rtol=1e-7 if peak_precision == "fp64" else 1e-6)
+    want = [oracle(lefts[i], rights[i], lag) for i in range(6)]
+    peaks = np.array([np.unravel_index(np.argmax(m), m.shape) for m in want]) - np.array(lag)
+    np.testing.assert_array_equal(np.stack([y, x], axis=1), peaks)
+    np.testing.assert_allclose(value, [m.max() for m in want], rtol=1e-7 if peak_precision == "fp64" else 1e-6)
 
 
 @pytest.mark.gpu
