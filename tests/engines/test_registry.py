@@ -100,11 +100,12 @@ AUTO = [
     ((96, 96), "window", 4, "dft", 86, 256, "fused"),
     ((128, 128), "full", None, "quadratic", 86, 256, "fused"),  # the two-block split (before it, fft)
     ((128, 128), "full", None, "dft", 86, 256, "fused"),
-    ((128, 128), "window", 4, "quadratic", 86, 256, "fused"),
+    # the tensor engine's faster exact peaks (H200, 86 ROIs x 50, 128x128 +-8: 0.436 ms, fused 0.479)
+    ((128, 128), "window", 4, "quadratic", 86, 256, "tensor"),
     ((128, 128), "window", 4, "dft", 86, 256, "fused"),
     ((200, 160), "full", None, "quadratic", 86, 256, "fft"),
     ((200, 160), "full", None, "dft", 86, 256, "fft"),
-    ((200, 160), "window", 4, "quadratic", 86, 256, "fused"),
+    ((200, 160), "window", 4, "quadratic", 86, 256, "tensor"),  # the largest measured size's choice
     ((200, 160), "window", 4, "dft", 86, 256, "fused"),
 ]
 

@@ -1,0 +1,11 @@
+export PYTHONUNBUFFERED=1
+nvidia-smi --query-gpu=name --format=csv,noheader | tee $OUT/device.txt
+grep -q H200 $OUT/device.txt || { echo "not an H200: nothing run"; exit 0; }
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site $(ls .whl/*.whl | grep -v kikuchipy) >/dev/null 2>&1
+R=$PWD; export PYTHONPATH=$R:/tmp/site
+git log --oneline | head -1 > $OUT/rev.txt
+timeout 150 python3 -m pytest -n 12 -q -p no:cacheprovider -rfE --tb=short tests/engines/test_tensor.py tests/engines/test_gpu_engines.py 2>&1 | grep -v Warning | tail -5 | tee $OUT/tests.txt
+(cd /tmp && EBSDXC_CACHE_DIR=/tmp/cache timeout 330 python3 -m ebsdxc bench --calibrate --out /tmp/bench > $OUT/calibrate.txt 2>&1; echo "rc $?" >> $OUT/calibrate.txt; tail -2 $OUT/calibrate.txt)
+cp /tmp/cache/calibration/*.json $R/ebsdxc/calibration/; cp /tmp/cache/calibration/*.json $OUT/; cp /tmp/bench/*.csv $OUT/ 2>/dev/null
+timeout 100 python3 -m pytest -n 8 -q -p no:cacheprovider -rfE --tb=short tests/engines/test_dispatch_measured.py tests/engines/test_registry.py 2>&1 | tail -3 | tee $OUT/dispatch-tests.txt
+timeout 100 python3 benchmarks/tensor_engine.py --patterns 512 --skip direct --json $OUT/paper-512.json 2>&1 | grep -v "launch:" | tee $OUT/paper-512.txt
