@@ -124,6 +124,8 @@ def _peak_columns(w, exact64):
     """Columns a lane of ``tc_exact`` walks at once: a row of up to 128 pixels in one walk (float
     sums); one (double sums, whose registers would spill)."""
     return 1 if exact64 else min(4, -(-w // 32))
+
+
 #: Most threads of a ``tc_pack_right`` launch: its thread index is an int.
 _PACK_THREADS = 2**31 - 1
 

@@ -84,7 +84,7 @@ def plan(h, w, max_lag, nb, precision, smem_limit, *, na=1, sms=132, shape=None,
         lw = -(-(wk + 2 * rx) // 4) * 4
         bm = 2 * mt * 64
         span = min(my, (bm - 1) // mx + 2)  # rows of lags (dy) one block meets
-        # Rows of L in use: the span, the rows copied ahead and those of the barrier (more than).
+        # More rows of L than are in use at once: the span, the rows copied ahead, a barrier's.
         ring = 1 << (span + _AHEAD + ROWS_PER_BARRIER - 2).bit_length()
         smem = _STAGES * nn * wk * 2 + ring * lw * 4 + 512  # and up to 512 bytes to align the stages
         if smem > smem_limit:
