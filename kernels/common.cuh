@@ -29,9 +29,26 @@ __device__ __forceinline__ double warp_sum(double v) {
     return v;
 }
 
+// The warp's maximum (NaN never wins) and minimum, in every lane.
 __device__ __forceinline__ float warp_max(float v) {
-    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_down_sync(0xffffffffu, v, o));
+    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
     return v;
+}
+
+__device__ __forceinline__ int warp_min(int v) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    return __reduce_min_sync(0xffffffffu, v);
+#else
+    for (int o = 16; o > 0; o >>= 1) v = min(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+#endif
+}
+
+// 16 bytes from global to shared memory by cp.async (sm_80 on), of which the first `bytes`
+// are read and the rest are zeros.
+__device__ __forceinline__ void cp_async16(void* smem, const void* gmem, int bytes = 16) {
+    const unsigned s = (unsigned)__cvta_generic_to_shared(smem);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(s), "l"(gmem), "r"(bytes));
 }
 
 // Sum over the block; every thread gets the result.

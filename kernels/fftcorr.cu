@@ -704,20 +704,6 @@ __device__ __forceinline__ const float* map_row(const float* Mf, int y, int s) {
     return r == s ? m : peer(m, r);
 }
 
-__device__ __forceinline__ int warp_min_all(int v) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-    return __reduce_min_sync(0xffffffffu, v);
-#else
-    for (int o = 16; o > 0; o >>= 1) v = min(v, __shfl_xor_sync(0xffffffffu, v, o));
-    return v;
-#endif
-}
-
-__device__ __forceinline__ float warp_max_all(float v) {  // every lane gets it (common.cuh: lane 0)
-    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
-    return v;
-}
-
 // The least search index among the values this thread wrote in the inverse row pass (correlate,
 // with the same all_rows) at lags of the search that equal m, or 0x7fffffff: the same teams,
 // row pairs and columns as the pass, in round `at` only where at >= 0 (pk.at). A round's values
@@ -760,17 +746,17 @@ __device__ __forceinline__ int tracked_index(const float* Mf, float m, int s, bo
 __device__ __forceinline__ bool tracked_argmax(const float* Mf, int s, bool all_rows, float* sval, int* sidx,
                                                int at, float& best, int& bi) {
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    float m = warp_max_all(best);
+    float m = warp_max(best);
     if (lane == 0) sval[warp] = m;
     __syncthreads();
-    m = warp_max_all(lane < NWARPS ? sval[lane] : EBSDXC_NEG_INF);  // every warp: no second barrier
+    m = warp_max(lane < NWARPS ? sval[lane] : EBSDXC_NEG_INF);  // every warp: no second barrier
     int i = best == m ? tracked_index(Mf, m, s, all_rows, at) : 0x7fffffff;
-    i = warp_min_all(i);
+    i = warp_min(i);
     if (lane == 0) sidx[warp] = i;
     __syncthreads();
     best = m;
     if (warp != 0) return false;  // a split's lead writes sidx[0] next
-    bi = warp_min_all(lane < NWARPS ? sidx[lane] : 0x7fffffff);
+    bi = warp_min(lane < NWARPS ? sidx[lane] : 0x7fffffff);
     return lane == 0;
 }
 

@@ -24,6 +24,8 @@
 // then issue their wgmma with fp32 accumulators.
 //
 // PREC: bf16 (2) or fp16 (3, per-matrix scales sl, sr as tc_scale makes them).
+#include "common.cuh"
+
 #define STAGES 4
 #define AHEAD 2  // rows copied ahead: a stage is rewritten two rows after its products were issued
 // RPS rows a barrier (AHEAD a multiple of it, AHEAD + RPS <= STAGES): the copies of rows
@@ -97,11 +99,6 @@ template <> __device__ __forceinline__ void wgmma_rs<3, 256>(float (&d)[128], co
 }
 
 
-__device__ __forceinline__ void tg_cp16(void* smem, const void* gmem, int bytes) {
-    const unsigned s = (unsigned)__cvta_generic_to_shared(smem);
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(s), "l"(gmem), "r"(bytes));
-}
-
 // Shared-memory matrix descriptor: start, leading (K) and stride (N) byte offsets; the caller ors
 // in the swizzle mode (bits 62-63).
 __device__ __forceinline__ unsigned long long tg_desc(const void* smem, unsigned lbo, unsigned sbo) {
@@ -170,7 +167,7 @@ __global__ void __launch_bounds__(256, MT * NN <= 128 ? 2 : 1)
         unsigned* dst = Ls + (yl & (ring - 1)) * lw;
         const bool in = yl >= 0 && yl < h;
         const unsigned* src = Lp + ((long long)a * h + (in ? yl : 0)) * lw;
-        for (int i = threadIdx.x; i < lchunks; i += blockDim.x) tg_cp16(dst + 4 * i, src + 4 * i, in ? 16 : 0);
+        for (int i = threadIdx.x; i < lchunks; i += blockDim.x) cp_async16(dst + 4 * i, src + 4 * i, in ? 16 : 0);
     };
     auto copy_row = [&](int r) {
         if (r < nrows) {
@@ -183,7 +180,7 @@ __global__ void __launch_bounds__(256, MT * NN <= 128 ? 2 : 1)
             for (int q = 0; q < NQ; ++q) {
                 if (q * 64 + (int)(threadIdx.x >> 2) >= NN) break;
                 const unsigned short* src = rsrc[q] + (long long)yp * wk;
-                for (int at = 0; at < wk / 32; ++at) tg_cp16(st + at * (NN * 64) + sdst[q], src + at * 32, 16);
+                for (int at = 0; at < wk / 32; ++at) cp_async16(st + at * (NN * 64) + sdst[q], src + at * 32);
             }
             copy_left(yp - dymin);
         }
