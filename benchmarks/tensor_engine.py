@@ -8,9 +8,16 @@ reference ROI, T[(y, x), (dy, dx)] = L[y - dy, x - dx] (every lag of the window 
 the same sums as the tensor engine's, from a batched GEMM (cupy.matmul: cublasGemmStridedBatchedEx)
 whose reference operand costs h w (2 r + 1)^2 2 bytes per ROI in device memory.
 
+From patterns (``--from-patterns``): B uint16 patterns of 256x256 on the device and the
+paper's 86 ROIs of 96x96 (only with --rois 86 --tile 96), to peaks, as the runner calls an
+engine: the tile pass writing float32 tiles then ``match`` (the tensor engine's path before it
+read the ROIs itself), and ``match_rois`` (the tile statistics, then kernels that prepare each
+value as they read it), for the tensor and fused engines; and the parts alone.
+
 Usage::
 
     python benchmarks/tensor_engine.py [--patterns 50] [--rois 86] [--tile 96] [--max-shift 16] [--sweep]
+        [--from-patterns]
 """
 
 from __future__ import annotations
@@ -105,6 +112,66 @@ def accuracy(grid, r):
     return summary
 
 
+def from_patterns(B, r, report):
+    """Engines from B uint16 256x256 patterns on the device (paper layout, +-r, quadratic):
+    prepare_tiles_padded + match, and match_rois; the tile pass, the tile statistics and the
+    tensor maps (from tiles, from the patterns) alone."""
+    import cupy as cp
+    from scipy import ndimage
+
+    from ebsdxc.backend import select_backend
+    from ebsdxc.engines import EngineConfig, make_engine
+    from ebsdxc.engines.definition import Pairing
+    from ebsdxc.engines.gpu_ops import PaddedTileBuffer, prepare_tiles_padded, tile_statistics
+    from ebsdxc.engines.roi_tiles import roi_tiles
+    from ebsdxc.engines.tensor import tensor_maps
+    from ebsdxc.preprocess import window_1d, window_2d
+    from ebsdxc.rois import grid_layout
+
+    be = select_backend("cuda")
+    h = w = 96
+    lay = grid_layout((256, 256), grid=(9, 10), size=96, drop_corners=True)
+    origins = cp.asarray(np.asarray(lay.origins, dtype=np.int32))
+    n = int(origins.shape[0])
+    rng = np.random.default_rng(1)
+    base = ndimage.gaussian_filter(rng.standard_normal((272, 272)), 2.0)
+    distinct = np.stack([ndimage.shift(base, rng.uniform(-2, 2, 2), order=1, mode="wrap")[8:264, 8:264]
+                         for _ in range(min(B, 16))])
+    distinct = np.round(30000 + 20000 * distinct / np.abs(distinct).max()).astype(np.uint16)
+    pats = cp.asarray(distinct[np.arange(B) % len(distinct)])
+    win = window_2d((h, w), xp=cp)
+    figures = {}
+    print(f"from {B} uint16 patterns of 256x256, {n} ROIs of 96x96, +-{r}, quadratic:", flush=True)
+    frames = PaddedTileBuffer((h, w)).get(B * n)
+    figures["tile pass (float32 tiles)"] = report(
+        "tile pass (float32 tiles)", median_ms(lambda: prepare_tiles_padded(pats, origins, (h, w), win, frames)))
+    figures["tile statistics"] = report("tile statistics", median_ms(lambda: tile_statistics(pats, origins, (h, w),
+                                                                                              win)))
+    rt = roi_tiles(pats, origins, win, (h, w))[0]
+    lefts = cp.ascontiguousarray(frames[:n])
+    pairing = Pairing.n_to_mn(n, B)
+    mp = cp.empty((B * n, 2 * r + 1, 2 * r + 1), dtype=cp.float32)
+    figures["tensor maps bf16 from float32 tiles"] = report(
+        "tensor maps bf16 from float32 tiles", median_ms(lambda: tensor_maps(lefts, frames, pairing, (r, r), out=mp)))
+    figures["tensor maps bf16 from the patterns"] = report(
+        "tensor maps bf16 from the patterns", median_ms(lambda: tensor_maps(lefts, rt, pairing, (r, r), out=mp)))
+    for engine in ("tensor", "fused"):
+        cfg = EngineConfig(mode="window", max_shift=r, subpixel="quadratic")
+        eng = make_engine(engine, be, (h, w), cfg, window_1d=(window_1d(h), window_1d(w)))
+        ref = PaddedTileBuffer(eng.input_shape).get(n)
+        e, s = prepare_tiles_padded(pats[:1], origins, (h, w), win, ref)
+        eng.set_reference(cp.ascontiguousarray(ref[:, :h, :w]), e, s)
+        tiles = PaddedTileBuffer(eng.input_shape).get(B * n)
+
+        def both(eng=eng, tiles=tiles):
+            e, s = prepare_tiles_padded(pats, origins, (h, w), win, tiles)
+            return eng.match(tiles.reshape(B, n, *tiles.shape[1:]), e.reshape(B, n), s.reshape(B, n))
+        figures[f"{engine}: tiles, match"] = report(f"{engine}: tiles, match", median_ms(both))
+        figures[f"{engine}: match_rois"] = report(
+            f"{engine}: match_rois", median_ms(lambda eng=eng: eng.match_rois(pats, origins, win)))
+    return figures
+
+
 def main(argv=None):
     import cupy as cp
 
@@ -124,6 +191,8 @@ def main(argv=None):
     ap.add_argument("--skip", default="", help="comma-separated engines not to time (e.g. direct)")
     ap.add_argument("--accuracy", metavar="RxC", help="also compare every precision with the direct engine "
                     "(fp32) on a simulated noisy Ni scan of R x C patterns of 256x256 (7x7 ROIs of 64x64)")
+    ap.add_argument("--from-patterns", action="store_true", help="also time the engines from uint16 patterns "
+                    "(the paper's layout): tiles written then matched, and match_rois")
     ap.add_argument("--json", help="write the figures here")
     a = ap.parse_args(argv)
     be = select_backend("cuda")
@@ -220,6 +289,8 @@ def main(argv=None):
             t = cp.zeros((B, n, Ny, Nx), cp.float32)
             t[..., :h, :w] = tiles
         report(f"{engine} {prec}" if engine == "tensor" else engine, median_ms(lambda eng=eng, t=t: eng.locate(t)))
+    if a.from_patterns:
+        out["from_patterns"] = from_patterns(B, r, report)
     if a.accuracy:
         out["accuracy"] = accuracy(a.accuracy, r)
     if a.json:

@@ -24,7 +24,7 @@
 // fp16 inputs are scaled per matrix (scale arrays) into its range; the map is scaled back.
 //
 // tc_exact then finds each map's integer maximum and re-evaluates the 3x3 neighbourhood from
-// the float32 matrices (sums in float per thread, in double across threads; all in double with
+// the float32 matrices (right ones as tiles, or prepared from the patterns as they are read) (sums in float per thread, in double across threads; all in double with
 // EXACT64), climbing to the exact local maximum when a neighbour beats the centre, and tc_fit
 // makes the 3x3 fits of peaks.cu: the subpixel offsets and peak heights never see tensor-core
 // rounding.
@@ -86,12 +86,62 @@ __device__ __forceinline__ void split_tf32(float x, unsigned& hi, unsigned& lo) 
 //          fragment reads, one aligned word each.
 // fp16 matrices are scaled to unit RMS first (tc_scale; all-zero: 1).
 
-// scale[t] = 1 / RMS of matrix t (n values), one block per matrix.
-__global__ void tc_scale(const float* __restrict__ src, float* __restrict__ scale, int n) {
+// Where right matrix r's values come from. RAW 0: float32 tiles, matrix r at p + r frame, rows
+// `row` apart. RAW 1: the ROIs of whole patterns of IN values (the runner's patterns, no tile
+// written): tile t = r, or with sel pattern sel[r / n] and ROI r % n, is the ROI of pattern
+// t / n at offsets[t % n] (frame: the pattern's size, row: its width), each value centred and
+// windowed by tiles.cu's expression from that pass's float mean, and zero where its status
+// rejects the tile: bit for bit the tile prepare_tiles writes (as fftcorr.cu's TileIn).
+template <typename IN, int RAW>
+struct RightMatrix {
+    const IN* p;
+    int row, w;
+    const float* win;
+    float mean;
+    bool zero;
+    __device__ __forceinline__ float at(int y, int x) const {
+        if (!RAW) return (float)p[(long long)y * row + x];
+        return zero ? 0.0f : (exact_float(p[(long long)y * row + x]) - mean) * win[y * w + x];
+    }
+};
+
+template <typename IN, int RAW>
+struct RightSource {
+    const IN* p;
+    long long frame;
+    int row;
+    const int* offsets;
+    const float* mean;
+    const unsigned char* status;
+    const float* win;
+    int n;
+    const int* sel;
+    __device__ __forceinline__ RightMatrix<IN, RAW> matrix(long long r, int w) const {
+        if (!RAW) return RightMatrix<IN, RAW>{p + r * frame, row, w, nullptr, 0.0f, false};
+        const long long t = sel == nullptr ? r : (long long)sel[r / n] * n + r % n;
+        return RightMatrix<IN, RAW>{p + (t / n) * frame + offsets[t % n], row, w, win, mean[t], status[t] != 0};
+    }
+};
+
+// The right source's kernel arguments: tiles (RAW 0, frame h w, row w, the rest null) or ROIs.
+#define RIGHT_ARGS(IN)                                                                                  \
+    const IN *__restrict__ src, long long frame, int row, const int *__restrict__ offsets,               \
+        const float *__restrict__ mean, const unsigned char *__restrict__ status,                        \
+        const float *__restrict__ win, int n_roi, const int *__restrict__ sel
+#define RIGHT_SOURCE(IN, RAW) (RightSource<IN, RAW>{src, frame, row, offsets, mean, status, win, n_roi, sel})
+
+// scale[t] = 1 / RMS of matrix t (h x w values), one block per matrix: left matrices (RAW 0),
+// or right ones from either source (the same values in the same order: the same scale).
+template <typename IN, int RAW>
+__global__ void tc_scale(RIGHT_ARGS(IN), int h, int w, float* __restrict__ scale) {
     __shared__ double red[32];
-    const float* m = src + (long long)blockIdx.x * n;
+    const RightMatrix<IN, RAW> m = RIGHT_SOURCE(IN, RAW).matrix(blockIdx.x, w);
+    const int n = h * w;
     double acc = 0.0;
-    for (int i = threadIdx.x; i < n; i += blockDim.x) acc += (double)m[i] * m[i];
+    for (int i = threadIdx.x; i < n; i += blockDim.x) {
+        const double v = m.at(i / w, i % w);
+        acc += v * v;
+    }
     const double ss = block_sum(acc, red);
     if (threadIdx.x == 0) scale[blockIdx.x] = ss > 0.0 ? (float)rsqrt(ss / n) : 1.0f;
 }
@@ -122,30 +172,32 @@ __global__ void tc_pack_left(const float* __restrict__ src, unsigned* __restrict
 
 // Right operand, four words a thread over all rows of all matrices, one pass at memory speed
 // (as fast as a block per matrix, on an H100: both are bound by reading the float32 tiles).
-// Rows of a launch and their words fit an int (the caller splits larger sets). VEC: w and
-// row_words multiples of 4, so that rows start on 16 bytes (vector loads and stores).
-template <int PREC, int VEC>
-__global__ void tc_pack_right(const float* __restrict__ src, unsigned* __restrict__ dst,
+// Rows of a launch and their words fit an int (the caller splits larger sets; `first` is the
+// launch's first matrix). VEC: w and row_words multiples of 4, so that rows start on 16 bytes
+// (vector loads from float32 tiles, vector stores).
+template <int PREC, int VEC, typename IN, int RAW>
+__global__ void tc_pack_right(RIGHT_ARGS(IN), long long first, unsigned* __restrict__ dst,
                               const float* __restrict__ scale, int items, int h, int w, int pad, int row_words) {
     constexpr int EPW = PREC >= P_BF16 ? 2 : 1;
     const int chunks = (row_words + 3) >> 2, rows = h + 2 * pad;
     const int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= items) return;
-    const int rr = i / chunks, k = i - rr * chunks;  // output row over all matrices, its chunk
+    const int rr = i / chunks, k = i - rr * chunks;  // output row over the launch's matrices, its chunk
     const int t = rr / rows, yy = rr - t * rows - pad;
     const int c0 = 4 * EPW * k;
     float v[4 * EPW];
     if (yy >= 0 && yy < h) {
-        const float* row = src + ((long long)t * h + yy) * w;
-        if (VEC && c0 + 4 * EPW <= w) {
+        const RightMatrix<IN, RAW> m = RIGHT_SOURCE(IN, RAW).matrix(first + t, w);
+        if (!RAW && VEC && c0 + 4 * EPW <= w) {
+            const float* row_p = reinterpret_cast<const float*>(m.p) + (long long)yy * m.row;
 #pragma unroll
             for (int q = 0; q < EPW; ++q) {
-                const float4 f = *reinterpret_cast<const float4*>(row + c0 + 4 * q);
+                const float4 f = *reinterpret_cast<const float4*>(row_p + c0 + 4 * q);
                 v[4 * q] = f.x; v[4 * q + 1] = f.y; v[4 * q + 2] = f.z; v[4 * q + 3] = f.w;
             }
         } else {
 #pragma unroll
-            for (int e = 0; e < 4 * EPW; ++e) v[e] = c0 + e < w ? row[c0 + e] : 0.0f;
+            for (int e = 0; e < 4 * EPW; ++e) v[e] = c0 + e < w ? m.at(yy, c0 + e) : 0.0f;
         }
     } else {
 #pragma unroll
@@ -361,8 +413,8 @@ __global__ void __launch_bounds__(256) tc_maps(const unsigned* __restrict__ Lp, 
 // taking part: each warp walks a band of L rows, each lane some columns, keeping the three R
 // rows a pixel meets in registers (one new R row of three values per L row: a third of the
 // loads); per-thread sums in ACC, the block's sums in double.
-template <typename ACC, int NJ>
-__device__ void exact_3x3(const float* __restrict__ Lm, const float* __restrict__ Rm, int h, int w, int ly,
+template <typename ACC, int NJ, typename IN, int RAW>
+__device__ void exact_3x3(const float* __restrict__ Lm, const RightMatrix<IN, RAW>& Rm, int h, int w, int ly,
                           int lx, double* sv, double* red) {
     // Up to NJ columns a lane (x = lane + 32 j) in one walk down the rows: their loads are
     // independent, so a warp has NJ times as many in flight (one column a walk waited for
@@ -389,8 +441,7 @@ __device__ void exact_3x3(const float* __restrict__ Lm, const float* __restrict_
             for (int j = 0; j < NJ; ++j)
 #pragma unroll
                 for (int v = 0; v < 3; ++v) {
-                    const long long i = (long long)yy * w + x0 + lane + 32 * j + lx + v - 1;
-                    dst[j][v] = (row && cin[j][v]) ? (ACC)Rm[i] : (ACC)0;
+                    dst[j][v] = (row && cin[j][v]) ? (ACC)Rm.at(yy, x0 + lane + 32 * j + lx + v - 1) : (ACC)0;
                 }
         };
         ACC r0[NJ][3], r1[NJ][3], r2[NJ][3];
@@ -441,10 +492,10 @@ __device__ void exact_3x3(const float* __restrict__ Lm, const float* __restrict_
 // of find_peaks. Apart, the walk's block keeps only the registers of its sums (the fit's
 // double arithmetic on one thread set them for all: fewer blocks an SM, each waiting on memory).
 // Window autocorrelation tables wy (nwy,), wx (nwx,) by lag mod nwy / nwx reach one lag past
-// the window (nwy = 2 ry + 3).
-template <int EXACT64, int NJ, int MINB>
+// the window (nwy = 2 ry + 3). IN, RAW: where the right matrices come from (RightSource).
+template <int EXACT64, int NJ, int MINB, typename IN, int RAW>
 __global__ void __launch_bounds__(128, MINB) tc_exact(const float* __restrict__ maps, const float* __restrict__ L,
-                                                      const float* __restrict__ R, int h, int w, int ry, int rx,
+                                                      RIGHT_ARGS(IN), int h, int w, int ry, int rx,
                                                       int na, int nb, int rs_a, int rs_b, int os_a, int os_b,
                                                       int max_moves, int* __restrict__ lag,
                                                       double* __restrict__ sums) {
@@ -456,7 +507,7 @@ __global__ void __launch_bounds__(128, MINB) tc_exact(const float* __restrict__ 
     const long long tmap = (long long)a * os_a + (long long)b * os_b;
     const int My = 2 * ry + 1, Mx = 2 * rx + 1;
     const float* Lm = L + (long long)a * h * w;
-    const float* Rm = R + ((long long)a * rs_a + (long long)b * rs_b) * h * w;
+    const RightMatrix<IN, RAW> Rm = RIGHT_SOURCE(IN, RAW).matrix((long long)a * rs_a + (long long)b * rs_b, w);
 
     float best;
     int bi;
@@ -467,8 +518,8 @@ __global__ void __launch_bounds__(128, MINB) tc_exact(const float* __restrict__ 
     __syncthreads();
     for (int move = 0;; ++move) {
         const int ly = sl[0], lx = sl[1];
-        if (EXACT64) exact_3x3<double, NJ>(Lm, Rm, h, w, ly, lx, sv, red);
-        else exact_3x3<float, NJ>(Lm, Rm, h, w, ly, lx, sv, red);
+        if (EXACT64) exact_3x3<double, NJ, IN, RAW>(Lm, Rm, h, w, ly, lx, sv, red);
+        else exact_3x3<float, NJ, IN, RAW>(Lm, Rm, h, w, ly, lx, sv, red);
         if (threadIdx.x == 0) {
             int k_best = 4;
             for (int k = 0; k < 9; ++k) {

@@ -299,7 +299,7 @@ class CorrelationEngine(ABC):
     #: ``info.name``, on the class and its instances.
     name = "?"
     #: True where the engine also takes whole patterns and cuts and prepares their ROIs itself
-    #: (``match_rois(patterns, origins, window, references=, index=)``, the fused engine), so
+    #: (``match_rois(patterns, origins, window, references=, index=)``, the fused and tensor engines), so
     #: that a caller need not write prepared tiles to device memory first.
     reads_rois = False
 

@@ -34,6 +34,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from ..kernel_loader import get_function
+from .roi_tiles import RoiTiles
 
 __all__ = ["ALGORITHMS", "KernelChoice", "Pairing", "check_operands", "correlate_maps", "overlap_fmas", "precompile",
            "parse_kernel", "segment_width"]
@@ -191,18 +192,23 @@ def precompile(choices):
 
 def check_operands(lefts, rights, pairing, max_lag, out=None):
     """The operands of a window-map kernel checked against ``pairing`` and ``max_lag``:
-    (lefts, rights) as contiguous float32 CuPy arrays, (ry, rx) as ints, and ``out`` (a new
-    ``(n_pairs, 2 ry + 1, 2 rx + 1)`` float32 array when None); ValueError naming what does
-    not fit."""
+    (lefts, rights) as contiguous float32 CuPy arrays (rights may also be a
+    :class:`~ebsdxc.engines.roi_tiles.RoiTiles`, for the kernels that read one), (ry, rx) as
+    ints, and ``out`` (a new ``(n_pairs, 2 ry + 1, 2 rx + 1)`` float32 array when None);
+    ValueError naming what does not fit."""
     import cupy as cp
 
     lefts = cp.ascontiguousarray(lefts, dtype=cp.float32)
-    rights = cp.ascontiguousarray(rights, dtype=cp.float32)
+    if isinstance(rights, RoiTiles):
+        right_shape = (rights.n_matrices, *rights.tile_shape)
+    else:
+        rights = cp.ascontiguousarray(rights, dtype=cp.float32)
+        right_shape = tuple(rights.shape)
     na, h, w = lefts.shape
     if na != pairing.na:
         raise ValueError(f"pairing expects {pairing.na} left matrices, got {na}")
-    if rights.shape[1:] != (h, w) or rights.shape[0] < pairing.n_rights:
-        raise ValueError(f"right matrices must be ({pairing.n_rights}, {h}, {w}), got {tuple(rights.shape)}")
+    if right_shape[1:] != (h, w) or right_shape[0] < pairing.n_rights:
+        raise ValueError(f"right matrices must be ({pairing.n_rights}, {h}, {w}), got {right_shape}")
     ry, rx = (int(v) for v in max_lag)
     if not (0 <= ry < h and 0 <= rx < w):
         raise ValueError(f"lags up to ({ry}, {rx}) do not fit {h}x{w} matrices")

@@ -712,27 +712,16 @@ class FusedFFTEngine(CorrelationEngine):
         references, index
             As :meth:`match`.
         """
-        from .gpu_ops import tile_dtype, tile_statistics
+        from .gpu_ops import tile_dtype
+        from .roi_tiles import check_roi_inputs, roi_tiles
 
-        cp = self.xp
-        h, w = self.tile_shape
-        if getattr(patterns, "ndim", 0) != 3:
-            raise ValueError(f"patterns must be (B, H, W), got shape {getattr(patterns, 'shape', None)}")
+        origins, window = check_roi_inputs(patterns, origins, window, self.tile_shape)
         B, H, W = patterns.shape
-        if getattr(origins, "ndim", 0) != 2 or origins.shape[1] != 2:
-            raise ValueError(f"origins must be (n, 2) [x0, y0] rows, got shape {getattr(origins, 'shape', None)}")
-        if isinstance(origins, np.ndarray) and origins.size and (
-                origins.min() < 0 or (origins[:, 0] + w).max() > W or (origins[:, 1] + h).max() > H):
-            raise ValueError(f"origins must keep every {h}x{w} ROI inside the {H}x{W} patterns")
-        origins = cp.ascontiguousarray(cp.asarray(origins), dtype=cp.int32)
-        window = cp.ascontiguousarray(cp.asarray(window), dtype=cp.float32)
-        if window.shape != (h, w):
-            raise ValueError(f"window must be ({h}, {w}), got shape {window.shape}")
         n = int(origins.shape[0])
         refs, idx = self._resolve_shape(B, n, references, index)
-        patterns, mean, energy, status = tile_statistics(patterns, origins, self.tile_shape, window)
-        offsets = origins[:, 1] * np.int32(W) + origins[:, 0]
-        source = _Source(patterns, H * W, W, (B, n), offsets, mean, status, window, tile_dtype(patterns.dtype))
+        rt, energy, status = roi_tiles(patterns, origins, window, self.tile_shape)
+        source = _Source(rt.patterns, H * W, W, (B, n), rt.offsets, rt.mean, status, window,
+                         tile_dtype(rt.patterns.dtype))
         y, x, value, border = self._peaks(source, refs, idx)
         return self._assemble(y.reshape(B, n), x.reshape(B, n), value.reshape(B, n), border.reshape(B, n),
                               energy.reshape(B, n), status.reshape(B, n), refs, idx)

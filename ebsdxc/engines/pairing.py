@@ -18,6 +18,7 @@ import numpy as np
 from ..peaks import integer_lag_table, window_power_spectrum
 from .base import CorrelationEngine
 from .definition import Pairing, overlap_fmas
+from .roi_tiles import RoiTiles
 
 __all__ = ["PairingEngine", "GROUP_MIN", "GROUP_FMAS"]
 
@@ -73,18 +74,27 @@ class PairingEngine(CorrelationEngine):
     def _launches(self, tiles, refs, index):
         """How tiles (B, n, h, w) meet their references: a list of (lefts, rights, pairing, sel),
         one per launch, whose maps come in the order of ``rights`` (patterns ``sel``, a device
-        index array, or all B in order where ``sel`` is None)."""
+        index array, or all B in order where ``sel`` is None). ``tiles`` may be a
+        :class:`~ebsdxc.engines.roi_tiles.RoiTiles` (an engine that reads the ROIs of the
+        patterns): its rights are then RoiTiles too."""
         cp = self.xp
         B, n, h, w = tiles.shape
-        tiles = cp.ascontiguousarray(tiles, dtype=cp.float32)
+        if isinstance(tiles, RoiTiles):
+            def rights(sel=None):
+                return tiles if sel is None else tiles.select(sel)
+        else:
+            tiles = cp.ascontiguousarray(tiles, dtype=cp.float32)
+
+            def rights(sel=None):
+                return (tiles if sel is None else tiles[sel]).reshape(-1, h, w)
         if index is None:  # every pattern against set 0: n lefts shared by B patterns
-            return [(refs.payload[:n], tiles.reshape(B * n, h, w), Pairing.n_to_mn(n, B), None)]
+            return [(refs.payload[:n], rights(), Pairing.n_to_mn(n, B), None)]
         # Waits only for the work queued before (tile preparation), not for the correlation.
         host = cp.asnumpy(index)
         sets = np.unique(host)
         if len(sets) == 1:
             k = int(sets[0])
-            return [(refs.payload[k * n:(k + 1) * n], tiles.reshape(B * n, h, w), Pairing.n_to_mn(n, B), None)]
+            return [(refs.payload[k * n:(k + 1) * n], rights(), Pairing.n_to_mn(n, B), None)]
         per_set = B // len(sets)
         if per_set >= GROUP_MIN and overlap_fmas(self.tile_shape, self.max_lag, n * per_set) >= GROUP_FMAS:
             # Patterns grouped by set: each group shares its set's n lefts, so the kernels
@@ -92,12 +102,12 @@ class PairingEngine(CorrelationEngine):
             out = []
             for k in sets:
                 sel = cp.asarray(np.flatnonzero(host == k))
-                out.append((refs.payload[int(k) * n:(int(k) + 1) * n], tiles[sel].reshape(-1, h, w),
+                out.append((refs.payload[int(k) * n:(int(k) + 1) * n], rights(sel),
                             Pairing.n_to_mn(n, int(sel.size)), sel))
             return out
         # Few patterns per set (each its own, e.g.): B n pairs of gathered lefts, one launch.
         lefts = self._set_payload(refs, index).reshape(B * n, h, w)
-        return [(lefts, tiles.reshape(B * n, h, w), Pairing.n_to_mn(B * n, 1), None)]
+        return [(lefts, rights(), Pairing.n_to_mn(B * n, 1), None)]
 
     @abstractmethod
     def _correlate(self, lefts, rights, pairing):

@@ -33,10 +33,11 @@ import numpy as np
 
 from ..kernel_loader import get_function
 from . import tensor_wgmma
-from .base import PEAK_PRECISIONS, PRECISIONS, EngineInfo
+from .base import PEAK_PRECISIONS, PRECISIONS, EngineInfo, PeakResult
 from .definition import check_operands
 from .pairing import PairingEngine
 from .registry import register
+from .roi_tiles import RoiTiles, check_roi_inputs, roi_tiles, source_args
 
 __all__ = ["TensorEngine", "tensor_maps", "exact_peaks", "launch_shape", "DEFAULT_PRECISION", "MAX_MOVES"]
 
@@ -134,31 +135,35 @@ def _pack(mats, precision, *, left, row_words, first_column=0, pad_rows=0):
     """Packed operand of ``kernels/tensorcorr.cu``'s ``tc_pack_left`` / ``tc_pack_right`` and the
     fp16 scale per matrix (None for the other precisions): left, (T, h, row_words) words, word j
     holding columns j + first_column (and the next, fp16/bf16); right, (T, h + 2 pad_rows,
-    row_words) words of consecutive columns, zero rows above and below."""
+    row_words) words of consecutive columns, zero rows above and below. Right matrices are
+    float32 tiles or a :class:`~ebsdxc.engines.roi_tiles.RoiTiles` (prepared as they are read)."""
     import cupy as cp
 
-    T, h, w = mats.shape
+    c_type, raw, src = source_args(mats)
+    T = mats.n_matrices if raw else mats.shape[0]
+    h, w = mats.tile_shape if raw else mats.shape[1:]
     rows = h if left else h + 2 * pad_rows
     dst = cp.empty((T, rows, row_words), dtype=cp.uint32)
     scale = cp.empty(T, dtype=cp.float32) if precision == "fp16" else None
     if not T:
         return dst, scale
     if scale is not None:
-        get_function("tensorcorr.cu", "tc_scale")((T,), (256,), (mats, scale, np.int32(h * w)))
+        get_function("tensorcorr.cu", f"tc_scale<{c_type}, {raw}>")((T,), (256,), (*src, np.int32(h), np.int32(w),
+                                                                                   scale))
     null = np.uint64(0)
     if left:
         fn = get_function("tensorcorr.cu", f"tc_pack_left<{_PREC[precision]}>")
         fn((T,), (256,), (mats, dst, null if scale is None else scale, np.int32(h), np.int32(w),
                           np.int32(row_words), np.int32(first_column)))
         return dst, scale
-    vec = int(w % 4 == 0 and row_words % 4 == 0)
-    fn = get_function("tensorcorr.cu", f"tc_pack_right<{_PREC[precision]}, {vec}>")
+    vec = int(row_words % 4 == 0 and (raw or w % 4 == 0))  # rows on 16 bytes: vector stores (and loads)
+    fn = get_function("tensorcorr.cu", f"tc_pack_right<{_PREC[precision]}, {vec}, {c_type}, {raw}>")
     per_matrix = rows * -(-row_words // 4)  # threads
     step = max(1, _PACK_THREADS // per_matrix)  # matrices a launch
     for t0 in range(0, T, step):
         t1 = min(T, t0 + step)
         items = (t1 - t0) * per_matrix
-        fn((-(-items // 256),), (256,), (mats[t0:t1], dst[t0:t1], null if scale is None else scale[t0:t1],
+        fn((-(-items // 256),), (256,), (*src, np.int64(t0), dst[t0:t1], null if scale is None else scale[t0:t1],
                                          np.int32(items), np.int32(h), np.int32(w), np.int32(pad_rows),
                                          np.int32(row_words)))
     return dst, scale
@@ -193,7 +198,8 @@ def tensor_maps(lefts, rights, pairing, max_lag, precision=DEFAULT_PRECISION, *,
     Parameters
     ----------
     lefts : (na, h, w) float32 CuPy array
-    rights : (n_rights, h, w) float32 CuPy array, indexed as ``pairing`` says
+    rights : (n_rights, h, w) float32 CuPy array or :class:`~ebsdxc.engines.roi_tiles.RoiTiles`
+        Indexed as ``pairing`` says.
     pairing : :class:`~ebsdxc.engines.definition.Pairing`
     max_lag : (ry, rx)
         Largest |dy|, |dx|.
@@ -250,16 +256,18 @@ def exact_peaks(maps, lefts, rights, pairing, max_lag, method, window_lags=None,
     """Integer peaks of ``maps`` (from :func:`tensor_maps`), re-evaluated exactly and fitted.
 
     ``window_lags`` = (wy (2 ry + 3,), wx (2 rx + 3,)) float64 window autocorrelation by lag
-    mod its length (one lag past the window), or None (no compensation). Returns (y, x,
-    value, on_border) per map (float64, float64, float32, bool), value the exact correlation
-    at the integer peak.
+    mod its length (one lag past the window), or None (no compensation). ``rights`` as
+    :func:`tensor_maps` takes them. Returns (y, x, value, on_border) per map (float64,
+    float64, float32, bool), value the exact correlation at the integer peak.
     """
     import cupy as cp
 
     if peak_precision not in PEAK_PRECISIONS:
         raise ValueError(f"peak_precision must be one of {', '.join(PEAK_PRECISIONS)}, got {peak_precision!r}")
     lefts = cp.ascontiguousarray(lefts, dtype=cp.float32)
-    rights = cp.ascontiguousarray(rights, dtype=cp.float32)
+    if not isinstance(rights, RoiTiles):
+        rights = cp.ascontiguousarray(rights, dtype=cp.float32)
+    c_type, raw, src = source_args(rights)
     maps = cp.ascontiguousarray(maps, dtype=cp.float32)
     na, h, w = lefts.shape
     ry, rx = max_lag
@@ -278,8 +286,8 @@ def exact_peaks(maps, lefts, rights, pairing, max_lag, method, window_lags=None,
         nj, minb = _peak_columns(w, exact64), _PEAK_BLOCKS
         lag = cp.empty((T, 2), dtype=cp.int32)
         sums = cp.empty((T, 9), dtype=cp.float64)
-        fn = get_function("tensorcorr.cu", f"tc_exact<{int(exact64)}, {nj}, {minb}>")
-        fn((T,), (128,), (maps, lefts, rights, np.int32(h), np.int32(w), np.int32(ry), np.int32(rx),
+        fn = get_function("tensorcorr.cu", f"tc_exact<{int(exact64)}, {nj}, {minb}, {c_type}, {raw}>")
+        fn((T,), (128,), (maps, lefts, *src, np.int32(h), np.int32(w), np.int32(ry), np.int32(rx),
                           *pairing.as_struct(), np.int32(max_moves), lag, sums))
         fn = get_function("tensorcorr.cu", f"tc_fit<{_METHODS[method]}>")
         fn((-(-T // 128),), (128,), (lag, sums, np.int32(T), np.int32(ry), np.int32(rx), wy, wx,
@@ -289,6 +297,8 @@ def exact_peaks(maps, lefts, rights, pairing, max_lag, method, window_lags=None,
 
 class TensorEngine(PairingEngine):
     """n-to-mn window-mode correlation on tensor cores with exact peaks, CUDA only."""
+
+    reads_rois = True
 
     info = EngineInfo("tensor", devices=("gpu",), modes=("window",),
                       subpixel=("quadratic", "gaussian", "parabolic", "none"), circular=False, method="tensor",
@@ -331,6 +341,23 @@ class TensorEngine(PairingEngine):
 
     def _correlate(self, lefts, rights, pairing):
         return tensor_maps(lefts, rights, pairing, self.max_lag, self.precision)
+
+    def match_rois(self, patterns, origins, window, *, references=None, index=None) -> PeakResult:
+        """Cut, prepare and correlate the ROIs of whole patterns, without writing the tiles.
+
+        The result is :meth:`match`'s on the tiles that
+        :func:`~ebsdxc.engines.gpu_ops.prepare_tiles_padded` cuts from ``patterns``, bit for
+        bit: the packing and exact-peak kernels prepare each value as they load it
+        (:mod:`ebsdxc.engines.roi_tiles`). Parameters as
+        :meth:`ebsdxc.engines.fused.FusedFFTEngine.match_rois`.
+        """
+        origins, window = check_roi_inputs(patterns, origins, window, self.tile_shape)
+        B, n = int(patterns.shape[0]), int(origins.shape[0])
+        refs, idx = self._resolve_shape(B, n, references, index)
+        rt, energy, status = roi_tiles(patterns, origins, window, self.tile_shape)
+        y, x, value, border = self._locate(rt, refs, idx)
+        return self._assemble(y.reshape(B, n), x.reshape(B, n), value.reshape(B, n), border.reshape(B, n),
+                              energy.reshape(B, n), status.reshape(B, n), refs, idx)
 
     def _locate(self, tiles, refs, index):
         xp = self.xp

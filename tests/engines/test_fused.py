@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from roi_patterns import patterns_and_origins, reference_from, rois_both_ways
 
 from ebsdxc.engines.fused import (
     LENGTH_MAX,
@@ -1149,58 +1150,6 @@ def test_the_phase_benchmark_finds_every_phase_of_the_upsampled_kernel():
 
 # ------------------------------------------------ ROIs read from whole patterns (match_rois)
 
-def _patterns_and_origins(rng, B, n, tile, dtype, side=None):
-    """B smooth random patterns (each the first moved by up to 2 px) of ``dtype`` and n ROI
-    origins inside them (overlapping, two at the patterns' corners)."""
-    from scipy import ndimage
-
-    h, w = tile
-    H, W = (side or 2 * h + 7), (side or 2 * w + 5)
-    base = ndimage.gaussian_filter(rng.standard_normal((H + 16, W + 16)), 2.0)
-    pats = np.empty((B, H, W))
-    for b in range(B):
-        moved = ndimage.shift(base, rng.uniform(-2.0, 2.0, 2), order=3, mode="wrap")
-        pats[b] = moved[8:8 + H, 8:8 + W] + 0.05 * rng.standard_normal((H, W))
-    if np.dtype(dtype).kind in "ui":  # the type's range, at most -30000 to 60000
-        info = np.iinfo(dtype)
-        lo, hi = max(info.min, -30000), min(info.max, 60000)
-        pats = np.round((lo + hi) / 2 + 0.45 * (hi - lo) * pats / np.abs(pats).max())
-    origins = np.stack([rng.integers(0, W - w + 1, n), rng.integers(0, H - h + 1, n)], axis=1)
-    origins[0] = (0, 0)
-    origins[-1] = (W - w, H - h)
-    return pats.astype(dtype), origins.astype(np.int32)
-
-
-def _rois_both_ways(eng, pats, origins, window, index=None, references=None):
-    """(match_rois, match on prepare_tiles_padded's tiles) as host arrays."""
-    import cupy as cp
-
-    from ebsdxc.engines.gpu_ops import PaddedTileBuffer, prepare_tiles_padded
-
-    dev, org = cp.asarray(pats), cp.asarray(origins)
-    B, n = pats.shape[0], origins.shape[0]
-    frames = PaddedTileBuffer(eng.input_shape).get(B * n)
-    e, s = prepare_tiles_padded(dev, org, eng.tile_shape, window, frames)
-    idx = None if index is None else cp.asarray(index)
-    want = eng.match(frames.reshape(B, n, *frames.shape[1:]), e.reshape(B, n), s.reshape(B, n), index=idx,
-                     references=references)
-    got = eng.match_rois(dev, org, window, index=idx, references=references)
-    return ([a.get() for a in (got.displacement, got.peak_height, got.status)],
-            [a.get() for a in (want.displacement, want.peak_height, want.status)])
-
-
-def _reference_from(eng, pats, origins, window):
-    import cupy as cp
-
-    from ebsdxc.engines.gpu_ops import PaddedTileBuffer, prepare_tiles_padded
-
-    n = origins.shape[0]
-    frames = PaddedTileBuffer(eng.input_shape).get(n)
-    e, s = prepare_tiles_padded(cp.asarray(pats[:1]), cp.asarray(origins), eng.tile_shape, window, frames)
-    h, w = eng.tile_shape
-    return cp.ascontiguousarray(frames[:, :h, :w]), e, s
-
-
 @pytest.mark.gpu
 @pytest.mark.parametrize("tile,mode,shift,split,method", [
     ((33, 20), "full", None, None, "none"), ((33, 20), "full", None, None, "upsampled"),
@@ -1217,9 +1166,9 @@ def test_rois_from_patterns_are_the_prepared_tiles_bit_for_bit(rng, tile, mode, 
 
     eng, _ = _engine(tile, mode, shift, method, split=split)
     window = window_2d(tile, xp=cp)
-    pats, origins = _patterns_and_origins(rng, 3, 5, tile, np.uint16)
-    eng.set_reference(*_reference_from(eng, pats, origins, window))
-    got, want = _rois_both_ways(eng, pats, origins, window)
+    pats, origins = patterns_and_origins(rng, 3, 5, tile, np.uint16)
+    eng.set_reference(*reference_from(eng, pats, origins, window))
+    got, want = rois_both_ways(eng, pats, origins, window)
     assert (want[2] == 0).mean() > 0.5  # most peaks found: the comparison is not of NaNs
     for g, wnt in zip(got, want):
         np.testing.assert_array_equal(g, wnt)
@@ -1238,17 +1187,17 @@ def test_rois_from_patterns_of_every_dtype(rng, dtype):
     tile = (24, 20)
     eng, _ = _engine(tile, "window", 6, "dft")
     window = window_2d(tile, xp=cp)
-    pats, origins = _patterns_and_origins(rng, 4, 6, tile, dtype, side=64)
+    pats, origins = patterns_and_origins(rng, 4, 6, tile, dtype, side=64)
     if np.dtype(dtype).kind == "f":
         x0, y0 = origins[1]
         pats[1, y0 + 3, x0 + 4] = np.nan
     x0, y0 = origins[2]
     pats[2, y0:y0 + tile[0], x0:x0 + tile[1]] = pats[2, y0, x0]
-    sets = [_reference_from(eng, pats[k:k + 1], origins, window) for k in (0, 3)]
+    sets = [reference_from(eng, pats[k:k + 1], origins, window) for k in (0, 3)]
     refs = eng.prepare_references(cp.stack([s[0] for s in sets]), cp.stack([s[1] for s in sets]),
                                   cp.stack([s[2] for s in sets]))
     index = np.array([0, 1, 1, 0])
-    got, want = _rois_both_ways(eng, pats, origins, window, index=index, references=refs)
+    got, want = rois_both_ways(eng, pats, origins, window, index=index, references=refs)
     for g, wnt in zip(got, want):
         np.testing.assert_array_equal(g, wnt)
     from ebsdxc import status as st
@@ -1302,8 +1251,8 @@ def test_match_rois_refuses_bad_arguments():
     eng, _ = _engine(tile, "window", 4, "quadratic")
     window = window_2d(tile, xp=cp)
     rng = np.random.default_rng(3)
-    pats, origins = _patterns_and_origins(rng, 2, 3, tile, np.uint16, side=40)
-    eng.set_reference(*_reference_from(eng, pats, origins, window))
+    pats, origins = patterns_and_origins(rng, 2, 3, tile, np.uint16, side=40)
+    eng.set_reference(*reference_from(eng, pats, origins, window))
     dev = cp.asarray(pats)
     with pytest.raises(ValueError, match="patterns must be"):
         eng.match_rois(dev[0], origins, window)

@@ -210,7 +210,7 @@ def test_every_engine_describes_itself():
         # an engine that says it reads ROIs from whole patterns has the method the runner calls
         assert cls.reads_rois == callable(getattr(cls, "match_rois", None))
     assert [n for n, c in ENGINES.items() if c.info.baseline] == ["fft"]
-    assert [n for n, c in ENGINES.items() if c.reads_rois] == ["fused"]
+    assert [n for n, c in ENGINES.items() if c.reads_rois] == ["fused", "tensor"]
     fused, direct = ENGINES["fused"], ENGINES["direct"]
     quad = EngineConfig(subpixel="quadratic")
     assert fused.supports((128, 128), quad) and not fused.supports((200, 200), quad)

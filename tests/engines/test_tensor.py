@@ -486,3 +486,187 @@ def test_real_patterns_match_the_cpu_engine(precision, gemm, monkeypatch):
     assert np.nanmax(np.abs(d0)) > 0.1  # the points do move against point 0
     np.testing.assert_allclose(d1, d0, atol=1e-4, equal_nan=True)
     np.testing.assert_allclose(h1, h0, atol=1e-5, equal_nan=True)
+
+
+# ------------------------------------------------ ROIs read from whole patterns (match_rois)
+
+def _tensor_engine(tile, shift, method="quadratic", precision="bf16", peak_precision="fp32"):
+    from ebsdxc.backend import select_backend
+    from ebsdxc.engines import make_engine
+    from ebsdxc.preprocess import window_1d
+
+    cfg = EngineConfig(mode="window", max_shift=shift, subpixel=method, precision=precision,
+                       peak_precision=peak_precision)
+    return make_engine("tensor", select_backend("cuda"), tile, cfg, window_1d=(window_1d(tile[0]), window_1d(tile[1])))
+
+
+def _force_gemm(monkeypatch, launches):
+    # Few patterns a reference ROI, onto the GEMM all the same (which must then run).
+    from ebsdxc.engines import tensor_wgmma
+
+    _need_wgmma()
+    monkeypatch.setattr(tensor_wgmma, "MIN_RIGHTS", 1)
+    monkeypatch.setattr("ebsdxc.engines.tensor._sms", lambda: 1)
+    run = tensor_wgmma.maps
+    monkeypatch.setattr(tensor_wgmma, "maps", lambda *a, **k: launches.append(1) or run(*a, **k))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("tile,shift,precision,peak_precision,gemm", [
+    ((64, 64), 16, "bf16", "fp32", True), ((41, 44), 10, "fp16", "fp64", True),
+    ((37, 53), 5, "fp16", "fp32", False), ((24, 20), 6, "tf32", "fp64", False), ((30, 33), 4, "fp32", "fp32", False)])
+def test_rois_from_patterns_are_the_prepared_tiles_bit_for_bit(rng, monkeypatch, tile, shift, precision,
+                                                              peak_precision, gemm):
+    """The packing and exact-peak kernels prepare each value as they load it, from the tile
+    pass's own float mean: every packed word, map and exact sum is the one of the prepared tiles,
+    so match_rois equals match() on prepare_tiles_padded's tiles exactly, on the GEMM and on the
+    mma.sync kernel, for every input precision."""
+    import cupy as cp
+    from roi_patterns import patterns_and_origins, reference_from, rois_both_ways
+
+    from ebsdxc.preprocess import window_2d
+
+    launches = []
+    if gemm:
+        _force_gemm(monkeypatch, launches)
+    eng = _tensor_engine(tile, shift, precision=precision, peak_precision=peak_precision)
+    window = window_2d(tile, xp=cp)
+    pats, origins = patterns_and_origins(rng, 5, 7, tile, np.uint16)
+    eng.set_reference(*reference_from(eng, pats, origins, window))
+    got, want = rois_both_ways(eng, pats, origins, window)
+    assert bool(launches) == gemm
+    assert (want[2] == 0).mean() > 0.5  # most peaks found: the comparison is not of NaNs
+    for g, wnt in zip(got, want):
+        np.testing.assert_array_equal(g, wnt)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [np.uint8, np.uint16, np.int16, np.int32, np.float32, np.float64, np.int64])
+@pytest.mark.parametrize("grouped", [True, False])
+def test_rois_from_patterns_of_every_dtype_and_reference_set(rng, monkeypatch, dtype, grouped):
+    """Each pattern dtype has its own kernels (int64, which has none, is read as float32); tiles
+    that prepare_tiles rejects (a NaN, a constant area) come back with its status and NaN; two
+    reference sets, the patterns matched set by set (a launch each: the ROIs of selected
+    patterns) or as gathered pairs."""
+    import cupy as cp
+    from roi_patterns import patterns_and_origins, reference_from, rois_both_ways
+
+    from ebsdxc import status as st
+    from ebsdxc.preprocess import window_2d
+
+    monkeypatch.setattr("ebsdxc.engines.pairing.GROUP_FMAS", 0 if grouped else 2 ** 62)
+    tile = (24, 20)
+    eng = _tensor_engine(tile, 6)
+    window = window_2d(tile, xp=cp)
+    pats, origins = patterns_and_origins(rng, 8, 6, tile, dtype, side=64)
+    if np.dtype(dtype).kind == "f":
+        x0, y0 = origins[1]
+        pats[1, y0 + 3, x0 + 4] = np.nan
+    x0, y0 = origins[2]
+    pats[2, y0:y0 + tile[0], x0:x0 + tile[1]] = pats[2, y0, x0]
+    sets = [reference_from(eng, pats[k:k + 1], origins, window) for k in (0, 3)]
+    refs = eng.prepare_references(cp.stack([s[0] for s in sets]), cp.stack([s[1] for s in sets]),
+                                  cp.stack([s[2] for s in sets]))
+    index = np.array([0, 1, 1, 0, 1, 0, 0, 1])
+    got, want = rois_both_ways(eng, pats, origins, window, index=index, references=refs)
+    for g, wnt in zip(got, want):
+        np.testing.assert_array_equal(g, wnt)
+    if np.dtype(dtype).kind == "f":
+        assert got[2][1, 1] == st.NOT_FINITE
+    assert st.CONSTANT_TILE in got[2][2] and np.isnan(got[0][2][got[2][2] == st.CONSTANT_TILE]).all()
+    assert (got[2] == st.OK).sum() >= 30
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("precision", PRECISIONS)
+@pytest.mark.parametrize("pad_rows,row_words", [(0, 16), (3, 9)])
+def test_rois_pack_as_their_prepared_tiles(rng, monkeypatch, precision, pad_rows, row_words):
+    """Every packed word (and fp16 scale) of selected patterns' ROIs, read from the patterns,
+    is that of the tiles prepare_tiles_padded writes, over several launches."""
+    import cupy as cp
+    from roi_patterns import patterns_and_origins
+
+    from ebsdxc.engines import tensor
+    from ebsdxc.engines.gpu_ops import prepare_tiles_padded
+    from ebsdxc.engines.roi_tiles import roi_tiles
+    from ebsdxc.preprocess import window_2d
+
+    tile = (13, 30)
+    monkeypatch.setattr(tensor, "_PACK_THREADS", 5 * (tile[0] + 2 * pad_rows) * -(-row_words // 4) + 1)
+    pats, origins = patterns_and_origins(rng, 6, 4, tile, np.uint8, side=50)
+    window = window_2d(tile, xp=cp)
+    dev = cp.asarray(pats)
+    frames = cp.zeros((6 * 4, *tile), cp.float32)
+    prepare_tiles_padded(dev, cp.asarray(origins), tile, window, frames)
+    sel = np.array([4, 1, 5])
+    prepared = frames.reshape(6, 4, *tile)[cp.asarray(sel)].reshape(-1, *tile)
+    rt = roi_tiles(dev, origins, window, tile)[0].select(cp.asarray(sel))
+    assert rt.shape == (3, 4, *tile) and rt.n_matrices == 12
+    got, got_scale = tensor._pack(rt, precision, left=False, row_words=row_words, pad_rows=pad_rows)
+    want, want_scale = tensor._pack(prepared, precision, left=False, row_words=row_words, pad_rows=pad_rows)
+    np.testing.assert_array_equal(cp.asnumpy(got), cp.asnumpy(want))
+    np.testing.assert_array_equal(cp.asnumpy(got), _packed_oracle(cp.asnumpy(prepared), precision, left=False,
+                                                                  row_words=row_words, pad_rows=pad_rows))
+    if precision == "fp16":
+        np.testing.assert_array_equal(cp.asnumpy(got_scale), cp.asnumpy(want_scale))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("gemm", [False, True])
+def test_rois_from_real_patterns_match_the_cpu_float64_engine(monkeypatch, gemm):
+    """kikuchipy's real Ni patterns in their stored uint8, nine 24 px ROIs read straight from
+    the patterns by the kernels, against the float64 FFT engine on the CPU's prepared tiles."""
+    import cupy as cp
+    from real_patterns import ni_patterns
+
+    from ebsdxc.backend import select_backend
+    from ebsdxc.engines import make_engine
+    from ebsdxc.preprocess import prepare_tiles, window_1d, window_2d
+    from ebsdxc.rois import extract_tiles, grid_layout
+
+    launches = []
+    if gemm:
+        _force_gemm(monkeypatch, launches)
+    size = 24
+    pats = ni_patterns()
+    layout = grid_layout(pats.shape[1:], grid=(3, 3), size=size)
+    tp, en, status = prepare_tiles(extract_tiles(pats.astype(np.float32), layout, dtype=np.float32),
+                                   window_2d((size, size)))
+    cfg = EngineConfig(mode="window", max_shift=6, subpixel="quadratic")
+    cpu = make_engine("fft", select_backend("cpu"), (size, size), cfg, window_1d=(window_1d(size), window_1d(size)))
+    cpu.set_reference(tp[0], en[0], status[0])
+    want = cpu.match(tp, en, status)
+    eng = _tensor_engine((size, size), 6)
+    eng.set_reference(cp.asarray(tp[0]), cp.asarray(en[0]), cp.asarray(status[0]))
+    got = eng.match_rois(cp.asarray(pats), np.asarray(layout.origins, dtype=np.int32),
+                         window_2d((size, size), xp=cp))
+    assert bool(launches) == gemm
+    np.testing.assert_array_equal(got.status.get(), want.status)
+    assert (want.status == 0).mean() > 0.7 and np.nanmax(np.abs(want.displacement)) > 0.1
+    np.testing.assert_allclose(got.displacement.get(), want.displacement, atol=1e-4, equal_nan=True)
+    np.testing.assert_allclose(got.peak_height.get(), want.peak_height, atol=1e-5, equal_nan=True)
+
+
+@pytest.mark.gpu
+def test_tensor_match_rois_refuses_bad_arguments(rng):
+    import cupy as cp
+    from roi_patterns import patterns_and_origins, reference_from
+
+    from ebsdxc.preprocess import window_2d
+
+    tile = (16, 16)
+    eng = _tensor_engine(tile, 4)
+    window = window_2d(tile, xp=cp)
+    pats, origins = patterns_and_origins(rng, 2, 3, tile, np.uint16, side=40)
+    eng.set_reference(*reference_from(eng, pats, origins, window))
+    dev = cp.asarray(pats)
+    with pytest.raises(ValueError, match="patterns must be"):
+        eng.match_rois(dev[0], origins, window)
+    bad = origins.copy()
+    bad[1] = (40 - 15, 0)
+    with pytest.raises(ValueError, match="inside the 40x40"):
+        eng.match_rois(dev, bad, window)
+    with pytest.raises(ValueError, match="window must be"):
+        eng.match_rois(dev, origins, window[:8])
+    with pytest.raises(ValueError, match="give 3 ROIs"):
+        eng.match_rois(dev, origins[:2], window)

@@ -89,19 +89,21 @@ def test_gpu_stream_interrupted_and_resumed_equals_uninterrupted(tmp_path, sampl
         np.testing.assert_array_equal(a[k], b[k])
 
 
-def test_process_with_direct_engine(tmp_path, sample_dir):
+def test_process_with_definition_and_tensor_engines(tmp_path, sample_dir):
     from ebsdxc.cli import main
     from ebsdxc.io.results import read_results
 
     out = {}
-    for engine in ("direct", "fft"):
+    for engine in ("direct", "tensor", "fft"):  # the tensor engine reads the ROIs from the patterns
         o = tmp_path / f"{engine}.h5"
         assert main(["process", os.path.join(sample_dir, "scan.h5"), "--ref", os.path.join(sample_dir, "ref.tif"),
                      "-o", str(o), "-q", "--device", "cuda", "--engine", engine, "--max-shift", "6",
                      "--subpixel", "quadratic"]) == 0
         out[engine] = read_results(o)
-    assert out["direct"]["attrs"]["engine"] == "direct"
-    np.testing.assert_allclose(out["direct"]["displacement"], out["fft"]["displacement"], atol=1e-3)
+    for engine in ("direct", "tensor"):
+        assert out[engine]["attrs"]["engine"] == engine
+        np.testing.assert_array_equal(out[engine]["status"], out["fft"]["status"])
+        np.testing.assert_allclose(out[engine]["displacement"], out["fft"]["displacement"], atol=1e-3)
 
 
 def test_repeated_streams_reuse_the_memory_pool(cp, sample_dir):
