@@ -116,10 +116,12 @@ struct RightSource {
     const float* win;
     int n;
     const int* sel;
+    // (tiles of a batch fit an int, as the tile pass's grid: 32-bit divisions, not 64-bit ones)
     __device__ __forceinline__ RightMatrix<IN, RAW> matrix(long long r, int w) const {
         if (!RAW) return RightMatrix<IN, RAW>{p + r * frame, row, w, nullptr, 0.0f, false};
-        const long long t = sel == nullptr ? r : (long long)sel[r / n] * n + r % n;
-        return RightMatrix<IN, RAW>{p + (t / n) * frame + offsets[t % n], row, w, win, mean[t], status[t] != 0};
+        const int ri = (int)r, t = sel == nullptr ? ri : sel[ri / n] * n + ri % n;
+        return RightMatrix<IN, RAW>{p + (long long)(t / n) * frame + offsets[t % n], row, w, win, mean[t],
+                                    status[t] != 0};
     }
 };
 
@@ -411,8 +413,8 @@ __global__ void __launch_bounds__(256) tc_maps(const unsigned* __restrict__ Lp, 
 
 // Exact correlation at the 3x3 lags around (ly, lx) into sv[9] (row-major), every thread
 // taking part: each warp walks a band of L rows, each lane some columns, keeping the three R
-// rows a pixel meets in registers (one new R row of three values per L row: a third of the
-// loads); per-thread sums in ACC, the block's sums in double.
+// rows a pixel meets in registers (one new R row of three values per L row); per-thread sums in
+// ACC, the block's sums in double.
 template <typename ACC, int NJ, typename IN, int RAW>
 __device__ void exact_3x3(const float* __restrict__ Lm, const RightMatrix<IN, RAW>& Rm, int h, int w, int ly,
                           int lx, double* sv, double* red) {
@@ -428,21 +430,24 @@ __device__ void exact_3x3(const float* __restrict__ Lm, const RightMatrix<IN, RA
     const int band = (y_hi - y_lo + nwarps - 1) / nwarps;
     const int yb = y_lo + warp * band, ye = min(y_hi, yb + band);
     for (int x0 = 0; x0 < w && yb < ye; x0 += 32 * NJ) {
-        bool cin[NJ][3];  // column x + lx + v - 1 of R inside the matrix (and x inside L)
-#pragma unroll
-        for (int j = 0; j < NJ; ++j) {
-            const int x = x0 + lane + 32 * j;
-#pragma unroll
-            for (int v = 0; v < 3; ++v) cin[j][v] = x < w && x + lx + v - 1 >= 0 && x + lx + v - 1 < w;
-        }
+        // Row yy of R at columns x + lx - 1, x + lx, x + lx + 1 of each of the lane's columns x:
+        // each lane loads column x + lx (zero outside R) and takes its neighbours' from the lanes
+        // beside it; lanes 0 and 31 load their outer neighbour themselves. A full warp's load a
+        // value instead of three (prepared from the patterns, each load is also a conversion and
+        // a window value). Lanes with x past w still load: their values are neighbours of
+        // x = w - 1, and their own L is zero.
         auto r_row = [&](int yy, ACC (&dst)[NJ][3]) {
             const bool row = yy >= 0 && yy < h;
 #pragma unroll
-            for (int j = 0; j < NJ; ++j)
-#pragma unroll
-                for (int v = 0; v < 3; ++v) {
-                    dst[j][v] = (row && cin[j][v]) ? (ACC)Rm.at(yy, x0 + lane + 32 * j + lx + v - 1) : (ACC)0;
-                }
+            for (int j = 0; j < NJ; ++j) {
+                const int xc = x0 + lane + 32 * j + lx, xh = lane == 0 ? xc - 1 : xc + 1;
+                const float c = (row && xc >= 0 && xc < w) ? Rm.at(yy, xc) : 0.0f;
+                const float edge = ((lane == 0 || lane == 31) && row && xh >= 0 && xh < w) ? Rm.at(yy, xh) : 0.0f;
+                const float left = __shfl_up_sync(0xffffffffu, c, 1), right = __shfl_down_sync(0xffffffffu, c, 1);
+                dst[j][0] = (ACC)(lane == 0 ? edge : left);
+                dst[j][1] = (ACC)c;
+                dst[j][2] = (ACC)(lane == 31 ? edge : right);
+            }
         };
         ACC r0[NJ][3], r1[NJ][3], r2[NJ][3];
         r_row(yb + ly - 1, r0);

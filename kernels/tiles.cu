@@ -5,8 +5,26 @@
 // the statistics are made, and each tile's mean: the fused engine then reads the patterns
 // and prepares each value as it loads it (fftcorr.cu, FC_RAW), from the same float mean.
 // prepare_tiles_staged does the same from a copy of the tile in shared memory
-// (ebsdxc.engines.gpu_ops picks one kernel per size and dtype for both uses).
+// (ebsdxc.engines.gpu_ops picks one kernel per size and dtype for both uses). Either also
+// writes each prepared value in bf16 where `packed` is given: the tensor engine's right
+// operand (tensorcorr.cu's packed layout), so that it need not read float32 tiles back.
 #include "common.cuh"
+
+// Where the bf16 copy of tile t goes: (h + 2 pad) rows of `row` 16-bit values each, value
+// (y, x) at row y + pad; the rest (columns past w, rows of padding) the caller keeps zero.
+struct Packed {
+    unsigned short* p;
+    int row, pad;
+    __device__ __forceinline__ unsigned short* tile(long long t, int h) const {
+        return p == nullptr ? nullptr : p + (t * (h + 2 * pad) + pad) * row;
+    }
+};
+
+// bf16 of a finite float, rounded to nearest even (cvt.rn.bf16 without needing sm_80).
+__device__ __forceinline__ unsigned short bf16_bits(float v) {
+    const unsigned u = __float_as_uint(v);
+    return (unsigned short)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+}
 
 // Status codes, as ebsdxc/status.py.
 #define ST_OK 0
@@ -35,13 +53,15 @@ __device__ __forceinline__ const T* tile_start(const T* __restrict__ patterns, i
 // tile's energy, status and mean.
 __device__ __forceinline__ void finish_tile(float* __restrict__ o, int w, int Nx, int npx, double e, float mean,
                                             float bad, long long t, float* __restrict__ energy,
-                                            unsigned char* __restrict__ status, float* __restrict__ mean_out) {
+                                            unsigned char* __restrict__ status, float* __restrict__ mean_out,
+                                            unsigned short* __restrict__ pk = nullptr, int pk_row = 0) {
     const bool constant = e <= 1e-10 * (double)npx * (double)mean * mean + 1e-30;
     const unsigned char code = bad > 0.0f ? ST_NOT_FINITE : (constant ? ST_CONSTANT : ST_OK);
-    if (code != ST_OK && o != nullptr) {
+    if (code != ST_OK && (o != nullptr || pk != nullptr)) {
         for (int i = threadIdx.x; i < npx; i += blockDim.x) {
             const int yy = i / w, xx = i - yy * w;
-            o[yy * Nx + xx] = 0.0f;
+            if (o != nullptr) o[yy * Nx + xx] = 0.0f;
+            if (pk != nullptr) pk[yy * pk_row + xx] = 0;
         }
     }
     if (threadIdx.x == 0) {
@@ -59,12 +79,15 @@ __global__ void prepare_tiles(const T* __restrict__ patterns, int H, int W,
                               float* __restrict__ out, int Ny, int Nx,  // (B * n_roi, Ny, Nx)
                               float* __restrict__ energy,  // (B * n_roi,)
                               unsigned char* __restrict__ status,
-                              float* __restrict__ mean_out) {  // (B * n_roi,) or nullptr
+                              float* __restrict__ mean_out,  // (B * n_roi,) or nullptr
+                              unsigned short* __restrict__ packed_out, int packed_row, int packed_pad) {
+    const Packed packed{packed_out, packed_row, packed_pad};
     __shared__ double sred[32];
     __shared__ float fred[32];
     const long long t = blockIdx.x;
     const T* p = tile_start(patterns, H, W, origins, n_roi, t);
     float* o = out != nullptr ? out + t * (long long)Ny * Nx : nullptr;
+    unsigned short* pk = packed.tile(t, h);
     const int npx = h * w;
 
     // A warp per tile row, its lanes' values four at a time (lane_values): a flat loop over
@@ -101,13 +124,14 @@ __global__ void prepare_tiles(const T* __restrict__ patterns, int H, int W,
                 if (xx < w) {
                     const float q = bad > 0.0f ? 0.0f : (v[u] - mean) * wr[xx];
                     if (out != nullptr) o[yy * Nx + xx] = q;
+                    if (pk != nullptr) pk[yy * packed.row + xx] = bf16_bits(q);
                     e += (double)q * q;
                 }
             }
         }
     }
     e = block_sum(e, sred);
-    finish_tile(o, w, Nx, npx, e, mean, bad, t, energy, status, mean_out);
+    finish_tile(o, w, Nx, npx, e, mean, bad, t, energy, status, mean_out, pk, packed.row);
 }
 
 // A lane's K values x0, x0 + 32, ... of tile row r in their stored type (0 past w), all
@@ -132,13 +156,16 @@ __global__ void prepare_tiles_staged(const T* __restrict__ patterns, int H, int 
                                      const int* __restrict__ origins, int n_roi, int h, int w,
                                      const float* __restrict__ window, float* __restrict__ out, int Ny, int Nx,
                                      float* __restrict__ energy, unsigned char* __restrict__ status,
-                                     float* __restrict__ mean_out) {
+                                     float* __restrict__ mean_out, unsigned short* __restrict__ packed_out,
+                                     int packed_row, int packed_pad) {
+    const Packed packed{packed_out, packed_row, packed_pad};
     extern __shared__ __align__(16) unsigned char staged_bytes[];
     T* tile = reinterpret_cast<T*>(staged_bytes);
     __shared__ double sred[32];
     const long long t = blockIdx.x;
     const T* p = tile_start(patterns, H, W, origins, n_roi, t);
     float* o = out != nullptr ? out + t * (long long)Ny * Nx : nullptr;
+    unsigned short* pk = packed.tile(t, h);
     const int npx = h * w;
     static_assert(T(0.5) == T(0), "integer values");
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
@@ -167,9 +194,10 @@ __global__ void prepare_tiles_staged(const T* __restrict__ patterns, int H, int 
         for (int xx = lane; xx < w; xx += 32) {
             const float q = (exact_float(tr[xx]) - mean) * wr[xx];
             if (out != nullptr) o[yy * Nx + xx] = q;
+            if (pk != nullptr) pk[yy * packed.row + xx] = bf16_bits(q);
             e += (double)q * q;
         }
     }
     e = block_sum(e, sred);
-    finish_tile(o, w, Nx, npx, e, mean, bad, t, energy, status, mean_out);
+    finish_tile(o, w, Nx, npx, e, mean, bad, t, energy, status, mean_out, pk, packed.row);
 }

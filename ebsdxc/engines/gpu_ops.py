@@ -53,7 +53,7 @@ def prepare_tiles_padded(patterns, origins, tile_shape, window, out):
     return energy, status
 
 
-def tile_statistics(patterns, origins, tile_shape, window):
+def tile_statistics(patterns, origins, tile_shape, window, *, packed=None):
     """What :func:`prepare_tiles_padded` finds about each ROI, without writing the tiles.
 
     Returns (patterns, mean, energy, status), each of the last three (B*n,): ``patterns`` as
@@ -62,8 +62,12 @@ def tile_statistics(patterns, origins, tile_shape, window):
     gives them. The fused engine prepares each value from these as it loads it
     (:meth:`~ebsdxc.engines.fused.FusedFFTEngine.match_rois`), so a tile it correlates is
     bit for bit the tile :func:`prepare_tiles_padded` writes.
+
+    ``packed`` = (array, pad): a (B*n, h + 2 pad, row) uint16 device array that also receives
+    each prepared value in bf16 (rounded to nearest even; zeros for a rejected tile) at
+    [t, pad + y, x], the tensor engine's right operand; the rest of it is left as it is.
     """
-    return _tile_pass(patterns, origins, tile_shape, window, None)
+    return _tile_pass(patterns, origins, tile_shape, window, None, packed)
 
 
 def tile_dtype(dtype) -> str | None:
@@ -71,7 +75,7 @@ def tile_dtype(dtype) -> str | None:
     return _TILE_TYPES.get(np.dtype(dtype))
 
 
-def _tile_pass(patterns, origins, tile_shape, window, out):
+def _tile_pass(patterns, origins, tile_shape, window, out, packed=None):
     import cupy as cp
 
     dt = np.dtype(patterns.dtype)
@@ -89,13 +93,22 @@ def _tile_pass(patterns, origins, tile_shape, window, out):
     mean = None if out is not None else cp.empty(T, dtype=cp.float32)
     if T == 0:
         return patterns, mean, energy, status
+    pk, pk_row, pk_pad = NULL_POINTER, 0, 0
+    if packed is not None:
+        pk, pk_pad = packed
+        if pk.dtype != cp.uint16 or pk.ndim != 3 or pk.shape[0] < T or pk.shape[1] != h + 2 * pk_pad or \
+                pk.shape[2] < w or not pk.flags.c_contiguous:
+            raise ValueError(f"packed must be a contiguous uint16 array of ({T} or more, {h + 2 * pk_pad}, {w} or "
+                             f"more), got {pk.dtype} of shape {tuple(pk.shape)}")
+        pk_row = pk.shape[2]
     name, threads, smem = _tile_kernel(dt, h, w, smem_limit=_smem_optin(cp.cuda.Device().id))
     fn = get_function("tiles.cu", name, name_expressions=_TILE_NAMES)
     if smem > 48 * 1024:
         fn.max_dynamic_shared_size_bytes = smem
     fn((T,), (threads,), (patterns, np.int32(H), np.int32(W), origins, np.int32(n), np.int32(h),
                           np.int32(w), window, NULL_POINTER if out is None else out, np.int32(Ny), np.int32(Nx), energy,
-                          status, NULL_POINTER if mean is None else mean), shared_mem=smem)
+                          status, NULL_POINTER if mean is None else mean, pk, np.int32(pk_row), np.int32(pk_pad)),
+       shared_mem=smem)
     return patterns, mean, energy, status
 
 

@@ -21,7 +21,7 @@ import numpy as np
 
 from ..kernel_loader import NULL_POINTER
 
-__all__ = ["RoiTiles", "check_roi_inputs", "roi_tiles", "source_args"]
+__all__ = ["RoiTiles", "PackedBuffer", "check_roi_inputs", "roi_tiles", "source_args"]
 
 
 def check_roi_inputs(patterns, origins, window, tile_shape):
@@ -55,7 +55,8 @@ class RoiTiles:
 
     ``patterns`` (B, H, W) C-contiguous in a dtype of the tile kernels; ``offsets`` (n,) int32
     y0 W + x0; ``mean``, ``status`` (B n,) of the whole batch; ``window`` (h, w) float32;
-    ``sel`` a device int32 array of pattern indices.
+    ``sel`` a device int32 array of pattern indices; ``packed`` the right operand of the tensor
+    engine that the tile pass wrote for all B n tiles, (words, (precision, row words, pad rows)).
     """
 
     patterns: object
@@ -65,6 +66,7 @@ class RoiTiles:
     window: object
     tile_shape: tuple
     sel: object = None
+    packed: tuple = None
 
     @property
     def shape(self):
@@ -85,6 +87,13 @@ class RoiTiles:
         sel = cp.ascontiguousarray(sel, dtype=cp.int32)
         return replace(self, sel=sel if self.sel is None else cp.ascontiguousarray(self.sel[sel]))
 
+    def packed_words(self, precision, row_words, pad_rows):
+        """The (B n, h + 2 pad_rows, row_words) packed words the tile pass wrote in that layout
+        for these tiles, or None (another layout or precision, or a selection of patterns)."""
+        if self.packed is None or self.sel is not None or self.packed[1] != (precision, row_words, pad_rows):
+            return None
+        return self.packed[0][:self.n_matrices]
+
     def args(self):
         """``RIGHT_ARGS`` of ``kernels/tensorcorr.cu`` with RAW = 1."""
         H, W = self.patterns.shape[1:]
@@ -104,14 +113,45 @@ def source_args(mats):
     return "float", 0, (mats, np.int64(h * w), np.int32(w), null, null, null, null, np.int32(1), null)
 
 
-def roi_tiles(patterns, origins, window, tile_shape):
+class PackedBuffer:
+    """Words for the tensor engine's packed right operand, kept between batches: the tile pass
+    writes each tile's h x w values and nothing else, so the padding (columns past w, rows
+    above and below) is zeroed once, when a layout is first asked for."""
+
+    def __init__(self):
+        self._buf = None
+
+    def get(self, n_tiles, h, row_words, pad_rows):
+        """(n_tiles, h + 2 pad_rows, row_words) uint32, zero outside what the tile pass writes."""
+        import cupy as cp
+
+        shape = (h + 2 * pad_rows, row_words)
+        if self._buf is None or self._buf.shape[1:] != shape or self._buf.shape[0] < n_tiles:
+            self._buf = None  # its memory back first
+            self._buf = cp.zeros((n_tiles, *shape), dtype=cp.uint32)
+        return self._buf[:n_tiles]
+
+
+def roi_tiles(patterns, origins, window, tile_shape, *, packed=None):
     """(:class:`RoiTiles`, energy (B n,), status (B n,)) of the ROIs at ``origins`` (n, 2)
     [x0, y0] of (B, H, W) device ``patterns``, centred and multiplied by ``window``, as
-    :func:`~ebsdxc.engines.gpu_ops.prepare_tiles_padded` would prepare them."""
+    :func:`~ebsdxc.engines.gpu_ops.prepare_tiles_padded` would prepare them.
+
+    ``packed`` = (words, row_words, pad_rows, "bf16"): the tile pass also writes the tensor
+    engine's right operand for all B n tiles in that layout into ``words`` ((B n, h + 2
+    pad_rows, row_words) uint32 from a :class:`PackedBuffer`), which the RoiTiles then carries.
+    """
     from .gpu_ops import tile_statistics
 
     origins, window = check_roi_inputs(patterns, origins, window, tile_shape)
-    patterns, mean, energy, status = tile_statistics(patterns, origins, tuple(tile_shape), window)
+    pk = None
+    if packed is not None:
+        words, row_words, pad_rows, precision = packed
+        if precision != "bf16":
+            raise ValueError(f"the tile pass writes bf16 operands only, got precision {precision!r}")
+        pk = (words.view(np.uint16), pad_rows)
+    patterns, mean, energy, status = tile_statistics(patterns, origins, tuple(tile_shape), window, packed=pk)
     W = patterns.shape[2]
     offsets = origins[:, 1] * np.int32(W) + origins[:, 0]
-    return RoiTiles(patterns, offsets, mean, status, window, tuple(tile_shape)), energy, status
+    layout = None if packed is None else (words, (precision, row_words, pad_rows))
+    return RoiTiles(patterns, offsets, mean, status, window, tuple(tile_shape), packed=layout), energy, status

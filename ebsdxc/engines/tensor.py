@@ -34,12 +34,13 @@ import numpy as np
 from ..kernel_loader import get_function
 from . import tensor_wgmma
 from .base import PEAK_PRECISIONS, PRECISIONS, EngineInfo, PeakResult
-from .definition import check_operands
+from .definition import Pairing, check_operands
 from .pairing import PairingEngine
 from .registry import register
-from .roi_tiles import RoiTiles, check_roi_inputs, roi_tiles, source_args
+from .roi_tiles import PackedBuffer, RoiTiles, check_roi_inputs, roi_tiles, source_args
 
-__all__ = ["TensorEngine", "tensor_maps", "exact_peaks", "launch_shape", "DEFAULT_PRECISION", "MAX_MOVES"]
+__all__ = ["TensorEngine", "tensor_maps", "exact_peaks", "launch_shape", "right_layout", "DEFAULT_PRECISION",
+           "MAX_MOVES"]
 
 #: What ``precision = "auto"`` means here: the fastest input precision (fp16 needs a scaling pass,
 #: 10-15% slower: BENCHMARKS.md), and with the exact neighbourhood every precision gave the fp32
@@ -142,6 +143,10 @@ def _pack(mats, precision, *, left, row_words, first_column=0, pad_rows=0):
     c_type, raw, src = source_args(mats)
     T = mats.n_matrices if raw else mats.shape[0]
     h, w = mats.tile_shape if raw else mats.shape[1:]
+    if raw and not left:
+        words = mats.packed_words(precision, row_words, pad_rows)
+        if words is not None:  # the tile pass wrote it
+            return words, None
     rows = h if left else h + 2 * pad_rows
     dst = cp.empty((T, rows, row_words), dtype=cp.uint32)
     scale = cp.empty(T, dtype=cp.float32) if precision == "fp16" else None
@@ -191,6 +196,30 @@ def _smem_limit():
     return _device_limits(cp.cuda.Device().id)[1]
 
 
+def _launch(h, w, max_lag, pairing, precision, *, shape=None, gemm=None):
+    """How :func:`tensor_maps` runs a case: (GEMM plan, None) or (None, mma.sync launch shape),
+    and the packed right operand's (row words, zero rows above and below)."""
+    ry, rx = max_lag
+    if gemm is not False and shape is None and tensor_wgmma.available():
+        forced = gemm is not None
+        plan = tensor_wgmma.plan(h, w, (ry, rx), pairing.nb, precision, _smem_limit(), na=pairing.na,
+                                 sms=1 if forced else _sms(), shape=gemm if isinstance(gemm, tuple) else None,
+                                 least=1 if forced else tensor_wgmma.MIN_RIGHTS)
+        if plan is not None:
+            return plan, None, (plan["wk"] // 2, 0)
+    if gemm:
+        raise ValueError("gemm needs a compute capability 9.0 GPU, bf16 or fp16 inputs and tiles whose "
+                         "rows fit its shared memory")
+    ls = launch_shape(h, w, (ry, rx), pairing.nb, precision, _smem_limit()) if shape is None else shape
+    return None, ls, (ls["wp"] // (2 if _half(precision) else 1), ry)
+
+
+def right_layout(tile_shape, max_lag, pairing, precision):
+    """(row words, pad rows) of the packed right operand :func:`tensor_maps` makes for ``pairing``
+    of ``tile_shape`` tiles: what the tile pass writes for it (:func:`~ebsdxc.engines.roi_tiles.roi_tiles`)."""
+    return _launch(*tile_shape, tuple(max_lag), pairing, precision)[2]
+
+
 def tensor_maps(lefts, rights, pairing, max_lag, precision=DEFAULT_PRECISION, *, out=None, shape=None,
                 gemm=None):
     """Window-mode correlation maps on tensor cores.
@@ -225,22 +254,12 @@ def tensor_maps(lefts, rights, pairing, max_lag, precision=DEFAULT_PRECISION, *,
     h, w = lefts.shape[1:]
     if pairing.n_pairs == 0:
         return out
-    if gemm is not False and shape is None and tensor_wgmma.available():
-        forced = gemm is not None
-        launch = tensor_wgmma.plan(h, w, (ry, rx), pairing.nb, precision, _smem_limit(), na=pairing.na,
-                                   sms=1 if forced else _sms(), shape=gemm if isinstance(gemm, tuple) else None,
-                                   least=1 if forced else tensor_wgmma.MIN_RIGHTS)
-        if launch is not None:
-            lp, sl = _pack(lefts, precision, left=True, row_words=launch["lw"], first_column=-rx)
-            rp, sr = _pack(rights, precision, left=False, row_words=launch["wk"] // 2)
-            return tensor_wgmma.maps(lp, sl, rp, sr, pairing, (h, w), (ry, rx), precision, out, launch)
-    if gemm:
-        raise ValueError("gemm needs a compute capability 9.0 GPU, bf16 or fp16 inputs and tiles whose "
-                         "rows fit its shared memory")
-    ls = launch_shape(h, w, (ry, rx), pairing.nb, precision, _smem_limit()) if shape is None else shape
+    plan, ls, (row_words, pad_rows) = _launch(h, w, (ry, rx), pairing, precision, shape=shape, gemm=gemm)
+    rp, sr = _pack(rights, precision, left=False, row_words=row_words, pad_rows=pad_rows)
+    if plan is not None:
+        lp, sl = _pack(lefts, precision, left=True, row_words=plan["lw"], first_column=-rx)
+        return tensor_wgmma.maps(lp, sl, rp, sr, pairing, (h, w), (ry, rx), precision, out, plan)
     lp, sl = _pack(lefts, precision, left=True, row_words=ls["lwt"], first_column=ls["cmin"])
-    rp, sr = _pack(rights, precision, left=False, row_words=ls["wp"] // (2 if _half(precision) else 1),
-                   pad_rows=ry)
     fn = get_function("tensorcorr.cu", f"tc_maps<{_PREC[precision]}, {ls['mtw']}, {ls['nt']}>")
     fn.max_dynamic_shared_size_bytes = ls["smem"]
     null = np.uint64(0)
@@ -308,6 +327,7 @@ class TensorEngine(PairingEngine):
     def __init__(self, backend, tile_shape, config, *, window_1d=None):
         super().__init__(backend, tile_shape, config)
         self.precision = _precision(config)
+        self._packed = PackedBuffer()
         if config.compensate and window_1d is not None:
             # One lag past the window each way: the 3x3 around a peak on the window's edge.
             self._lags = tuple(self._linear_lags(f, n + 2, r + 1) for f, n, r in
@@ -354,7 +374,13 @@ class TensorEngine(PairingEngine):
         origins, window = check_roi_inputs(patterns, origins, window, self.tile_shape)
         B, n = int(patterns.shape[0]), int(origins.shape[0])
         refs, idx = self._resolve_shape(B, n, references, index)
-        rt, energy, status = roi_tiles(patterns, origins, window, self.tile_shape)
+        packed = None
+        if self.precision == "bf16" and idx is None and B:
+            # One launch of all the tiles in order (_launches): the tile pass writes its right
+            # operand, which is then never read back as float32 tiles.
+            layout = right_layout(self.tile_shape, self.max_lag, Pairing.n_to_mn(n, B), "bf16")
+            packed = (self._packed.get(B * n, self.tile_shape[0], *layout), *layout, "bf16")
+        rt, energy, status = roi_tiles(patterns, origins, window, self.tile_shape, packed=packed)
         y, x, value, border = self._locate(rt, refs, idx)
         return self._assemble(y.reshape(B, n), x.reshape(B, n), value.reshape(B, n), border.reshape(B, n),
                               energy.reshape(B, n), status.reshape(B, n), refs, idx)

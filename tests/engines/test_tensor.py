@@ -511,16 +511,29 @@ def _force_gemm(monkeypatch, launches):
     monkeypatch.setattr(tensor_wgmma, "maps", lambda *a, **k: launches.append(1) or run(*a, **k))
 
 
+def _count_tile_pass_operands(monkeypatch):
+    # How often the right operand came from the tile pass (bf16, one launch of all tiles).
+    from ebsdxc.engines.roi_tiles import RoiTiles
+
+    used = []
+    words = RoiTiles.packed_words
+    monkeypatch.setattr(RoiTiles, "packed_words",
+                        lambda self, *a: (lambda got: used.append(got is not None) or got)(words(self, *a)))
+    return used
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("tile,shift,precision,peak_precision,gemm", [
     ((64, 64), 16, "bf16", "fp32", True), ((41, 44), 10, "fp16", "fp64", True),
-    ((37, 53), 5, "fp16", "fp32", False), ((24, 20), 6, "tf32", "fp64", False), ((30, 33), 4, "fp32", "fp32", False)])
+    ((37, 53), 5, "bf16", "fp64", False), ((37, 53), 5, "fp16", "fp32", False), ((24, 20), 6, "tf32", "fp64", False),
+    ((30, 33), 4, "fp32", "fp32", False)])
 def test_rois_from_patterns_are_the_prepared_tiles_bit_for_bit(rng, monkeypatch, tile, shift, precision,
                                                               peak_precision, gemm):
     """The packing and exact-peak kernels prepare each value as they load it, from the tile
-    pass's own float mean: every packed word, map and exact sum is the one of the prepared tiles,
-    so match_rois equals match() on prepare_tiles_padded's tiles exactly, on the GEMM and on the
-    mma.sync kernel, for every input precision."""
+    pass's own float mean, and with bf16 the tile pass writes the packed operand itself: every
+    packed word, map and exact sum is the one of the prepared tiles, so match_rois equals match()
+    on prepare_tiles_padded's tiles exactly, on the GEMM and on the mma.sync kernel, for every
+    input precision."""
     import cupy as cp
     from roi_patterns import patterns_and_origins, reference_from, rois_both_ways
 
@@ -529,12 +542,14 @@ def test_rois_from_patterns_are_the_prepared_tiles_bit_for_bit(rng, monkeypatch,
     launches = []
     if gemm:
         _force_gemm(monkeypatch, launches)
+    from_tile_pass = _count_tile_pass_operands(monkeypatch)
     eng = _tensor_engine(tile, shift, precision=precision, peak_precision=peak_precision)
     window = window_2d(tile, xp=cp)
     pats, origins = patterns_and_origins(rng, 5, 7, tile, np.uint16)
     eng.set_reference(*reference_from(eng, pats, origins, window))
     got, want = rois_both_ways(eng, pats, origins, window)
     assert bool(launches) == gemm
+    assert from_tile_pass == [precision == "bf16"]
     assert (want[2] == 0).mean() > 0.5  # most peaks found: the comparison is not of NaNs
     for g, wnt in zip(got, want):
         np.testing.assert_array_equal(g, wnt)
@@ -542,12 +557,13 @@ def test_rois_from_patterns_are_the_prepared_tiles_bit_for_bit(rng, monkeypatch,
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("dtype", [np.uint8, np.uint16, np.int16, np.int32, np.float32, np.float64, np.int64])
-@pytest.mark.parametrize("grouped", [True, False])
+@pytest.mark.parametrize("grouped", [None, True, False])
 def test_rois_from_patterns_of_every_dtype_and_reference_set(rng, monkeypatch, dtype, grouped):
     """Each pattern dtype has its own kernels (int64, which has none, is read as float32); tiles
-    that prepare_tiles rejects (a NaN, a constant area) come back with its status and NaN; two
-    reference sets, the patterns matched set by set (a launch each: the ROIs of selected
-    patterns) or as gathered pairs."""
+    that prepare_tiles rejects (a NaN, a constant area) come back with its status and NaN (and
+    zeros in the operand the tile pass writes); one reference set (``grouped`` None: the tile
+    pass writes the bf16 operand), or two, the patterns matched set by set (a launch each: the
+    ROIs of selected patterns) or as gathered pairs."""
     import cupy as cp
     from roi_patterns import patterns_and_origins, reference_from, rois_both_ways
 
@@ -555,6 +571,7 @@ def test_rois_from_patterns_of_every_dtype_and_reference_set(rng, monkeypatch, d
     from ebsdxc.preprocess import window_2d
 
     monkeypatch.setattr("ebsdxc.engines.pairing.GROUP_FMAS", 0 if grouped else 2 ** 62)
+    from_tile_pass = _count_tile_pass_operands(monkeypatch)
     tile = (24, 20)
     eng = _tensor_engine(tile, 6)
     window = window_2d(tile, xp=cp)
@@ -565,10 +582,14 @@ def test_rois_from_patterns_of_every_dtype_and_reference_set(rng, monkeypatch, d
     x0, y0 = origins[2]
     pats[2, y0:y0 + tile[0], x0:x0 + tile[1]] = pats[2, y0, x0]
     sets = [reference_from(eng, pats[k:k + 1], origins, window) for k in (0, 3)]
-    refs = eng.prepare_references(cp.stack([s[0] for s in sets]), cp.stack([s[1] for s in sets]),
-                                  cp.stack([s[2] for s in sets]))
-    index = np.array([0, 1, 1, 0, 1, 0, 0, 1])
+    if grouped is None:
+        refs, index = eng.prepare_references(*sets[0]), None
+    else:
+        refs = eng.prepare_references(cp.stack([s[0] for s in sets]), cp.stack([s[1] for s in sets]),
+                                      cp.stack([s[2] for s in sets]))
+        index = np.array([0, 1, 1, 0, 1, 0, 0, 1])
     got, want = rois_both_ways(eng, pats, origins, window, index=index, references=refs)
+    assert any(from_tile_pass) == (grouped is None)
     for g, wnt in zip(got, want):
         np.testing.assert_array_equal(g, wnt)
     if np.dtype(dtype).kind == "f":
@@ -579,7 +600,7 @@ def test_rois_from_patterns_of_every_dtype_and_reference_set(rng, monkeypatch, d
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("precision", PRECISIONS)
-@pytest.mark.parametrize("pad_rows,row_words", [(0, 16), (3, 9)])
+@pytest.mark.parametrize("pad_rows,row_words", [(0, 16), (3, 15)])
 def test_rois_pack_as_their_prepared_tiles(rng, monkeypatch, precision, pad_rows, row_words):
     """Every packed word (and fp16 scale) of selected patterns' ROIs, read from the patterns,
     is that of the tiles prepare_tiles_padded writes, over several launches."""
@@ -609,6 +630,25 @@ def test_rois_pack_as_their_prepared_tiles(rng, monkeypatch, precision, pad_rows
                                                                   row_words=row_words, pad_rows=pad_rows))
     if precision == "fp16":
         np.testing.assert_array_equal(cp.asnumpy(got_scale), cp.asnumpy(want_scale))
+    if precision == "bf16":  # the tile pass writing the operand, a constant tile among them
+        from ebsdxc.engines.roi_tiles import PackedBuffer
+
+        x0, y0 = origins[2]
+        pats[3, y0:y0 + tile[0], x0:x0 + tile[1]] = 7
+        dev = cp.asarray(pats)
+        prepare_tiles_padded(dev, cp.asarray(origins), tile, window, frames)
+        buf = PackedBuffer()
+        # a batch before left values in the h x w corners: the pass writes every one of them,
+        # and nothing else (the padding stays as the buffer keeps it, zero)
+        buf.get(30, tile[0], row_words, pad_rows).view(cp.uint16)[:, pad_rows:pad_rows + tile[0], :tile[1]] = 0xFFFF
+        words = buf.get(24, tile[0], row_words, pad_rows)
+        rt, _, status = roi_tiles(dev, origins, window, tile, packed=(words, row_words, pad_rows, "bf16"))
+        assert int(status[3 * 4 + 2]) != 0
+        assert rt.packed_words("bf16", row_words, pad_rows) is not None
+        assert rt.packed_words("bf16", row_words + 1, pad_rows) is None
+        assert rt.select(cp.asarray(sel)).packed_words("bf16", row_words, pad_rows) is None
+        np.testing.assert_array_equal(cp.asnumpy(words), _packed_oracle(cp.asnumpy(frames), "bf16", left=False,
+                                                                         row_words=row_words, pad_rows=pad_rows))
 
 
 @pytest.mark.gpu
