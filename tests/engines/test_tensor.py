@@ -583,7 +583,8 @@ def test_rois_from_patterns_of_every_dtype_and_reference_set(rng, monkeypatch, d
     pats[2, y0:y0 + tile[0], x0:x0 + tile[1]] = pats[2, y0, x0]
     sets = [reference_from(eng, pats[k:k + 1], origins, window) for k in (0, 3)]
     if grouped is None:
-        refs, index = eng.prepare_references(*sets[0]), None
+        eng.set_reference(*sets[0])
+        refs, index = None, None
     else:
         refs = eng.prepare_references(cp.stack([s[0] for s in sets]), cp.stack([s[1] for s in sets]),
                                       cp.stack([s[2] for s in sets]))
