@@ -415,7 +415,7 @@ __global__ void __launch_bounds__(256) tc_maps(const unsigned* __restrict__ Lp, 
 // taking part: each warp walks a band of L rows, each lane some columns, keeping the three R
 // rows a pixel meets in registers (one new R row of three values per L row); per-thread sums in
 // ACC, the block's sums in double.
-template <typename ACC, int NJ, typename IN, int RAW, int SHFL>
+template <typename ACC, int NJ, typename IN, int RAW>
 __device__ void exact_3x3(const float* __restrict__ Lm, const RightMatrix<IN, RAW>& Rm, int h, int w, int ly,
                           int lx, double* sv, double* red) {
     // Up to NJ columns a lane (x = lane + 32 j) in one walk down the rows: their loads are
@@ -431,30 +431,18 @@ __device__ void exact_3x3(const float* __restrict__ Lm, const RightMatrix<IN, RA
     const int yb = y_lo + warp * band, ye = min(y_hi, yb + band);
     for (int x0 = 0; x0 < w && yb < ye; x0 += 32 * NJ) {
         // Row yy of R at columns x + lx - 1, x + lx, x + lx + 1 of each of the lane's columns x,
-        // zero outside R (and for x past w). SHFL 0: three loads. SHFL 1: each lane loads column
-        // x + lx and takes its neighbours' from the lanes beside it, lanes 0 and 31 load their
-        // outer neighbour themselves: a full warp's load a value instead of three (prepared from
-        // the patterns, each load is also a conversion and a window value). Lanes with x past w
-        // then still load: their values are neighbours of x = w - 1, and their own L is zero.
+        // zero outside R (and for x past w). Three loads: taking the neighbours from the lanes
+        // beside it by shuffles instead was no faster from the patterns and 1.7x slower from
+        // float32 tiles (H100, 2026-11-27).
         auto r_row = [&](int yy, ACC (&dst)[NJ][3]) {
             const bool row = yy >= 0 && yy < h;
 #pragma unroll
             for (int j = 0; j < NJ; ++j) {
-                const int x = x0 + lane + 32 * j, xc = x + lx;
-                if (SHFL) {
-                    const int xh = lane == 0 ? xc - 1 : xc + 1;
-                    const float c = (row && xc >= 0 && xc < w) ? Rm.at(yy, xc) : 0.0f;
-                    const float edge = ((lane == 0 || lane == 31) && row && xh >= 0 && xh < w) ? Rm.at(yy, xh) : 0.0f;
-                    const float left = __shfl_up_sync(0xffffffffu, c, 1), right = __shfl_down_sync(0xffffffffu, c, 1);
-                    dst[j][0] = (ACC)(lane == 0 ? edge : left);
-                    dst[j][1] = (ACC)c;
-                    dst[j][2] = (ACC)(lane == 31 ? edge : right);
-                } else {
+                const int x = x0 + lane + 32 * j;
 #pragma unroll
-                    for (int v = 0; v < 3; ++v) {
-                        const int xv = xc + v - 1;
-                        dst[j][v] = (row && x < w && xv >= 0 && xv < w) ? (ACC)Rm.at(yy, xv) : (ACC)0;
-                    }
+                for (int v = 0; v < 3; ++v) {
+                    const int xv = x + lx + v - 1;
+                    dst[j][v] = (row && x < w && xv >= 0 && xv < w) ? (ACC)Rm.at(yy, xv) : (ACC)0;
                 }
             }
         };
@@ -506,9 +494,8 @@ __device__ void exact_3x3(const float* __restrict__ Lm, const RightMatrix<IN, RA
 // of find_peaks. Apart, the walk's block keeps only the registers of its sums (the fit's
 // double arithmetic on one thread set them for all: fewer blocks an SM, each waiting on memory).
 // Window autocorrelation tables wy (nwy,), wx (nwx,) by lag mod nwy / nwx reach one lag past
-// the window (nwy = 2 ry + 3). IN, RAW: where the right matrices come from (RightSource); SHFL:
-// how a lane gets a value's neighbours (exact_3x3).
-template <int EXACT64, int NJ, int MINB, typename IN, int RAW, int SHFL>
+// the window (nwy = 2 ry + 3). IN, RAW: where the right matrices come from (RightSource).
+template <int EXACT64, int NJ, int MINB, typename IN, int RAW>
 __global__ void __launch_bounds__(128, MINB) tc_exact(const float* __restrict__ maps, const float* __restrict__ L,
                                                       RIGHT_ARGS(IN), int h, int w, int ry, int rx,
                                                       int na, int nb, int rs_a, int rs_b, int os_a, int os_b,
@@ -533,8 +520,8 @@ __global__ void __launch_bounds__(128, MINB) tc_exact(const float* __restrict__ 
     __syncthreads();
     for (int move = 0;; ++move) {
         const int ly = sl[0], lx = sl[1];
-        if (EXACT64) exact_3x3<double, NJ, IN, RAW, SHFL>(Lm, Rm, h, w, ly, lx, sv, red);
-        else exact_3x3<float, NJ, IN, RAW, SHFL>(Lm, Rm, h, w, ly, lx, sv, red);
+        if (EXACT64) exact_3x3<double, NJ, IN, RAW>(Lm, Rm, h, w, ly, lx, sv, red);
+        else exact_3x3<float, NJ, IN, RAW>(Lm, Rm, h, w, ly, lx, sv, red);
         if (threadIdx.x == 0) {
             int k_best = 4;
             for (int k = 0; k < 9; ++k) {

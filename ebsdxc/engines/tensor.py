@@ -128,11 +128,6 @@ def _peak_columns(w, exact64):
     return 1 if exact64 else min(4, -(-w // 32))
 
 
-#: Whether ``tc_exact`` takes a value's neighbours from the lanes beside it (1) or loads them (0),
-#: by (right matrices prepared from the patterns, double sums).
-_SHUFFLES = {(False, False): 0, (False, True): 0, (True, False): 1, (True, True): 1}
-
-
 #: Most threads of a ``tc_pack_right`` launch: its thread index is an int.
 _PACK_THREADS = 2**31 - 1
 
@@ -310,8 +305,7 @@ def exact_peaks(maps, lefts, rights, pairing, max_lag, method, window_lags=None,
         nj, minb = _peak_columns(w, exact64), _PEAK_BLOCKS
         lag = cp.empty((T, 2), dtype=cp.int32)
         sums = cp.empty((T, 9), dtype=cp.float64)
-        shfl = _SHUFFLES[bool(raw), exact64]
-        fn = get_function("tensorcorr.cu", f"tc_exact<{int(exact64)}, {nj}, {minb}, {c_type}, {raw}, {shfl}>")
+        fn = get_function("tensorcorr.cu", f"tc_exact<{int(exact64)}, {nj}, {minb}, {c_type}, {raw}>")
         fn((T,), (128,), (maps, lefts, *src, np.int32(h), np.int32(w), np.int32(ry), np.int32(rx),
                           *pairing.as_struct(), np.int32(max_moves), lag, sums))
         fn = get_function("tensorcorr.cu", f"tc_fit<{_METHODS[method]}>")
