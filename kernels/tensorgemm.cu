@@ -113,11 +113,7 @@ __device__ __forceinline__ unsigned long long tg_desc(const void* smem, unsigned
 // then left matrices: the blocks that copy the same right rows run together (L2 hits).
 // Blocks of at most 64 accumulators a thread fit two to an SM (three spill, and ptxas then
 // serialises the wgmma). wk: a multiple of 32 and of 16 KB (B is zero past w).
-//
-// DB 0: a warpgroup gathers a batch of KB steps, issues it and waits for it before the next.
-// DB 1: two batches of registers: the next batch (of this row or the next of the barrier's
-// rows) is gathered while the tensor cores work on the one before.
-template <int PREC, int MT, int NN, int KB, int RPS, int DB>
+template <int PREC, int MT, int NN, int KB, int RPS>
 __global__ void __launch_bounds__(256, MT * NN <= 128 ? 2 : 1)
     tg_maps(const unsigned* __restrict__ Lp, const unsigned short* __restrict__ Rp, float* __restrict__ out,
             const float* __restrict__ sl, const float* __restrict__ sr, int h, int w, int ry, int rx, int na,
@@ -212,68 +208,41 @@ __global__ void __launch_bounds__(256, MT * NN <= 128 ? 2 : 1)
         __syncthreads();
         for (int j = 0; j < RPS; ++j) copy_row(r0 + AHEAD + j);
         asm volatile("cp.async.commit_group;");
-        // KB steps at a time: their A fragments gathered first, then their products as one group.
-        // A wgmma reads its A registers until it completes, and ptxas serialises every wgmma if
-        // an instruction writes one of its A registers while it is in flight.
-        const int batches = wk / 16 / KB;  // a row's (the plan makes KB divide its steps)
-        auto gather = [&](unsigned (&af)[KB][MT][4], unsigned long long& desc, int idx) {
-            const int r = r0 + idx / batches, k0 = (idx % batches) * KB;
+#pragma unroll 1
+        for (int r = r0; r < min(r0 + RPS, nrows); ++r) {
             const int yp = y_lo + r;
-            desc = dstage + (unsigned)((r % STAGES) * stage_bytes >> 4);
+            const unsigned long long d0 = dstage + (unsigned)((r % STAGES) * stage_bytes >> 4);
+            int base[MT][2];
 #pragma unroll
             for (int i = 0; i < MT; ++i) {
-                const int b0 = ((yp - dyv[i][0]) & (ring - 1)) * lw + col[i][0] + 16 * k0;
-                const int b1 = ((yp - dyv[i][1]) & (ring - 1)) * lw + col[i][1] + 16 * k0;
 #pragma unroll
-                for (int q = 0; q < KB; ++q) {
-                    af[q][i][0] = Ls[b0 + 16 * q];
-                    af[q][i][1] = Ls[b1 + 16 * q];
-                    af[q][i][2] = Ls[b0 + 16 * q + 8];
-                    af[q][i][3] = Ls[b1 + 16 * q + 8];
-                }
+                for (int hf = 0; hf < 2; ++hf) base[i][hf] = ((yp - dyv[i][hf]) & (ring - 1)) * lw + col[i][hf];
             }
-        };
-        auto issue = [&](const unsigned (&af)[KB][MT][4], unsigned long long d0, int idx) {
-            const int k0 = (idx % batches) * KB;
-            asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
-#pragma unroll
-            for (int q = 0; q < KB; ++q)
-#pragma unroll
-                for (int i = 0; i < MT; ++i)
-                    wgmma_rs<PREC, NN>(acc[i], af[q][i],
-                                       d0 + (unsigned)((((k0 + q) >> 1) * (NN * 64) + ((k0 + q) & 1) * 32) >> 4));
-            asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
-        };
-        const int total = min(RPS, nrows - r0) * batches;
-        if (DB) {
-            // Batch idx in registers idx % 2: before batch idx + 1 is gathered into the others,
-            // batch idx - 1 (which read them) has completed (at most one group in flight).
-            unsigned af0[KB][MT][4], af1[KB][MT][4];
-            unsigned long long d0, d1;
-            gather(af0, d0, 0);
-#pragma unroll 1
-            for (int idx = 0; idx < total; idx += 2) {
-                issue(af0, d0, idx);
-                if (idx + 1 < total) {
-                    asm volatile("wgmma.wait_group.sync.aligned 1;" ::: "memory");
-                    gather(af1, d1, idx + 1);
-                    issue(af1, d1, idx + 1);
-                }
-                if (idx + 2 < total) {
-                    asm volatile("wgmma.wait_group.sync.aligned 1;" ::: "memory");
-                    gather(af0, d0, idx + 2);
-                }
-            }
-            asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
-        } else {
-            // The warpgroup waits for its group before gathering the next (the other warpgroups of
-            // the SM keep the tensor cores busy).
-#pragma unroll 1
-            for (int idx = 0; idx < total; ++idx) {
+            // KB steps at a time: their A fragments gathered first, then their products as one group.
+            // A wgmma reads its A registers until it completes, and ptxas serialises every wgmma if
+            // any instruction writes an A register while one is in flight: the warpgroup waits for its
+            // group before gathering the next (the other warpgroups of the SM keep the tensor cores busy).
+            for (int k0 = 0; k0 < wk / 16; k0 += KB) {
                 unsigned af[KB][MT][4];
-                unsigned long long d0;
-                gather(af, d0, idx);
-                issue(af, d0, idx);
+#pragma unroll
+                for (int q = 0; q < KB; ++q)
+#pragma unroll
+                    for (int i = 0; i < MT; ++i) {
+                        const unsigned* p0 = Ls + base[i][0] + 16 * (k0 + q);
+                        const unsigned* p1 = Ls + base[i][1] + 16 * (k0 + q);
+                        af[q][i][0] = p0[0];
+                        af[q][i][1] = p1[0];
+                        af[q][i][2] = p0[8];
+                        af[q][i][3] = p1[8];
+                    }
+                asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
+#pragma unroll
+                for (int q = 0; q < KB; ++q)
+#pragma unroll
+                    for (int i = 0; i < MT; ++i)
+                        wgmma_rs<PREC, NN>(acc[i], af[q][i],
+                                           d0 + (unsigned)((((k0 + q) >> 1) * (NN * 64) + ((k0 + q) & 1) * 32) >> 4));
+                asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
                 asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
             }
         }

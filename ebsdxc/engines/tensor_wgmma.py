@@ -40,9 +40,6 @@ _STAGES = 4  # kernels/tensorgemm.cu STAGES
 _AHEAD = 2  # kernels/tensorgemm.cu AHEAD
 #: Rows of a stage barrier (kernels/tensorgemm.cu RPS): two halve the barriers of one.
 ROWS_PER_BARRIER = 2
-#: Two batches of A registers, one gathered while the tensor cores work on the other
-#: (kernels/tensorgemm.cu DB); the two share the registers one batch had.
-DOUBLE_BUFFER = True
 _PREC = {"bf16": 2, "fp16": 3}
 _OPTIONS = ("-arch=sm_90a",)
 
@@ -67,8 +64,8 @@ def available():
 @functools.lru_cache(maxsize=256)
 def plan(h, w, max_lag, nb, precision, smem_limit, *, na=1, sms=132, shape=None, least=MIN_RIGHTS):
     """Launch of :func:`maps` for ``na`` left (h, w) matrices, lags ``max_lag`` = (ry, rx) and
-    ``nb`` right matrices per left on ``sms`` multiprocessors: a dict (mt, nn, kb, rps, db, wk,
-    lw, ring, smem, blocks), or None where the path does not apply (fewer than ``least`` right matrices
+    ``nb`` right matrices per left on ``sms`` multiprocessors: a dict (mt, nn, kb, rps, wk, lw,
+    ring, smem, blocks), or None where the path does not apply (fewer than ``least`` right matrices
     per left, or fewer blocks than multiprocessors: the mma.sync kernel spreads such a case
     wider). ``shape`` = (mt, nn) fixes the block (benchmarks, tests)."""
     if precision not in _PREC or nb < least:
@@ -81,7 +78,7 @@ def plan(h, w, max_lag, nb, precision, smem_limit, *, na=1, sms=132, shape=None,
         # row padded to a multiple of the most.
         # Rows of 32-pixel atoms (the 64-byte swizzle of the stages): an even number of steps.
         steps = -(-w // 32) * 2
-        fit = [b for b in _BATCHES if (1 + DOUBLE_BUFFER) * b * mt * 4 <= _BATCH_REGS]
+        fit = [b for b in _BATCHES if b * mt * 4 <= _BATCH_REGS]
         kb = next((b for b in fit if steps % b == 0 and b > 1), fit[0])
         wk = -(-steps // kb) * kb * 16
         lw = -(-(wk + 2 * rx) // 4) * 4
@@ -103,8 +100,8 @@ def plan(h, w, max_lag, nb, precision, smem_limit, *, na=1, sms=132, shape=None,
         rate = (_EFFICIENCY if wk <= 96 else _EFFICIENCY_WIDE).get((mt, nn), 0.5)
         key = (waves * per_sm * bm * nn / rate, -nn)
         if best is None or key < best[0]:
-            best = (key, dict(mt=mt, nn=nn, kb=kb, rps=ROWS_PER_BARRIER, db=int(DOUBLE_BUFFER), wk=wk, lw=lw,
-                              ring=ring, smem=smem, blocks=blocks))
+            best = (key, dict(mt=mt, nn=nn, kb=kb, rps=ROWS_PER_BARRIER, wk=wk, lw=lw, ring=ring, smem=smem,
+                                   blocks=blocks))
     return None if best is None else best[1]
 
 
@@ -118,8 +115,7 @@ def maps(lp, sl, rp, sr, pairing, tile_shape, max_lag, precision, out, launch):
     h, w = tile_shape
     ry, rx = max_lag
     fn = get_function("tensorgemm.cu",
-                      f"tg_maps<{_PREC[precision]}, {launch['mt']}, {launch['nn']}, {launch['kb']}, {launch['rps']}, "
-                      f"{launch['db']}>",
+                      f"tg_maps<{_PREC[precision]}, {launch['mt']}, {launch['nn']}, {launch['kb']}, {launch['rps']}>",
                       options=_OPTIONS)
     fn.max_dynamic_shared_size_bytes = launch["smem"]
     null = np.uint64(0)
