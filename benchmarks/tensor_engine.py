@@ -12,7 +12,8 @@ From patterns (``--from-patterns``): B uint16 patterns of 256x256 on the device 
 paper's 86 ROIs of 96x96 (only with --rois 86 --tile 96), to peaks, as the runner calls an
 engine: the tile pass writing float32 tiles then ``match`` (the tensor engine's path before it
 read the ROIs itself), and ``match_rois`` (the tile statistics, then kernels that prepare each
-value as they read it), for the tensor and fused engines; and the parts alone.
+value as they read it; for the tensor engine in bf16 the tile pass also writes its packed right
+operand), for the tensor and fused engines; and the parts alone.
 
 Usage::
 
@@ -123,8 +124,8 @@ def from_patterns(B, r, report):
     from ebsdxc.engines import EngineConfig, make_engine
     from ebsdxc.engines.definition import Pairing
     from ebsdxc.engines.gpu_ops import PaddedTileBuffer, prepare_tiles_padded, tile_statistics
-    from ebsdxc.engines.roi_tiles import roi_tiles
-    from ebsdxc.engines.tensor import tensor_maps
+    from ebsdxc.engines.roi_tiles import PackedBuffer, roi_tiles
+    from ebsdxc.engines.tensor import right_layout, tensor_maps
     from ebsdxc.preprocess import window_1d, window_2d
     from ebsdxc.rois import grid_layout
 
@@ -151,6 +152,15 @@ def from_patterns(B, r, report):
     lefts = cp.ascontiguousarray(frames[:n])
     pairing = Pairing.n_to_mn(n, B)
     mp = cp.empty((B * n, 2 * r + 1, 2 * r + 1), dtype=cp.float32)
+    layout = right_layout((h, w), (r, r), pairing, "bf16")
+    words = PackedBuffer().get(B * n, h, *layout)
+    figures["tile statistics + bf16 operand"] = report(
+        "tile statistics + bf16 operand", median_ms(lambda: roi_tiles(pats, origins, win, (h, w),
+                                                                      packed=(words, *layout, "bf16"))))
+    packed = roi_tiles(pats, origins, win, (h, w), packed=(words, *layout, "bf16"))[0]
+    figures["tensor maps bf16 from the tile pass's operand"] = report(
+        "tensor maps bf16 from the tile pass's operand", median_ms(lambda: tensor_maps(lefts, packed, pairing, (r, r),
+                                                                                       out=mp)))
     figures["tensor maps bf16 from float32 tiles"] = report(
         "tensor maps bf16 from float32 tiles", median_ms(lambda: tensor_maps(lefts, frames, pairing, (r, r), out=mp)))
     figures["tensor maps bf16 from the patterns"] = report(
