@@ -58,7 +58,9 @@ __device__ double block_sum(double v, double* smem) {
     __syncthreads();  // smem may still be read by a previous call
     if (lane == 0) smem[warp] = v;
     __syncthreads();
-    v = lane < nwarps ? smem[lane] : 0.0;
+    // Only warp 0 reads the partial sums: a read by another warp would race with thread 0's
+    // write of the total below (its value unused, but racecheck reports it).
+    v = warp == 0 && lane < nwarps ? smem[lane] : 0.0;
     if (warp == 0) v = warp_sum(v);
     if (threadIdx.x == 0) smem[0] = v;
     __syncthreads();
@@ -71,7 +73,7 @@ __device__ float block_max(float v, float* smem) {
     __syncthreads();
     if (lane == 0) smem[warp] = v;
     __syncthreads();
-    v = lane < nwarps ? smem[lane] : EBSDXC_NEG_INF;
+    v = warp == 0 && lane < nwarps ? smem[lane] : EBSDXC_NEG_INF;  // warp 0 only, as block_sum
     if (warp == 0) v = warp_max(v);
     if (threadIdx.x == 0) smem[0] = v;
     __syncthreads();
