@@ -476,6 +476,10 @@ class CorrelationEngine(ABC):
         self._references = self.prepare_references(xp.asarray(tiles)[None], xp.asarray(energy)[None],
                                                     xp.asarray(status)[None])
 
+    def release_memory(self) -> None:  # noqa: B027 - a hook engines with buffers override, not abstract
+        """Drop the device buffers the engine keeps between calls (after a batch ran out of
+        memory, before smaller ones); the prepared references stay. None by default."""
+
     @property
     def references(self):
         """The engine's own :class:`PreparedReferences` (:meth:`set_reference`), or None."""

@@ -333,6 +333,9 @@ class TensorEngine(PairingEngine):
             self._lags = tuple(self._linear_lags(f, n + 2, r + 1) for f, n, r in
                                zip(window_1d, self.map_shape, self.max_lag))
 
+    def release_memory(self):
+        self._packed = PackedBuffer()
+
     # ------------------------------------------------------------------ self-description
 
     @classmethod

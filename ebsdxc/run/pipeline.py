@@ -369,10 +369,10 @@ class Pipeline:
         return self._streams
 
     def release_memory(self):
-        """Give back what the device keeps between batches: the padded tile buffer, cuFFT
-        plans and their work areas, the memory pool's unused blocks (after a batch ran out
-        of memory, before smaller ones). The prepared references stay; nothing on the CPU
-        (NumPy frees arrays as they go)."""
+        """Give back what the device keeps between batches: the padded tile buffer, the
+        engine's own buffers, cuFFT plans and their work areas, the memory pool's unused blocks
+        (after a batch ran out of memory, before smaller ones). The prepared references stay;
+        nothing on the CPU (NumPy frees arrays as they go)."""
         if not self.backend.is_gpu:
             return
         cp = self.backend.xp
@@ -382,6 +382,7 @@ class Pipeline:
                 from ..engines.gpu_ops import PaddedTileBuffer
 
                 self._frames = PaddedTileBuffer(self.engine.input_shape)
+            self.engine.release_memory()
             cp.fft.config.get_plan_cache().clear()
             cp.get_default_memory_pool().free_all_blocks()
 

@@ -711,3 +711,31 @@ def test_tensor_match_rois_refuses_bad_arguments(rng):
         eng.match_rois(dev, origins, window[:8])
     with pytest.raises(ValueError, match="give 3 ROIs"):
         eng.match_rois(dev, origins[:2], window)
+
+
+@pytest.mark.gpu
+def test_release_memory_gives_back_the_operand_buffer(rng):
+    """The bf16 operand buffer the tile pass writes is kept between batches (its padding zeroed
+    once) and given back by release_memory, as the runner calls it after running out of memory."""
+    import cupy as cp
+    from roi_patterns import patterns_and_origins, reference_from
+
+    from ebsdxc.preprocess import window_2d
+
+    tile = (40, 40)
+    eng = _tensor_engine(tile, 8)
+    window = window_2d(tile, xp=cp)
+    pats, origins = patterns_and_origins(rng, 64, 9, tile, np.uint16, side=128)
+    eng.set_reference(*reference_from(eng, pats, origins, window))
+    dev = cp.asarray(pats)
+    pool = cp.get_default_memory_pool()
+    first = eng.match_rois(dev, origins, window)
+    cp.cuda.Device().synchronize()
+    kept = pool.used_bytes()
+    again = eng.match_rois(dev, origins, window)
+    np.testing.assert_array_equal(again.displacement.get(), first.displacement.get())
+    eng.release_memory()
+    cp.cuda.Device().synchronize()
+    assert pool.used_bytes() <= kept - 64 * 9 * 40 * 40 * 2  # at least the operand's bf16 values
+    after = eng.match_rois(dev, origins, window)
+    np.testing.assert_array_equal(after.displacement.get(), first.displacement.get())
