@@ -12,11 +12,16 @@ warpgroup GEMM of :mod:`ebsdxc.engines.tensor_wgmma` (the lags as rows, the patt
 columns: ``kernels/tensorgemm.cu``); ``tensor_maps(gemm=...)`` chooses by hand.
 
 Only the integer peak comes from those maps. The 3x3 neighbourhood is then summed again
-from the float32 tiles (``EngineConfig.peak_precision``: fp32 or fp64 sums), the peak
+from the float32 values (``EngineConfig.peak_precision``: fp32 or fp64 sums), the peak
 climbs to a neighbour that beats it there (up to :data:`MAX_MOVES` steps), and the 3x3
 fits of :mod:`ebsdxc.peaks` run on those exact values: subpixel offsets and peak heights
 are those of an fp32 engine; what the precision can change is which of two lags of
 nearly equal correlation is the peak.
+
+The runner hands the engine whole patterns (:meth:`TensorEngine.match_rois`): the kernels
+that read the scan's matrices prepare each value as they load it (:mod:`ebsdxc.engines.roi_tiles`),
+and with bf16 inputs and one reference set the tile pass writes the packed scan operand
+itself, so no float32 tile is written.
 
 Serves window mode with the 3x3 subpixel methods, any tile shape and window the other
 engines accept (columns of lags beyond 48 are split over blocks), every form (a pairing
