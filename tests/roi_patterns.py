@@ -55,3 +55,45 @@ def reference_from(eng, pats, origins, window):
     e, s = prepare_tiles_padded(cp.asarray(pats[:1]), cp.asarray(origins), eng.tile_shape, window, frames)
     h, w = eng.tile_shape
     return cp.ascontiguousarray(frames[:, :h, :w]), e, s
+
+
+def with_reference(eng, rng, B, n, tile, dtype, side=None):
+    """(patterns, origins, window) of :func:`patterns_and_origins`, the window on the device, and
+    the engine's reference cut from pattern 0."""
+    import cupy as cp
+
+    from ebsdxc.preprocess import window_2d
+
+    window = window_2d(tile, xp=cp)
+    pats, origins = patterns_and_origins(rng, B, n, tile, dtype, side=side)
+    eng.set_reference(*reference_from(eng, pats, origins, window))
+    return pats, origins, window
+
+
+def spoil(pats, origins, tile):
+    """In place: a NaN in ROI 1 of pattern 1 (float patterns) and ROI 2 of pattern 2 constant,
+    tiles that prepare_tiles rejects."""
+    if pats.dtype.kind == "f":
+        x0, y0 = origins[1]
+        pats[1, y0 + 3, x0 + 4] = np.nan
+    x0, y0 = origins[2]
+    pats[2, y0:y0 + tile[0], x0:x0 + tile[1]] = pats[2, y0, x0]
+
+
+def two_reference_sets(eng, pats, origins, window):
+    """The engine's two reference sets, cut from patterns 0 and 3."""
+    import cupy as cp
+
+    sets = [reference_from(eng, pats[k:k + 1], origins, window) for k in (0, 3)]
+    return eng.prepare_references(*(cp.stack([s[i] for s in sets]) for i in range(3)))
+
+
+def assert_spoiled_rejected(status, displacement, least_ok, *, nan):
+    """The tiles :func:`spoil` made come back with prepare_tiles' status and NaN shifts (``nan``:
+    the patterns were float, so ROI 1 of pattern 1 holds a NaN); at least ``least_ok`` tiles ok."""
+    from ebsdxc import status as st
+
+    if nan:
+        assert status[1, 1] == st.NOT_FINITE
+    assert st.CONSTANT_TILE in status[2] and np.isnan(displacement[2][status[2] == st.CONSTANT_TILE]).all()
+    assert (status == st.OK).sum() >= least_ok

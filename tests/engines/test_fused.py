@@ -5,7 +5,15 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from roi_patterns import patterns_and_origins, reference_from, rois_both_ways
+from roi_patterns import (
+    assert_spoiled_rejected,
+    patterns_and_origins,
+    reference_from,
+    rois_both_ways,
+    spoil,
+    two_reference_sets,
+    with_reference,
+)
 
 from ebsdxc.engines.fused import (
     LENGTH_MAX,
@@ -1180,32 +1188,15 @@ def test_rois_from_patterns_of_every_dtype(rng, dtype):
     """Each pattern dtype has its own kernel (int64, which has none, is read as float32);
     tiles that prepare_tiles rejects (a NaN, a constant area) come back with its status
     and NaN, K = 2 reference sets picked per pattern."""
-    import cupy as cp
-
-    from ebsdxc.preprocess import window_2d
-
     tile = (24, 20)
     eng, _ = _engine(tile, "window", 6, "dft")
-    window = window_2d(tile, xp=cp)
-    pats, origins = patterns_and_origins(rng, 4, 6, tile, dtype, side=64)
-    if np.dtype(dtype).kind == "f":
-        x0, y0 = origins[1]
-        pats[1, y0 + 3, x0 + 4] = np.nan
-    x0, y0 = origins[2]
-    pats[2, y0:y0 + tile[0], x0:x0 + tile[1]] = pats[2, y0, x0]
-    sets = [reference_from(eng, pats[k:k + 1], origins, window) for k in (0, 3)]
-    refs = eng.prepare_references(cp.stack([s[0] for s in sets]), cp.stack([s[1] for s in sets]),
-                                  cp.stack([s[2] for s in sets]))
-    index = np.array([0, 1, 1, 0])
-    got, want = rois_both_ways(eng, pats, origins, window, index=index, references=refs)
+    pats, origins, window = with_reference(eng, rng, 4, 6, tile, dtype, side=64)
+    spoil(pats, origins, tile)
+    got, want = rois_both_ways(eng, pats, origins, window, index=np.array([0, 1, 1, 0]),
+                               references=two_reference_sets(eng, pats, origins, window))
     for g, wnt in zip(got, want):
         np.testing.assert_array_equal(g, wnt)
-    from ebsdxc import status as st
-
-    if np.dtype(dtype).kind == "f":
-        assert got[2][1, 1] == st.NOT_FINITE
-    assert st.CONSTANT_TILE in got[2][2] and np.isnan(got[0][2][got[2][2] == st.CONSTANT_TILE]).all()
-    assert (got[2] == st.OK).sum() >= 16
+    assert_spoiled_rejected(got[2], got[0], 16, nan=np.dtype(dtype).kind == "f")
 
 
 @pytest.mark.gpu
@@ -1239,30 +1230,3 @@ def test_rois_from_real_patterns_match_the_cpu_float64_engine(method):
     np.testing.assert_allclose(got.displacement.get(), want.displacement,
                                atol=5e-4 if method == "quadratic" else 2e-3, equal_nan=True)
     np.testing.assert_allclose(got.peak_height.get(), want.peak_height, atol=1e-5, equal_nan=True)
-
-
-@pytest.mark.gpu
-def test_match_rois_refuses_bad_arguments():
-    import cupy as cp
-
-    from ebsdxc.preprocess import window_2d
-
-    tile = (16, 16)
-    eng, _ = _engine(tile, "window", 4, "quadratic")
-    window = window_2d(tile, xp=cp)
-    rng = np.random.default_rng(3)
-    pats, origins = patterns_and_origins(rng, 2, 3, tile, np.uint16, side=40)
-    eng.set_reference(*reference_from(eng, pats, origins, window))
-    dev = cp.asarray(pats)
-    with pytest.raises(ValueError, match="patterns must be"):
-        eng.match_rois(dev[0], origins, window)
-    with pytest.raises(ValueError, match="origins must be"):
-        eng.match_rois(dev, origins[:, :1], window)
-    bad = origins.copy()
-    bad[1] = (40 - 15, 0)
-    with pytest.raises(ValueError, match="inside the 40x40"):
-        eng.match_rois(dev, bad, window)
-    with pytest.raises(ValueError, match="window must be"):
-        eng.match_rois(dev, origins, window[:8])
-    with pytest.raises(ValueError, match="give 3 ROIs"):
-        eng.match_rois(dev, origins[:2], window)

@@ -534,19 +534,14 @@ def test_rois_from_patterns_are_the_prepared_tiles_bit_for_bit(rng, monkeypatch,
     packed word, map and exact sum is the one of the prepared tiles, so match_rois equals match()
     on prepare_tiles_padded's tiles exactly, on the GEMM and on the mma.sync kernel, for every
     input precision."""
-    import cupy as cp
-    from roi_patterns import patterns_and_origins, reference_from, rois_both_ways
-
-    from ebsdxc.preprocess import window_2d
+    from roi_patterns import rois_both_ways, with_reference
 
     launches = []
     if gemm:
         _force_gemm(monkeypatch, launches)
     from_tile_pass = _count_tile_pass_operands(monkeypatch)
     eng = _tensor_engine(tile, shift, precision=precision, peak_precision=peak_precision)
-    window = window_2d(tile, xp=cp)
-    pats, origins = patterns_and_origins(rng, 5, 7, tile, np.uint16)
-    eng.set_reference(*reference_from(eng, pats, origins, window))
+    pats, origins, window = with_reference(eng, rng, 5, 7, tile, np.uint16)
     got, want = rois_both_ways(eng, pats, origins, window)
     assert bool(launches) == gemm
     assert from_tile_pass == [precision == "bf16"]
@@ -564,39 +559,22 @@ def test_rois_from_patterns_of_every_dtype_and_reference_set(rng, monkeypatch, d
     zeros in the operand the tile pass writes); one reference set (``grouped`` None: the tile
     pass writes the bf16 operand), or two, the patterns matched set by set (a launch each: the
     ROIs of selected patterns) or as gathered pairs."""
-    import cupy as cp
-    from roi_patterns import patterns_and_origins, reference_from, rois_both_ways
-
-    from ebsdxc import status as st
-    from ebsdxc.preprocess import window_2d
+    from roi_patterns import assert_spoiled_rejected, rois_both_ways, spoil, two_reference_sets, with_reference
 
     monkeypatch.setattr("ebsdxc.engines.pairing.GROUP_FMAS", 0 if grouped else 2 ** 62)
     from_tile_pass = _count_tile_pass_operands(monkeypatch)
     tile = (24, 20)
     eng = _tensor_engine(tile, 6)
-    window = window_2d(tile, xp=cp)
-    pats, origins = patterns_and_origins(rng, 8, 6, tile, dtype, side=64)
-    if np.dtype(dtype).kind == "f":
-        x0, y0 = origins[1]
-        pats[1, y0 + 3, x0 + 4] = np.nan
-    x0, y0 = origins[2]
-    pats[2, y0:y0 + tile[0], x0:x0 + tile[1]] = pats[2, y0, x0]
-    sets = [reference_from(eng, pats[k:k + 1], origins, window) for k in (0, 3)]
-    if grouped is None:
-        eng.set_reference(*sets[0])
-        refs, index = None, None
-    else:
-        refs = eng.prepare_references(cp.stack([s[0] for s in sets]), cp.stack([s[1] for s in sets]),
-                                      cp.stack([s[2] for s in sets]))
-        index = np.array([0, 1, 1, 0, 1, 0, 0, 1])
+    pats, origins, window = with_reference(eng, rng, 8, 6, tile, dtype, side=64)
+    spoil(pats, origins, tile)
+    refs, index = None, None
+    if grouped is not None:
+        refs, index = two_reference_sets(eng, pats, origins, window), np.array([0, 1, 1, 0, 1, 0, 0, 1])
     got, want = rois_both_ways(eng, pats, origins, window, index=index, references=refs)
     assert any(from_tile_pass) == (grouped is None)
     for g, wnt in zip(got, want):
         np.testing.assert_array_equal(g, wnt)
-    if np.dtype(dtype).kind == "f":
-        assert got[2][1, 1] == st.NOT_FINITE
-    assert st.CONSTANT_TILE in got[2][2] and np.isnan(got[0][2][got[2][2] == st.CONSTANT_TILE]).all()
-    assert (got[2] == st.OK).sum() >= 30
+    assert_spoiled_rejected(got[2], got[0], 30, nan=np.dtype(dtype).kind == "f")
 
 
 @pytest.mark.gpu
@@ -689,44 +667,15 @@ def test_rois_from_real_patterns_match_the_cpu_float64_engine(monkeypatch, gemm)
 
 
 @pytest.mark.gpu
-def test_tensor_match_rois_refuses_bad_arguments(rng):
-    import cupy as cp
-    from roi_patterns import patterns_and_origins, reference_from
-
-    from ebsdxc.preprocess import window_2d
-
-    tile = (16, 16)
-    eng = _tensor_engine(tile, 4)
-    window = window_2d(tile, xp=cp)
-    pats, origins = patterns_and_origins(rng, 2, 3, tile, np.uint16, side=40)
-    eng.set_reference(*reference_from(eng, pats, origins, window))
-    dev = cp.asarray(pats)
-    with pytest.raises(ValueError, match="patterns must be"):
-        eng.match_rois(dev[0], origins, window)
-    bad = origins.copy()
-    bad[1] = (40 - 15, 0)
-    with pytest.raises(ValueError, match="inside the 40x40"):
-        eng.match_rois(dev, bad, window)
-    with pytest.raises(ValueError, match="window must be"):
-        eng.match_rois(dev, origins, window[:8])
-    with pytest.raises(ValueError, match="give 3 ROIs"):
-        eng.match_rois(dev, origins[:2], window)
-
-
-@pytest.mark.gpu
 def test_release_memory_gives_back_the_operand_buffer(rng):
     """The bf16 operand buffer the tile pass writes is kept between batches (its padding zeroed
     once) and given back by release_memory, as the runner calls it after running out of memory."""
     import cupy as cp
-    from roi_patterns import patterns_and_origins, reference_from
-
-    from ebsdxc.preprocess import window_2d
+    from roi_patterns import with_reference
 
     tile = (40, 40)
     eng = _tensor_engine(tile, 8)
-    window = window_2d(tile, xp=cp)
-    pats, origins = patterns_and_origins(rng, 64, 9, tile, np.uint16, side=128)
-    eng.set_reference(*reference_from(eng, pats, origins, window))
+    pats, origins, window = with_reference(eng, rng, 64, 9, tile, np.uint16, side=128)
     dev = cp.asarray(pats)
     pool = cp.get_default_memory_pool()
     first = eng.match_rois(dev, origins, window)
