@@ -36,7 +36,7 @@ import functools
 
 import numpy as np
 
-from ..kernel_loader import get_function
+from ..kernel_loader import NULL_POINTER, get_function
 from . import tensor_wgmma
 from .base import PEAK_PRECISIONS, PRECISIONS, EngineInfo, PeakResult
 from .definition import Pairing, check_operands
@@ -160,7 +160,7 @@ def _pack(mats, precision, *, left, row_words, first_column=0, pad_rows=0):
     if scale is not None:
         get_function("tensorcorr.cu", f"tc_scale<{c_type}, {raw}>")((T,), (256,), (*src, np.int32(h), np.int32(w),
                                                                                    scale))
-    null = np.uint64(0)
+    null = NULL_POINTER
     if left:
         fn = get_function("tensorcorr.cu", f"tc_pack_left<{_PREC[precision]}>")
         fn((T,), (256,), (mats, dst, null if scale is None else scale, np.int32(h), np.int32(w),
@@ -267,7 +267,7 @@ def tensor_maps(lefts, rights, pairing, max_lag, precision=DEFAULT_PRECISION, *,
     lp, sl = _pack(lefts, precision, left=True, row_words=ls["lwt"], first_column=ls["cmin"])
     fn = get_function("tensorcorr.cu", f"tc_maps<{_PREC[precision]}, {ls['mtw']}, {ls['nt']}>")
     fn.max_dynamic_shared_size_bytes = ls["smem"]
-    null = np.uint64(0)
+    null = NULL_POINTER
     args = (lp, rp, out, null if sl is None else sl, null if sr is None else sr, np.int32(h), np.int32(w),
             np.int32(ry), np.int32(rx), *pairing.as_struct(), np.int32(ls["rs"]), np.int32(ls["lw"]),
             np.int32(ls["lwt"]), np.int32(ls["yc"]), np.int32(ls["stage"]), np.int32(ls["stages"]))

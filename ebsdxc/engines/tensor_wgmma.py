@@ -15,7 +15,7 @@ import functools
 
 import numpy as np
 
-from ..kernel_loader import get_function
+from ..kernel_loader import NULL_POINTER, get_function
 
 __all__ = ["SHAPES", "MIN_RIGHTS", "available", "plan", "maps"]
 
@@ -118,7 +118,7 @@ def maps(lp, sl, rp, sr, pairing, tile_shape, max_lag, precision, out, launch):
                       f"tg_maps<{_PREC[precision]}, {launch['mt']}, {launch['nn']}, {launch['kb']}, {launch['rps']}>",
                       options=_OPTIONS)
     fn.max_dynamic_shared_size_bytes = launch["smem"]
-    null = np.uint64(0)
+    null = NULL_POINTER
     args = (lp, rp.view(cp.uint16), out, null if sl is None else sl, null if sr is None else sr, np.int32(h),
             np.int32(w), np.int32(ry), np.int32(rx), *pairing.as_struct(), np.int32(launch["wk"]),
             np.int32(launch["lw"]), np.int32(launch["ring"]), *(np.int32(b) for b in launch["blocks"]))
