@@ -480,6 +480,12 @@ class CorrelationEngine(ABC):
         """Drop the device buffers the engine keeps between calls (after a batch ran out of
         memory, before smaller ones); the prepared references stay. None by default."""
 
+    def device_bytes_per_tile(self) -> int | None:
+        """Device memory one tile of a batch takes while the engine matches it (its buffers, maps
+        and results), which the runner sizes its batches by; None (the default): the runner's
+        estimate from FFT buffers of ``fft_shape``, right for the FFT engines."""
+        return None
+
     @property
     def references(self):
         """The engine's own :class:`PreparedReferences` (:meth:`set_reference`), or None."""

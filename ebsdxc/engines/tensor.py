@@ -341,6 +341,24 @@ class TensorEngine(PairingEngine):
     def release_memory(self):
         self._packed = PackedBuffer()
 
+    def device_bytes_per_tile(self):
+        # The packed right operand in the larger of its two layouts (the GEMM's, the mma.sync
+        # kernel's), the maps, the exact neighbourhood and the results; the packed left
+        # operand is per reference subregion, not per tile.
+        h, w = self.tile_shape
+        ry, rx = self.max_lag
+        half = _half(self.precision)
+        ls = launch_shape(h, w, (ry, rx), 1, self.precision, _smem_limit())
+        packed = (h + 2 * ry) * (ls["wp"] // (2 if half else 1)) * 4
+        if half and tensor_wgmma.available():
+            plan = tensor_wgmma.plan(h, w, (ry, rx), tensor_wgmma.MIN_RIGHTS, self.precision, _smem_limit(), sms=1)
+            if plan is not None:
+                packed = max(packed, h * plan["wk"] * 2)
+        maps = (2 * ry + 1) * (2 * rx + 1) * 4
+        # lag, 9 float64 sums, y, x, value, border; the tile statistics; the assembled result
+        found = 8 + 72 + 8 + 8 + 4 + 2 + 13 + 32
+        return packed + maps + found + (4 if self.precision == "fp16" else 0)
+
     # ------------------------------------------------------------------ self-description
 
     @classmethod

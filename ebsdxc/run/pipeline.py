@@ -393,17 +393,27 @@ class Pipeline:
 
     def bytes_per_pattern(self) -> int:
         """Rough device working memory per pattern in a batch."""
-        ny, nx = getattr(self.engine, "fft_shape", fft_shape(self.tile_shape, self.engine.max_lag, "full"))
-        per_tile = ny * nx * 4 + ny * (nx // 2 + 1) * 8 * 2 + self.tile_shape[0] * self.tile_shape[1] * 12
-        if self.config.correlation.subpixel == "upsampled":
-            per_tile += ny * (nx // 2 + 1) * 8
+        h, w = self.reference_set.pattern_shape
         extra = 0
         if self.refiner is not None or self.simulated is not None:
             # whole patterns: float64 spline coefficients and their filter's temporaries, a simulated
             # reference and its processing (measured on an H100: at this size the whole run is
             # 3x faster than with a batch sized for the correlation alone)
-            h, w = self.reference_set.pattern_shape
             extra = 4 * h * w * 8
+        own = self.engine.device_bytes_per_tile()
+        if own is not None:
+            # An engine that says what it takes (the tensor engine's 96x96 tiles at +-16: 29 kB,
+            # where the FFT estimate below says 556 kB) gets batches that large, whose fixed
+            # costs on the host (results written, kernels launched: about 3 ms a batch) the
+            # device then hides (H100, paper layout: 57k-77k -> 122k-125k patterns/s end to end,
+            # BENCHMARKS.md). Whole patterns count too: the readers' three device buffers and a
+            # float32 copy, as a bound.
+            tiles = 0 if self.engine.reads_rois else int(np.prod(self.engine.input_shape)) * 4
+            return self.layout.n * (own + tiles) + 4 * h * w * 4 + extra
+        ny, nx = getattr(self.engine, "fft_shape", fft_shape(self.tile_shape, self.engine.max_lag, "full"))
+        per_tile = ny * nx * 4 + ny * (nx // 2 + 1) * 8 * 2 + self.tile_shape[0] * self.tile_shape[1] * 12
+        if self.config.correlation.subpixel == "upsampled":
+            per_tile += ny * (nx // 2 + 1) * 8
         return self.layout.n * per_tile + extra
 
 

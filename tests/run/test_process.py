@@ -21,7 +21,7 @@ from ebsdxc.io import ArraySource
 from ebsdxc.progress import Progress
 from ebsdxc.rois import layout_for
 from ebsdxc.run import default_output, process
-from ebsdxc.run.planning import plan_chunks
+from ebsdxc.run.planning import MAX_BATCH, MIN_SCAN_BATCH, SCAN_BATCHES, auto_batch, plan_chunks
 from ebsdxc.run.streaming import N_BUFFERS
 
 DATASETS = ("displacement", "peak_height", "status", "done", "roi/centers", "roi/size")
@@ -429,6 +429,21 @@ def test_plan_chunks():
         np.testing.assert_array_equal(covered, np.flatnonzero(~done))
         assert all(0 < z - a <= b for a, z in ch)
         assert all(isinstance(a, int) and isinstance(z, int) for a, z in ch)
+
+
+def test_auto_batch():
+    gib = 1 << 30
+    # memory first: a fifth of the free device memory (at most 16 GiB), 1 GiB on the CPU
+    assert auto_batch(10 << 20, 10**6, gpu_free_bytes=50 * gib) == 1024
+    assert auto_batch(1 << 20, 10**6) == 1024
+    assert auto_batch(1 << 20, 10**6, gpu_free_bytes=400 * gib) == MAX_BATCH  # 16 GiB, then the cap
+    # an engine that takes little: a SCAN_BATCHES-th of the scan in whole 64s, not below MIN_SCAN_BATCH
+    assert auto_batch(30_000, 50_000, gpu_free_bytes=70 * gib) == 2112
+    assert 50_000 / 2112 <= SCAN_BATCHES
+    assert auto_batch(30_000, 10**6, gpu_free_bytes=70 * gib) == MAX_BATCH
+    assert auto_batch(30_000, 5_000, gpu_free_bytes=70 * gib) == MIN_SCAN_BATCH
+    assert auto_batch(30_000, 300, gpu_free_bytes=70 * gib) == 300  # never more than the scan
+    assert auto_batch(10 * gib, 300, gpu_free_bytes=gib) == 1
 
 
 def test_default_output(tmp_path, monkeypatch):
