@@ -413,14 +413,13 @@ __global__ void __launch_bounds__(256) tc_maps(const unsigned* __restrict__ Lp, 
 
 // Exact correlation at the 3x3 lags around (ly, lx) into sv[9] (row-major), every thread
 // taking part: each warp walks a band of L rows, each lane some columns, keeping the three R
-// rows a pixel meets in registers (one new R row of three values per L row); per-thread sums in
-// ACC, the block's sums in double.
+// rows its pixels meet in registers (one new R row per L row); per-thread sums in ACC, the
+// block's sums in double.
 template <typename ACC, int NJ, typename IN, int RAW>
 __device__ void exact_3x3(const float* __restrict__ Lm, const RightMatrix<IN, RAW>& Rm, int h, int w, int ly,
                           int lx, double* sv, double* red) {
-    // Up to NJ columns a lane (x = lane + 32 j) in one walk down the rows: their loads are
-    // independent, so a warp has NJ times as many in flight (one column a walk waited for
-    // memory at every row).
+    // Up to NJ columns a lane in one walk down the rows: their loads are independent, so a warp
+    // has NJ times as many in flight (one column a walk waited for memory at every row).
     ACC acc[9];
 #pragma unroll
     for (int k = 0; k < 9; ++k) acc[k] = 0;
@@ -429,46 +428,42 @@ __device__ void exact_3x3(const float* __restrict__ Lm, const RightMatrix<IN, RA
     const int y_lo = max(0, -(ly + 1)), y_hi = min(h, h - (ly - 1));
     const int band = (y_hi - y_lo + nwarps - 1) / nwarps;
     const int yb = y_lo + warp * band, ye = min(y_hi, yb + band);
+    // NJ consecutive columns a lane (x = x0 + NJ lane + j): the three lags of its columns meet
+    // NJ + 2 values of an R row, each loaded and prepared once. Columns 32 apart (3 NJ values)
+    // took 1.52-1.69 ms against 1.15-1.20 ms from the patterns, 1.17-1.30 against 1.05-1.08 from
+    // tiles (fp32 sums, 86 x 512 96x96 ROIs at +-16, H100, 2026-11-27).
     for (int x0 = 0; x0 < w && yb < ye; x0 += 32 * NJ) {
-        // Row yy of R at columns x + lx - 1, x + lx, x + lx + 1 of each of the lane's columns x,
-        // zero outside R (and for x past w). Three loads: taking the neighbours from the lanes
-        // beside it by shuffles instead was no faster from the patterns and 1.7x slower from
-        // float32 tiles (H100, 2026-11-27).
-        auto r_row = [&](int yy, ACC (&dst)[NJ][3]) {
+        const int xl = x0 + NJ * lane;
+        auto r_row = [&](int yy, ACC (&dst)[NJ + 2]) {
             const bool row = yy >= 0 && yy < h;
 #pragma unroll
-            for (int j = 0; j < NJ; ++j) {
-                const int x = x0 + lane + 32 * j;
-#pragma unroll
-                for (int v = 0; v < 3; ++v) {
-                    const int xv = x + lx + v - 1;
-                    dst[j][v] = (row && x < w && xv >= 0 && xv < w) ? (ACC)Rm.at(yy, xv) : (ACC)0;
-                }
+            for (int u = 0; u < NJ + 2; ++u) {
+                const int xv = xl + lx + u - 1;
+                // zero outside R, and where no column of the lane is inside L (x >= w)
+                dst[u] = (row && xv >= 0 && xv < w && xl + u - 2 < w) ? (ACC)Rm.at(yy, xv) : (ACC)0;
             }
         };
-        ACC r0[NJ][3], r1[NJ][3], r2[NJ][3];
+        ACC r0[NJ + 2], r1[NJ + 2], r2[NJ + 2];
         r_row(yb + ly - 1, r0);
         r_row(yb + ly, r1);
         for (int y = yb; y < ye; ++y) {
             r_row(y + ly + 1, r2);
 #pragma unroll
             for (int j = 0; j < NJ; ++j) {
-                const int x = x0 + lane + 32 * j;
+                const int x = xl + j;
                 const ACC l = x < w ? (ACC)Lm[(long long)y * w + x] : (ACC)0;
 #pragma unroll
                 for (int v = 0; v < 3; ++v) {
-                    acc[v] += l * r0[j][v];
-                    acc[3 + v] += l * r1[j][v];
-                    acc[6 + v] += l * r2[j][v];
+                    acc[v] += l * r0[j + v];
+                    acc[3 + v] += l * r1[j + v];
+                    acc[6 + v] += l * r2[j + v];
                 }
             }
 #pragma unroll
-            for (int j = 0; j < NJ; ++j)
-#pragma unroll
-                for (int v = 0; v < 3; ++v) {
-                    r0[j][v] = r1[j][v];
-                    r1[j][v] = r2[j][v];
-                }
+            for (int u = 0; u < NJ + 2; ++u) {
+                r0[u] = r1[u];
+                r1[u] = r2[u];
+            }
         }
     }
     // The nine sums at once: one barrier for the warps' partial sums (double), nine threads add them.
