@@ -103,6 +103,25 @@ struct RightMatrix {
         if (!RAW) return (float)p[(long long)y * row + x];
         return zero ? 0.0f : (exact_float(p[(long long)y * row + x]) - mean) * win[y * w + x];
     }
+    // Row y, for loops that read several values of one row: at(y, x) == row_at(y).at(x).
+    struct Row {
+        const IN* p;
+        const float* win;
+        float mean;
+        bool zero;
+        __device__ __forceinline__ float at(int x) const {
+            if (!RAW) return (float)p[x];
+            return zero ? 0.0f : (exact_float(p[x]) - mean) * win[x];
+        }
+        // on to the next row of m (pointers may pass the tile's last row: not read then)
+        __device__ __forceinline__ void next(const RightMatrix& m) {
+            p += m.row;
+            if (RAW) win += m.w;
+        }
+    };
+    __device__ __forceinline__ Row row_at(int y) const {
+        return Row{p + (long long)y * row, RAW ? win + y * w : nullptr, mean, zero};
+    }
 };
 
 template <typename IN, int RAW>
@@ -433,25 +452,38 @@ __device__ void exact_3x3(const float* __restrict__ Lm, const RightMatrix<IN, RA
     // took 1.52-1.69 ms against 1.15-1.20 ms from the patterns, 1.17-1.30 against 1.05-1.08 from
     // tiles (fp32 sums, 86 x 512 96x96 ROIs at +-16, H100, 2026-11-27).
     for (int x0 = 0; x0 < w && yb < ye; x0 += 32 * NJ) {
-        const int xl = x0 + NJ * lane;
-        auto r_row = [&](int yy, ACC (&dst)[NJ + 2]) {
-            const bool row = yy >= 0 && yy < h;
+        const int xl = x0 + NJ * lane, xb = xl + lx - 1;
+        // Which of the lane's R values and L columns lie inside their tiles is the same in every
+        // row: decided once, not at each load.
+        bool r_in[NJ + 2], l_in[NJ];
 #pragma unroll
-            for (int u = 0; u < NJ + 2; ++u) {
-                const int xv = xl + lx + u - 1;
-                // zero outside R, and where no column of the lane is inside L (x >= w)
-                dst[u] = (row && xv >= 0 && xv < w && xl + u - 2 < w) ? (ACC)Rm.at(yy, xv) : (ACC)0;
+        for (int u = 0; u < NJ + 2; ++u) r_in[u] = xb + u >= 0 && xb + u < w && xl + u - 2 < w;
+#pragma unroll
+        for (int j = 0; j < NJ; ++j) l_in[j] = xl + j < w;
+        // zero outside R (a row outside it: the same for the whole warp), and where no column
+        // of the lane is inside L (x >= w)
+        // (rows are walked by moving a row's pointers on, not by computing them from its index)
+        auto r_row = [&](int yy, const typename RightMatrix<IN, RAW>::Row& rr, ACC (&dst)[NJ + 2]) {
+            if (yy < 0 || yy >= h) {
+#pragma unroll
+                for (int u = 0; u < NJ + 2; ++u) dst[u] = (ACC)0;
+                return;
             }
+#pragma unroll
+            for (int u = 0; u < NJ + 2; ++u) dst[u] = r_in[u] ? (ACC)rr.at(xb + u) : (ACC)0;
         };
         ACC r0[NJ + 2], r1[NJ + 2], r2[NJ + 2];
-        r_row(yb + ly - 1, r0);
-        r_row(yb + ly, r1);
+        auto rr = Rm.row_at(yb + ly - 1);
+        r_row(yb + ly - 1, rr, r0);
+        rr.next(Rm);
+        r_row(yb + ly, rr, r1);
+        const float* lrow = Lm + (long long)yb * w + xl;
         for (int y = yb; y < ye; ++y) {
-            r_row(y + ly + 1, r2);
+            rr.next(Rm);
+            r_row(y + ly + 1, rr, r2);
 #pragma unroll
             for (int j = 0; j < NJ; ++j) {
-                const int x = xl + j;
-                const ACC l = x < w ? (ACC)Lm[(long long)y * w + x] : (ACC)0;
+                const ACC l = l_in[j] ? (ACC)lrow[j] : (ACC)0;
 #pragma unroll
                 for (int v = 0; v < 3; ++v) {
                     acc[v] += l * r0[j + v];
@@ -459,6 +491,7 @@ __device__ void exact_3x3(const float* __restrict__ Lm, const RightMatrix<IN, RA
                     acc[6 + v] += l * r2[j + v];
                 }
             }
+            lrow += w;
 #pragma unroll
             for (int u = 0; u < NJ + 2; ++u) {
                 r0[u] = r1[u];

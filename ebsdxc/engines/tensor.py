@@ -123,8 +123,11 @@ def launch_shape(h, w, max_lag, n_rows_maps, precision, smem_limit=_SMEM_OPTIN, 
     raise ValueError(f"{h}x{w} tiles with lags up to {max_lag} do not fit the tensor engine's shared memory")
 
 
-#: ``tc_exact``'s fewest blocks an SM (its registers: 64): memory latency bounds it (H100, 2026-11-27).
-_PEAK_BLOCKS = 8
+#: ``tc_exact``'s fewest blocks an SM: 48 registers, a few spilled. Its issue slots are 74% busy,
+#: with the loads' latency the largest stall (Nsight Compute), so more warps pay for the spills:
+#: 10 blocks beat 8 (64 registers) by about 5% with fp32 sums and 3% with fp64 ones; at 12 (40
+#: registers) fp64 sums took 1.3x as long (H100, 86 x 512 ROIs of 96x96 at +-16, 2026-11-27).
+_PEAK_BLOCKS = 10
 
 
 def _peak_columns(w, exact64):
