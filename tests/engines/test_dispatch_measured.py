@@ -16,6 +16,14 @@ CASES = [
     Case("n_to_mn", 45, 50, 128, 128, "window", 24, True),
     Case("n_to_mn", 45, 50, 128, 128, "full", None, True),
     Case("n_to_mn", 49, 16, 256, 256, "window", 24, True),
+    Case("n_to_mn", 86, 512, 96, 96, "window", 16, True),
+]
+
+# Window mode at a run's batch size, where the fused and tensor engines compete.
+RUN_CASES = [
+    Case("n_to_mn", 86, 512, 96, 96, "window", 16, True),
+    Case("n_to_mn", 86, 512, 96, 96, "window", 8, True),
+    Case("n_to_mn", 45, 512, 128, 128, "window", 24, True),
 ]
 
 
@@ -37,3 +45,24 @@ def test_the_choice_is_never_slower_than_the_fft_path(case):
     assert times[choice] is not None and times[Choice("fft", None)] is not None
     # 15% for the spread between runs of one machine
     assert times[choice] <= 1.15 * times[Choice("fft", None)], (choice, times)
+
+
+@pytest.mark.gpu
+@pytest.mark.slow
+@pytest.mark.parametrize("case", RUN_CASES, ids=lambda c: f"{c.n_left}x{c.h}-{c.mode}{c.max_shift}")
+def test_the_choice_at_a_run_batch_is_the_fastest_engine(case):
+    """At the batch sizes of a run, the engine the dispatcher picks is within the spread between
+    runs of the fastest of the engines that serve the case, measured now."""
+    pytest.importorskip("cupy")
+    from ebsdxc import bench
+    from ebsdxc.backend import gpu_available
+    from ebsdxc.engines import dispatch
+
+    if not gpu_available():
+        pytest.skip("no CUDA GPU here")
+    choice = dispatch.choose(case, engines=("fft", "fused", "tensor"))
+    rivals = [Choice(e, None) for e in ("fft", "fused", "tensor")]
+    times = {m.choice: m.ms for m in bench.measure_case(case, choices=rivals, skip=False)}
+    measured = {c: t for c, t in times.items() if t is not None}
+    assert choice in measured, (choice, times)
+    assert measured[choice] <= 1.15 * min(measured.values()), (choice, times)
