@@ -460,9 +460,8 @@ __device__ void exact_3x3(const float* __restrict__ Lm, const RightMatrix<IN, RA
         for (int u = 0; u < NJ + 2; ++u) r_in[u] = xb + u >= 0 && xb + u < w && xl + u - 2 < w;
 #pragma unroll
         for (int j = 0; j < NJ; ++j) l_in[j] = xl + j < w;
-        // zero outside R (a row outside it: the same for the whole warp), and where no column
-        // of the lane is inside L (x >= w)
-        // (rows are walked by moving a row's pointers on, not by computing them from its index)
+        // Zero outside R (a row outside it: the same for the whole warp), and where no column
+        // of the lane is inside L (x >= w). Rows are walked by moving a row's pointers on.
         auto r_row = [&](int yy, const typename RightMatrix<IN, RAW>::Row& rr, ACC (&dst)[NJ + 2]) {
             if (yy < 0 || yy >= h) {
 #pragma unroll

@@ -358,9 +358,10 @@ class TensorEngine(PairingEngine):
             if plan is not None:
                 packed = max(packed, h * plan["wk"] * 2)
         maps = (2 * ry + 1) * (2 * rx + 1) * 4
-        # lag, 9 float64 sums, y, x, value, border; the tile statistics; the assembled result
-        found = 8 + 72 + 8 + 8 + 4 + 2 + 13 + 32
-        return packed + maps + found + (4 if self.precision == "fp16" else 0)
+        peak = 8 + 9 * 8 + 8 + 8 + 4 + 2  # lag, the nine float64 sums, y, x, value, border (and as bool)
+        statistics = 4 + 4 + 1 + 4  # mean, energy, status, and room for the runner's own copies
+        result = 32  # displacement, peak height and status as the runner gets them
+        return packed + maps + peak + statistics + result + (4 if self.precision == "fp16" else 0)
 
     # ------------------------------------------------------------------ self-description
 

@@ -405,8 +405,8 @@ class Pipeline:
             # An engine that says what it takes (the tensor engine's 96x96 tiles at +-16: 29 kB,
             # where the FFT estimate below says 556 kB) gets batches that large, whose fixed
             # costs on the host (results written, kernels launched: about 3 ms a batch) the
-            # device then hides (H100, paper layout: 57k-77k -> 122k-125k patterns/s end to end,
-            # BENCHMARKS.md). Whole patterns count too: the readers' three device buffers and a
+            # device then hides (H100, paper layout at +-16: 57k-89k -> 122k-142k patterns/s end
+            # to end, BENCHMARKS.md). Whole patterns count too: the readers' three device buffers and a
             # float32 copy, as a bound.
             tiles = 0 if self.engine.reads_rois else int(np.prod(self.engine.input_shape)) * 4
             return self.layout.n * (own + tiles) + 4 * h * w * 4 + extra

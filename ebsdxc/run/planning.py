@@ -101,7 +101,7 @@ def plan_chunks(done_flat: np.ndarray, batch: int, *, offset: int = 0, cols=None
 MAX_BATCH = 4096
 #: Batches a scan is cut into at least, where that leaves :data:`MIN_SCAN_BATCH` patterns or more
 #: in each: the first batch's read and the last one's compute overlap nothing, so in a scan of a
-#: few batches they are a large share of the run (50,000 patterns, tensor engine, H100: 128k
+#: few batches they are a large share of the run (50,000 patterns, tensor engine, H100: 127k
 #: patterns/s end to end with batches of 2048, 123k with 4096).
 SCAN_BATCHES = 24
 MIN_SCAN_BATCH = 1024
