@@ -25,8 +25,8 @@ from .engines.dispatch import CalibrationTable, Case, Choice, gpu_model
 from .engines.registry import ENGINES
 
 __all__ = ["TABLE1_FORMS", "TABLE1_SIZES", "RUN_BATCH", "candidates", "measure_case", "table1_cases",
-           "calibration_cases", "run_cases", "write_csv", "read_csv", "winners", "plot_table1",
-           "Measurement"]
+           "calibration_cases", "missing_cases", "extended_table", "run_cases", "write_csv", "read_csv", "winners",
+           "plot_table1", "Measurement"]
 
 # (label, form, lefts, rights) of the paper's Table 1.
 TABLE1_FORMS = (("1-1", "one_to_one", 1, 1), ("1-2", "one_to_many", 1, 2), ("1-8", "one_to_many", 1, 8),
@@ -97,9 +97,30 @@ def calibration_cases(quick=False):
             cases.append(Case("n_to_mn", n, 50, s, s, "full", peaks=True))
             for r in (8, 16):
                 cases.append(Case("n_to_mn", n, 50, s, s, "window", r, peaks=True))
-                if not quick:
+    if not quick:
+        # down to small ROIs: the nearest cell of 16x16 ROIs would otherwise be 48x48, where the
+        # tensor engine wins; at 16x16 it took 1.5x the fused engine's time (H200)
+        for s in (16, 32, 48, 64, 96, 128):
+            for n in (25, 86):
+                for r in (8, 16):
                     cases.append(Case("n_to_mn", n, RUN_BATCH, s, s, "window", r, peaks=True))
     return cases
+
+
+def missing_cases(cases, table):
+    """The ``cases`` that ``table`` (a :class:`~ebsdxc.engines.dispatch.CalibrationTable`, or
+    None) has no measured cell for: what ``ebsdxc bench --calibrate --missing`` measures."""
+    have = set() if table is None else set(table.cells())
+    return [c for c in cases if c not in have]
+
+
+def extended_table(table, measurements, meta):
+    """``table`` with the rows of ``measurements`` added (cells it lacked), its ``meta``
+    keeping the original command and listing the additions (``meta``, with the date)."""
+    added = to_table(measurements, table.gpu, meta)
+    doc = dict(table.meta)
+    doc["added"] = [*doc.get("added", []), dict(added.meta, cases=len({m.case for m in measurements}))]
+    return CalibrationTable(table.gpu, [*table.rows, *added.rows], doc)
 
 
 class _Inputs:

@@ -429,6 +429,9 @@ def _parser():
                                     "window-mode and EBSD cases, saved as this GPU's dispatch table.")
     pb.add_argument("--calibrate", action="store_true",
                     help="measure the dispatcher's table for this GPU and keep it in the user cache")
+    pb.add_argument("--missing", action="store_true",
+                    help="with --calibrate: measure only the cases this GPU's current table lacks (one an "
+                         "older version measured) and add them to it, in the user cache")
     pb.add_argument("--quick", action="store_true", help="fewer, smaller cases (a minute or two)")
     pb.add_argument("--sizes", metavar="S,S,...", help="matrix sizes of Table 1 (default 16,32,64,128,256,384)")
     pb.add_argument("--out", default=".", metavar="DIR", help="folder for ebsdxc-bench-GPU.csv/.png (default .)")
@@ -966,6 +969,8 @@ def _cmd_bench(a, argv):
 
     if a.pipeline:
         return _cmd_bench_pipeline(a)
+    if a.missing and not a.calibrate:
+        raise InputError("--missing adds cases to a dispatch table: it goes with --calibrate")
 
     sizes = bench.TABLE1_SIZES
     if a.sizes:
@@ -990,7 +995,7 @@ def _cmd_bench(a, argv):
         print(f"plot: {png}")
         return 0
     from .backend import select_backend
-    from .engines.dispatch import cache_path, gpu_model, gpu_slug
+    from .engines.dispatch import cache_path, gpu_model, gpu_slug, load_table
 
     backend = select_backend(a.device)
     if not backend.is_gpu:
@@ -1005,6 +1010,15 @@ def _cmd_bench(a, argv):
         os.makedirs(a.out, exist_ok=True)
         cases = (bench.calibration_cases(quick=a.quick) if a.calibrate
                  else bench.table1_cases((16, 32, 64, 128) if a.quick and not a.sizes else sizes))
+        base = None
+        if a.missing:
+            base = load_table(gpu)
+            if base is None:
+                raise InputError("--missing: no dispatch table for this GPU to add to; run --calibrate alone")
+            cases = bench.missing_cases(cases, base)
+            if not cases:
+                print(f"{gpu}: the table has every case already", file=sys.stderr)
+                return 0
         print(f"{gpu}: {len(cases)} cases", file=sys.stderr)
         done = [0]
 
@@ -1026,7 +1040,10 @@ def _cmd_bench(a, argv):
             print(f"times: {csv_path} (no matplotlib here: plot later with --from-csv)")
         if a.calibrate:
             path = cache_path(gpu)
-            bench.to_table(results, gpu, {"command": shlex.join(["ebsdxc", *argv])}).save(path)
+            meta = {"command": shlex.join(["ebsdxc", *argv])}
+            table = (bench.to_table(results, gpu, meta) if base is None
+                     else bench.extended_table(base, results, meta))
+            table.save(path)
             print(f"dispatch table for {gpu}: {path}")
     return 0
 

@@ -143,6 +143,32 @@ def test_bench_from_csv_without_gpu(tmp_path):
 def test_bench_bad_options(tmp_path):
     r = subprocess.run([sys.executable, "-m", "ebsdxc", "bench", "--sizes", "16,x"], capture_output=True, text=True)
     assert r.returncode == 2 and "--sizes" in r.stderr
+    r = subprocess.run([sys.executable, "-m", "ebsdxc", "bench", "--missing"], capture_output=True, text=True)
+    assert r.returncode == 2 and "--missing" in r.stderr and "--calibrate" in r.stderr
+    assert r.stderr.count("\n") == 1
+
+
+def test_missing_cases_extend_a_table(tmp_path):
+    table = _table(tmp_path)  # cells: 1-32 at 16x16 and at 256x256
+    ms = _measurements()  # cells: 1-32 at 16x16 and at 64x64
+    wanted = sorted({m.case for m in ms}, key=lambda c: c.h)
+    missing = bench.missing_cases(wanted, table)
+    assert [c.h for c in missing] == [64]
+    assert bench.missing_cases(wanted, None) == wanted
+    new = [m for m in ms if m.case in missing]
+    ext = bench.extended_table(table, new, {"command": "ebsdxc bench --calibrate --missing"})
+    path = tmp_path / "ext.json"
+    ext.save(path)
+    ext = CalibrationTable.load(path)
+    assert ext.gpu == table.gpu
+    assert {c.h for c in ext.cells()} == {16, 64, 256}
+    assert ext.rows[:len(table.rows)] == table.rows  # what was measured stays as it was
+    assert len(ext.rows) == len(table.rows) + sum(m.ms is not None for m in new)
+    (added,) = ext.meta["added"]
+    assert added["command"] == "ebsdxc bench --calibrate --missing" and added["cases"] == 1 and "created" in added
+    assert bench.missing_cases(wanted, ext) == []
+    # the new cell now decides for the cases nearest it
+    assert ext.best(Case("one_to_many", 1, 32, 64, 64)).label == "fft"
 
 
 @pytest.mark.gpu
