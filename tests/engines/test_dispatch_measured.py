@@ -67,7 +67,13 @@ def test_the_choice_at_a_run_batch_is_the_fastest_engine(case):
                     "run ebsdxc bench --calibrate")
     choice = dispatch.choose(case, engines=("fft", "fused", "tensor"))
     rivals = [Choice(e, None) for e in ("fft", "fused", "tensor")]
-    times = {m.choice: m.ms for m in bench.measure_case(case, choices=rivals, skip=False)}
-    measured = {c: t for c, t in times.items() if t is not None}
-    assert choice in measured, (choice, times)
-    assert measured[choice] <= 1.15 * min(measured.values()), (choice, times)
+    # The best of three rounds: the suite runs several workers on one GPU. In one H200 run the
+    # fused engine took 5.64 ms here against the tensor engine's 4.26, where the table's cells
+    # (the same time per pair at 25 and 86 ROIs) put it ahead; the next run passed.
+    measured = {}
+    for _ in range(3):
+        for m in bench.measure_case(case, choices=rivals, skip=False):
+            if m.ms is not None:
+                measured[m.choice] = min(m.ms, measured.get(m.choice, m.ms))
+    assert choice in measured, (choice, measured)
+    assert measured[choice] <= 1.15 * min(measured.values()), (choice, measured)
