@@ -98,11 +98,10 @@ def calibration_cases(quick=False):
             for r in (8, 16):
                 cases.append(Case("n_to_mn", n, 50, s, s, "window", r, peaks=True))
     if not quick:
-        # down to small ROIs: the nearest cell of 16x16 ROIs would otherwise be 48x48, where the
-        # tensor engine wins; at 16x16 it took 1.5x the fused engine's time (H200)
-        # and +-24, issue 17's realistic window, where the tensor engine's lead over the fused one
-        # grows with the lags (H200, 45 ROIs of 128x128 at 512 patterns: 4.26 ms against 5.64,
-        # while at +-16 the fused engine was ahead)
+        # Down to small ROIs: the nearest cell of 16x16 ROIs would otherwise be 48x48, where the
+        # tensor engine wins, though at 16x16 it took 1.5x the fused engine's time (H200). And
+        # +-24, issue 17's realistic window, for ROIs of 64 and more, whose nearest cells were at
+        # +-16 before.
         for s in (16, 32, 48, 64, 96, 128):
             for n in (25, 86):
                 for r in (8, 16, 24) if s >= 64 else (8, 16):

@@ -406,8 +406,8 @@ class Pipeline:
             # where the FFT estimate below says 556 kB) gets batches that large, whose fixed
             # costs on the host (results written, kernels launched: about 3 ms a batch) the
             # device then hides (H100, paper layout at +-16: 57k-89k -> 122k-142k patterns/s end
-            # to end, BENCHMARKS.md). Whole patterns count too: the readers' three device buffers and a
-            # float32 copy, as a bound.
+            # to end, BENCHMARKS.md). Whole patterns count too: the readers' three device
+            # buffers and a float32 copy, as a bound.
             tiles = 0 if self.engine.reads_rois else int(np.prod(self.engine.input_shape)) * 4
             return self.layout.n * (own + tiles) + 4 * h * w * 4 + extra
         ny, nx = getattr(self.engine, "fft_shape", fft_shape(self.tile_shape, self.engine.max_lag, "full"))

@@ -62,7 +62,7 @@ def test_the_choice_at_a_run_batch_is_the_fastest_engine(case):
         pytest.skip("no CUDA GPU here")
     table = dispatch.load_table(dispatch.gpu_model())
     if table is None or not any(r["n_right"] == bench.RUN_BATCH for r in table.rows):
-        # (the shipped H200 table, measured before those cells were: auto picks fused there)
+        # (a table measured before those cells were: its choice here is the 50-pattern cells')
         pytest.skip(f"this GPU's dispatch table has no cells at {bench.RUN_BATCH} patterns: "
                     "run ebsdxc bench --calibrate")
     choice = dispatch.choose(case, engines=("fft", "fused", "tensor"))

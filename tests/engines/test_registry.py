@@ -86,8 +86,9 @@ AUTO = [
     ((16, 16), "window", 4, "dft", 86, 256, "fused"),
     ((40, 40), "full", None, "quadratic", 86, 256, "fused"),
     ((40, 40), "full", None, "dft", 86, 256, "fused"),
-    # tensor since the tables with cells at a run's batch (H200, 86 ROIs x 512, 32x32 and 48x48 at
-    # +-8); a tie when measured at 40x40 +-4, 86 x 256: tensor 0.296 ms, fused 0.293 (2026-11-27)
+    # tensor since the tables with cells at a run's batch: its nearest, 86 ROIs x 512 of 48x48 at
+    # +-8, 0.808 ms against fused 0.843 (H200); measured at 40x40 +-4, 86 x 256, a tie: tensor
+    # 0.296 ms, fused 0.293 (2026-11-27)
     ((40, 40), "window", 4, "quadratic", 86, 256, "tensor"),
     ((40, 40), "window", 4, "dft", 86, 256, "fused"),
     ((64, 64), "full", None, "quadratic", 86, 256, "fused"),
