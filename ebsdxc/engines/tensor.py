@@ -32,6 +32,7 @@ where FFTs cost less than the overlap.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 
 import numpy as np
@@ -350,13 +351,12 @@ class TensorEngine(PairingEngine):
         # operand is per reference subregion, not per tile.
         h, w = self.tile_shape
         ry, rx = self.max_lag
-        half = _half(self.precision)
-        ls = launch_shape(h, w, (ry, rx), 1, self.precision, _smem_limit())
-        packed = (h + 2 * ry) * (ls["wp"] // (2 if half else 1)) * 4
-        if half and tensor_wgmma.available():
-            plan = tensor_wgmma.plan(h, w, (ry, rx), tensor_wgmma.MIN_RIGHTS, self.precision, _smem_limit(), sms=1)
-            if plan is not None:
-                packed = max(packed, h * plan["wk"] * 2)
+        layouts = [_launch(h, w, (ry, rx), Pairing.n_to_mn(1, 1), self.precision, gemm=False)[2]]
+        with contextlib.suppress(ValueError):  # no GEMM here (another GPU, another precision)
+            layouts.append(_launch(h, w, (ry, rx), Pairing.n_to_mn(1, tensor_wgmma.MIN_RIGHTS), self.precision,
+                                   gemm=True)[2])
+        # _pack's (rows + 2 pad rows, row words) uint32 words a matrix
+        packed = max((h + 2 * pad_rows) * row_words * 4 for row_words, pad_rows in layouts)
         maps = (2 * ry + 1) * (2 * rx + 1) * 4
         peak = 8 + 9 * 8 + 8 + 8 + 4 + 2  # lag, the nine float64 sums, y, x, value, border (and as bool)
         statistics = 4 + 4 + 1 + 4  # mean, energy, status, and room for the runner's own copies
