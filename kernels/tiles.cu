@@ -4,8 +4,8 @@
 // at zero), so no separate padding copy is made. Without an output (out == nullptr) only
 // the statistics are made, and each tile's mean: the fused engine then reads the patterns
 // and prepares each value as it loads it (fftcorr.cu, FC_RAW), from the same float mean.
-// prepare_tiles_staged does the same from a copy of the tile in shared memory
-// (ebsdxc.engines.gpu_ops picks one kernel per size and dtype for both uses). Either also
+// prepare_tiles_shaped does the same for integer tiles of one shape, from a copy of the tile in
+// shared memory (ebsdxc.engines.gpu_ops picks one kernel per size and dtype for both uses). Either also
 // writes each prepared value in bf16 where `packed` is given: the tensor engine's right
 // operand (tensorcorr.cu's packed layout), so that it need not read float32 tiles back.
 #include "common.cuh"
@@ -134,70 +134,95 @@ __global__ void prepare_tiles(const T* __restrict__ patterns, int H, int W,
     finish_tile(o, w, Nx, npx, e, mean, bad, t, energy, status, mean_out, pk, packed.row);
 }
 
-// A lane's K values x0, x0 + 32, ... of tile row r in their stored type (0 past w), all
-// loaded before any is used.
-template <typename T, int K>
-__device__ __forceinline__ void lane_raw(const T* __restrict__ r, int x0, int w, T (&v)[K]) {
-#pragma unroll
-    for (int u = 0; u < K; ++u) v[u] = x0 + 32 * u < w ? r[x0 + 32 * u] : T(0);
-}
-
-// prepare_tiles with the tile read from global memory once: the mean's pass keeps it in
-// shared memory (h * w values of T, the launch's dynamic shared memory) and the energy's pass
-// reads it there. T is an integer type: the mean's sum runs in int per lane (exact, as the
-// double sums of integers below 2^53 it replaces, so the same bits; at most STAGED_TILE_MAX / 2
-// values of 16 bits in a block of 128 or more threads stay under 2^31 a lane) and no value can
-// be NaN or infinite. Overlapping ROIs of large patterns made the second global pass miss the L2
-// (H100, 128 patterns of 1024x1024 x 49 ROIs of 256x256 uint16, statistics only: 1.19 ms
-// with prepare_tiles, 0.75 ms here with 1024 threads and K = 8). The values and the order of
-// every sum are those of prepare_tiles at the same block size.
-template <typename T, int K>
-__global__ void prepare_tiles_staged(const T* __restrict__ patterns, int H, int W,
-                                     const int* __restrict__ origins, int n_roi, int h, int w,
-                                     const float* __restrict__ window, float* __restrict__ out, int Ny, int Nx,
-                                     float* __restrict__ energy, unsigned char* __restrict__ status,
-                                     float* __restrict__ mean_out, unsigned short* __restrict__ packed_out,
-                                     int packed_row, int packed_pad) {
+// prepare_tiles for integer tiles of a shape fixed when compiling (TH x TW, NT threads, RU rows
+// of a warp in flight), the tile read from global memory once: the mean's pass keeps it in shared
+// memory (TH * TW values of T, the launch's dynamic shared memory) and the energy's pass reads it
+// there. Overlapping ROIs of large patterns made a second global pass miss the L2 (H100, 128
+// patterns of 1024x1024 x 49 ROIs of 256x256 uint16, statistics only: 1.19 ms with
+// prepare_tiles, 0.75 ms from shared memory). With the bounds constant, the loops keep no
+// per-value predicates or index sums: a version taking the shape at run time spent most of its
+// instructions on them (Nsight Compute, H100, 512 x 86 uint16 tiles of 96x96: 14.3k warp
+// instructions a tile, the ALU pipe the busiest, 91% of issue slots busy; 6.9k here).
+// The mean's sum runs in int per lane (exact, as the double sums of integers below 2^53 it
+// replaces, so the same bits in any order; at most STAGED_TILE_MAX / 2 values of 16 bits in a
+// block of 128 or more threads stay under 2^31 a lane), divided once a block. The energy adds the
+// exact double squares of the float values, as prepare_tiles does, in the order of the lanes'
+// values and the block's sum; no value of an integer tile can be NaN or infinite.
+template <typename T, int TH, int TW, int NT, int RU>
+__global__ void __launch_bounds__(NT) prepare_tiles_shaped(
+    const T* __restrict__ patterns, int H, int W, const int* __restrict__ origins, int n_roi, int h, int w,
+    const float* __restrict__ window, float* __restrict__ out, int Ny, int Nx, float* __restrict__ energy,
+    unsigned char* __restrict__ status, float* __restrict__ mean_out, unsigned short* __restrict__ packed_out,
+    int packed_row, int packed_pad) {
+    static_assert(T(0.5) == T(0), "integer values");
+    constexpr int NW = NT / 32, KU = (TW + 31) / 32, ROWS = (TH + NW - 1) / NW;
     const Packed packed{packed_out, packed_row, packed_pad};
     extern __shared__ __align__(16) unsigned char staged_bytes[];
     T* tile = reinterpret_cast<T*>(staged_bytes);
     __shared__ double sred[32];
-    const long long t = blockIdx.x;
-    const T* p = tile_start(patterns, H, W, origins, n_roi, t);
-    float* o = out != nullptr ? out + t * (long long)Ny * Nx : nullptr;
-    unsigned short* pk = packed.tile(t, h);
-    const int npx = h * w;
-    static_assert(T(0.5) == T(0), "integer values");
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
+    __shared__ float smean;
+    const int t = blockIdx.x;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int b = t / n_roi, k = t - b * n_roi;
+    const T* p = patterns + (long long)b * H * W + (long long)origins[2 * k + 1] * W + origins[2 * k];
+    float* o = out != nullptr ? out + (long long)t * Ny * Nx : nullptr;
+    unsigned short* pk = packed.tile(t, TH);
+    // (row, column) of a lane's value q, u of a round: inside the tile (constant where TH, TW divide)
+    auto inside = [&](int yy, int xx) { return (TH % NW == 0 || yy < TH) && (TW % 32 == 0 || xx < TW); };
+
     int si = 0;
-    for (int yy = warp; yy < h; yy += nwarps) {
-        const T* r = p + (long long)yy * W;
-        T* tr = tile + yy * w;
-        for (int xa = lane; xa < w; xa += K * 32) {
-            T v[K];
-            lane_raw<T, K>(r, xa, w, v);  // zeros past w
+#pragma unroll 1
+    for (int i0 = 0; i0 < ROWS; i0 += RU) {
+        T v[RU][KU];
 #pragma unroll
-            for (int u = 0; u < K; ++u) {
-                if (xa + 32 * u < w) tr[xa + 32 * u] = v[u];
-                si += v[u];
+        for (int q = 0; q < RU; ++q)
+#pragma unroll
+            for (int u = 0; u < KU; ++u) {
+                const int yy = warp + NW * (i0 + q), xx = lane + 32 * u;
+                v[q][u] = (i0 + q < ROWS && inside(yy, xx)) ? p[yy * W + xx] : T(0);
+            }
+#pragma unroll
+        for (int q = 0; q < RU; ++q)
+#pragma unroll
+            for (int u = 0; u < KU; ++u) {
+                const int yy = warp + NW * (i0 + q), xx = lane + 32 * u;
+                if (i0 + q < ROWS && inside(yy, xx)) tile[yy * TW + xx] = v[q][u];
+                si += v[q][u];
+            }
+    }
+    const double s = block_sum((double)si, sred);  // its barriers also make the staged tile visible
+    if (threadIdx.x == 0) smean = (float)(s / (TH * TW));
+    __syncthreads();
+    const float mean = smean;
+
+    double e = 0.0;
+#pragma unroll 1
+    for (int i0 = 0; i0 < ROWS; i0 += RU) {
+        float tv[RU][KU], wv[RU][KU];
+#pragma unroll
+        for (int q = 0; q < RU; ++q)
+#pragma unroll
+            for (int u = 0; u < KU; ++u) {
+                const int yy = warp + NW * (i0 + q), xx = lane + 32 * u;
+                const bool in = i0 + q < ROWS && inside(yy, xx);
+                tv[q][u] = in ? exact_float(tile[yy * TW + xx]) : 0.0f;
+                wv[q][u] = in ? window[yy * TW + xx] : 0.0f;
+            }
+#pragma unroll
+        for (int q = 0; q < RU; ++q) {
+            const int yy = warp + NW * (i0 + q);
+#pragma unroll
+            for (int u = 0; u < KU; ++u) {
+                const int xx = lane + 32 * u;
+                if (i0 + q < ROWS && inside(yy, xx)) {
+                    const float qv = (tv[q][u] - mean) * wv[q][u];
+                    if (o != nullptr) o[yy * Nx + xx] = qv;
+                    if (pk != nullptr) pk[yy * packed.row + xx] = bf16_bits(qv);
+                    e += (double)qv * qv;
+                }
             }
         }
     }
-    const double s = block_sum((double)si, sred);  // its barriers also make the staged tile visible
-    const float bad = 0.0f;
-    const float mean = (float)(s / npx);
-
-    double e = 0.0;
-    for (int yy = warp; yy < h; yy += nwarps) {
-        const T* tr = tile + yy * w;
-        const float* wr = window + yy * w;
-        for (int xx = lane; xx < w; xx += 32) {
-            const float q = (exact_float(tr[xx]) - mean) * wr[xx];
-            if (out != nullptr) o[yy * Nx + xx] = q;
-            if (pk != nullptr) pk[yy * packed.row + xx] = bf16_bits(q);
-            e += (double)q * q;
-        }
-    }
     e = block_sum(e, sred);
-    finish_tile(o, w, Nx, npx, e, mean, bad, t, energy, status, mean_out, pk, packed.row);
+    finish_tile(o, TW, Nx, TH * TW, e, mean, 0.0f, t, energy, status, mean_out, pk, packed.row);
 }

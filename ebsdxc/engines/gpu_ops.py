@@ -17,10 +17,11 @@ _TILE_TYPES = {np.dtype(np.uint8): "unsigned char", np.dtype(np.uint16): "unsign
                np.dtype(np.int16): "short", np.dtype(np.int32): "int",
                np.dtype(np.float32): "float", np.dtype(np.float64): "double"}
 _STAGED_TYPES = ("unsigned char", "unsigned short", "short")
-_TILE_NAMES = (tuple(f"prepare_tiles<{t}>" for t in _TILE_TYPES.values())
-               + tuple(f"prepare_tiles_staged<{t}, {k}>" for t in _STAGED_TYPES for k in (4, 8)))
-#: Largest tile (bytes) that prepare_tiles_staged keeps in shared memory (256x256 uint16 is 128 KB).
+_TILE_NAMES = tuple(f"prepare_tiles<{t}>" for t in _TILE_TYPES.values())
+#: Largest tile (bytes) that prepare_tiles_shaped keeps in shared memory (256x256 uint16 is 128 KB).
 STAGED_TILE_MAX = 160 * 1024
+#: Widest tile of prepare_tiles_shaped: a lane holds (width / 32) values of each row it reads.
+_SHAPED_WIDTH_MAX = 512
 _TILE_STATIC_SMEM = 512  # the tile kernels' own shared memory (reduction slots), rounded up
 _METHODS = {"none": 0, "parabolic": 1, "gaussian": 2, "quadratic": 3}
 _PEAK_NAMES = tuple(f"find_peaks<{m}>" for m in _METHODS.values())
@@ -102,7 +103,8 @@ def _tile_pass(patterns, origins, tile_shape, window, out, packed=None):
                              f"more), got {pk.dtype} of shape {tuple(pk.shape)}")
         pk_row = pk.shape[2]
     name, threads, smem = _tile_kernel(dt, h, w, smem_limit=_smem_optin(cp.cuda.Device().id))
-    fn = get_function("tiles.cu", name, name_expressions=_TILE_NAMES)
+    # the shaped kernel is compiled for each shape on its own (about 0.2 s of NVRTC)
+    fn = get_function("tiles.cu", name, name_expressions=_TILE_NAMES if name in _TILE_NAMES else (name,))
     if smem > 48 * 1024:
         fn.max_dynamic_shared_size_bytes = smem
     fn((T,), (threads,), (patterns, np.int32(H), np.int32(W), origins, np.int32(n), np.int32(h),
@@ -123,17 +125,19 @@ def _tile_kernel(dtype, h, w, *, smem_limit):
     """(kernel name, block size, dynamic shared memory) of the tile pass for ``dtype`` tiles of
     h x w: tiles of 1- and 2-byte values up to :data:`STAGED_TILE_MAX` that fit the device's
     ``smem_limit`` (opt-in shared memory per block: 227 KB on an H100, 99 KB on sm_86) are read
-    from global memory once (``prepare_tiles_staged``). Measured on an H100 (``BENCHMARKS.md``,
-    "The tile pass from one read"): 1024 threads and 8 loads in flight per lane where only one
-    or two tiles fit an SM; 4-byte values kept the plain kernel, which was faster there. Both
-    uses of the pass (prepared tiles, statistics only) take the same kernel, so their sums agree
-    bit for bit."""
+    from global memory once, by a kernel compiled for their shape (``prepare_tiles_shaped``).
+    Measured on an H100 (``BENCHMARKS.md``, "The tile statistics for one tile shape"): 128
+    threads and three rows a warp in flight where several tiles fit an SM, 1024 threads and one
+    row where only one or two do; 4-byte values keep the plain kernel, which was faster there.
+    Both uses of the pass (prepared tiles, statistics only) take the same kernel, so their sums
+    agree bit for bit."""
     c_type = _TILE_TYPES[np.dtype(dtype)]
     nbytes = h * w * np.dtype(dtype).itemsize
-    if c_type not in _STAGED_TYPES or nbytes > min(STAGED_TILE_MAX, smem_limit - _TILE_STATIC_SMEM):
+    if c_type not in _STAGED_TYPES or nbytes > min(STAGED_TILE_MAX, smem_limit - _TILE_STATIC_SMEM) \
+            or w > _SHAPED_WIDTH_MAX:
         return f"prepare_tiles<{c_type}>", 256 if h * w >= 2048 else 128, 0
-    threads = 1024 if nbytes > 48 * 1024 else 256 if h * w >= 2048 else 128
-    return f"prepare_tiles_staged<{c_type}, {8 if w >= 256 else 4}>", threads, nbytes
+    threads, rows = (1024, 1) if nbytes > 48 * 1024 else (128, 3)
+    return f"prepare_tiles_shaped<{c_type}, {h}, {w}, {threads}, {rows}>", threads, nbytes
 
 
 def find_peaks(corr, max_lag, method, window_lags=None, *, with_flat=False):

@@ -33,8 +33,8 @@ def _oracle_prepare(patterns, origins, tile, window):
 @pytest.mark.parametrize("dtype", [np.uint8, np.uint16, np.int16, np.float32, np.float64])
 @pytest.mark.parametrize("tile", [(1, 1), (7, 13), (17, 5), (33, 64), (96, 96), (128, 128), (200, 210), (256, 256)])
 def test_prepare_tiles_kernel_matches_float64_oracle(cp, rng, dtype, tile):
-    """Both kernels (the staged one for 1- and 2-byte values: 128, 256 and 1024 threads, 4 and
-    8 loads per lane) against NumPy in float64."""
+    """Both kernels (for 1- and 2-byte values the one compiled for the tile's shape: 128 and 1024
+    threads, shapes that do and do not divide into the warps and lanes) against NumPy in float64."""
     from ebsdxc.engines.gpu_ops import prepare_tiles_padded
 
     h, w = tile
@@ -103,8 +103,8 @@ def test_tile_statistics_are_those_of_the_prepared_tiles_bit_for_bit(cp, rng, dt
         x0, y0 = origins[k]
         want = patterns[b, y0:y0 + h, x0:x0 + w].astype(np.float64).mean()
         assert float(mean.get()[t]) == pytest.approx(want, rel=1e-6)
-    staged = _tile_kernel(dtype, h, w, smem_limit=227 * 1024)[0].startswith("prepare_tiles_staged")
-    assert staged == (np.dtype(dtype).itemsize <= 2)
+    shaped = _tile_kernel(dtype, h, w, smem_limit=227 * 1024)[0].startswith("prepare_tiles_shaped")
+    assert shaped == (np.dtype(dtype).itemsize <= 2)
 
 
 @pytest.mark.parametrize("dtype,tile", [(np.uint16, (96, 96)), (np.int16, (64, 64)), (np.uint8, (33, 40)),
@@ -113,7 +113,7 @@ def test_integer_values_are_converted_exactly(cp, rng, dtype, tile):
     """Integer patterns of the full range, extremes included, become the float32 tiles NumPy's
     float32 arithmetic gives from the kernel's own mean, bit for bit (the tile pass converts
     1- and 2-byte integers without the conversion instruction; 300x300 uint16 takes the plain
-    kernel, the others the staged one), and their mean is the exact integer sum's."""
+    kernel, the others the one compiled for their shape), and their mean is the exact integer sum's."""
     from ebsdxc.engines.gpu_ops import _tile_kernel, prepare_tiles_padded, tile_statistics
 
     h, w = tile
@@ -133,8 +133,8 @@ def test_integer_values_are_converted_exactly(cp, rng, dtype, tile):
         roi = patterns[b, y0:y0 + h, x0:x0 + w]
         assert mean[t] == np.float32(roi.astype(np.int64).sum() / roi.size)
         np.testing.assert_array_equal(got[t], (roi.astype(np.float32) - mean[t]) * win)
-    staged = _tile_kernel(dtype, h, w, smem_limit=227 * 1024)[0].startswith("prepare_tiles_staged")
-    assert staged == (h * w * np.dtype(dtype).itemsize <= 160 * 1024)
+    shaped = _tile_kernel(dtype, h, w, smem_limit=227 * 1024)[0].startswith("prepare_tiles_shaped")
+    assert shaped == (h * w * np.dtype(dtype).itemsize <= 160 * 1024)
 
 
 def _smooth_maps(rng, T, shape):
