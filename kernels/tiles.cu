@@ -142,7 +142,7 @@ __global__ void prepare_tiles(const T* __restrict__ patterns, int H, int W,
 // prepare_tiles, 0.75 ms from shared memory). With the bounds constant, the loops keep no
 // per-value predicates or index sums: a version taking the shape at run time spent most of its
 // instructions on them (Nsight Compute, H100, 512 x 86 uint16 tiles of 96x96: 14.3k warp
-// instructions a tile, the ALU pipe the busiest, 91% of issue slots busy; 6.9k here).
+// instructions a tile, the ALU pipe the busiest, 91% of issue slots busy; about 7k here).
 // The mean's sum runs in int per lane (exact, as the double sums of integers below 2^53 it
 // replaces, so the same bits in any order; at most STAGED_TILE_MAX / 2 values of 16 bits in a
 // block of 128 or more threads stay under 2^31 a lane), divided once a block. The energy adds the
