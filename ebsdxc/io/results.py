@@ -41,7 +41,7 @@ SCHEMA = 1
 GROUP = "ebsdxc"
 
 __all__ = ["ResultsHandle", "ResultsWriter", "ResultsLock", "RunRecord", "require_results", "read_record",
-           "read_results", "is_results_file", "is_damaged_results", "check_not_damaged", "lock_holder",
+           "read_results", "read_attrs", "is_results_file", "is_damaged_results", "check_not_damaged", "lock_holder",
            "input_record", "read_grains", "write_gnd", "SCHEMA", "SIGNATURE"]
 
 #: The first bytes of every results file (in HDF5's user block, which HDF5 never reads or writes).
@@ -993,6 +993,13 @@ def read_results(path) -> dict:
         attrs["complete"] = bool(attrs["complete"])
         out["attrs"] = attrs
     return out
+
+
+def read_attrs(path) -> dict:
+    """The attributes of a results file's group, as stored, without reading its datasets."""
+    path = require_results(path)
+    with h5py.File(path, "r") as f:
+        return dict(f[GROUP].attrs)
 
 
 def read_summary(path) -> dict:

@@ -294,9 +294,9 @@ def measure(config, run, *, patterns: int, shape=(256, 256), workdir: str, repea
 
 def _run_batch(results_path, default) -> int:
     """The batch size a run used (its results file's ``batch_sizes``, the first), or ``default``."""
-    from ..io.results import read_results
+    from ..io.results import read_attrs
 
-    sizes = read_results(results_path)["attrs"].get("batch_sizes")
+    sizes = read_attrs(results_path).get("batch_sizes")
     return int(sizes[0]) if sizes is not None and len(sizes) else default
 
 

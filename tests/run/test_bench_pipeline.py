@@ -38,6 +38,13 @@ def test_measure_gives_every_figure_and_the_share_of_the_bound(tmp_path):
     assert f["end to end, wall with set-up"]["median"] <= f["end to end, streaming"]["median"] * 1.05
     assert r["profile_bound"] in ("read", "transfer", "preprocess", "correlate", "peaks", "write")
     assert r["engine"] == "fft"  # what "auto" ran on the CPU
+    # the bounds were taken at the batch the run used, read from its results file's attributes
+    from ebsdxc.io.results import read_attrs
+    from ebsdxc.run.bench_pipeline import _run_batch
+
+    out = tmp_path / "bench-pipeline-result.h5"
+    assert int(read_attrs(out)["batch_sizes"][0]) == 16 and _run_batch(out, 999) == 16
+    assert r["batch"] == 16
 
 
 def test_cli_prints_the_table(tmp_path, capsys):
