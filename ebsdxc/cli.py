@@ -690,12 +690,12 @@ def _cmd_process(a, argv):
                 if len(scans) == 1:
                     raise e from None
                 # the campaign goes on with the next scan
-                print(f"ebsdxc: error: {_arguments_as_flags(e)}", file=sys.stderr)
+                _stderr_line(f"ebsdxc: error: {_arguments_as_flags(e)}")
                 failed += 1
                 continue
             _print_summary(out, cfg)
             if profile is not None:
-                print(timing.format_report(profile.last_report), file=sys.stderr)
+                _stderr_line(timing.format_report(profile.last_report))
     except InputError as e:
         raise _named_by_flags(e, keep) from None
     finally:
@@ -706,7 +706,7 @@ def _cmd_process(a, argv):
         if cluster is not None:
             cluster.close()
     if failed:
-        print(f"ebsdxc: {failed} of {len(scans)} scans failed", file=sys.stderr)
+        _stderr_line(f"ebsdxc: {failed} of {len(scans)} scans failed")
         return 1
     return 0
 
@@ -1017,18 +1017,17 @@ def _cmd_bench(a, argv):
                 raise InputError("--missing: no dispatch table for this GPU to add to; run --calibrate alone")
             cases = bench.missing_cases(cases, base)
             if not cases:
-                print(f"{gpu}: the table has every case already", file=sys.stderr)
+                _stderr_line(f"{gpu}: the table has every case already")
                 return 0
-        print(f"{gpu}: {len(cases)} cases", file=sys.stderr)
+        _stderr_line(f"{gpu}: {len(cases)} cases")
         done = [0]
 
         def progress(m):
             if m.choice.engine == "fft":
                 done[0] += 1
                 c = m.case
-                print(f"  [{done[0]}/{len(cases)}] {c.form} {c.n_left}-{c.n_right} {c.h}x{c.w} {c.mode}"
-                      f"{' r=' + str(c.max_shift) if c.max_shift else ''}{' peaks' if c.peaks else ''}",
-                      file=sys.stderr)
+                _stderr_line(f"  [{done[0]}/{len(cases)}] {c.form} {c.n_left}-{c.n_right} {c.h}x{c.w} {c.mode}"
+                             f"{' r=' + str(c.max_shift) if c.max_shift else ''}{' peaks' if c.peaks else ''}")
 
         results = bench.run_cases(cases, progress=progress)
         bench.write_csv(results, csv_path)
@@ -1091,6 +1090,13 @@ def _quiet_broken_pipe():
     return 141  # 128 + SIGPIPE, as a shell reports a command killed by a broken pipe
 
 
+def _stderr_line(text: str) -> None:
+    """``text`` and its newline to stderr in one write: Python's stderr writes through, so
+    print's separate newline let another process sharing the stream (a job script's Dask
+    scheduler) put its log inside an ``ebsdxc:`` line, where tools reading the log miss it."""
+    sys.stderr.write(text + "\n")
+
+
 class _Terminated(KeyboardInterrupt):
     """SIGTERM (``kill``, a batch system's cancel or time limit): the run stops as on Ctrl-C."""
 
@@ -1139,19 +1145,16 @@ def _main(argv) -> int:
                     "distortion": _cmd_distortion}
         return commands[a.command](a, argv)
     except InputError as e:
-        print(f"ebsdxc: error: {_arguments_as_flags(e)}", file=sys.stderr)
+        _stderr_line(f"ebsdxc: error: {_arguments_as_flags(e)}")
         return 2
     except KeyboardInterrupt as e:
         if isinstance(e, _Terminated):
-            print("ebsdxc: cancelled (SIGTERM); the results file is marked incomplete; --resume continues",
-                  file=sys.stderr)
+            _stderr_line("ebsdxc: cancelled (SIGTERM); the results file is marked incomplete; --resume continues")
             return 143  # 128 + SIGTERM, as a shell reports a command ended by it
-        print("ebsdxc: interrupted; the results file is marked incomplete, continue with --resume",
-              file=sys.stderr)
+        _stderr_line("ebsdxc: interrupted; the results file is marked incomplete, continue with --resume")
         return 130
     except MemoryError as e:  # host memory, or CuPy's OutOfMemoryError (a MemoryError subclass)
-        print(f"ebsdxc: error: out of memory ({e}); try a smaller --batch, then --resume",
-              file=sys.stderr)
+        _stderr_line(f"ebsdxc: error: out of memory ({e}); try a smaller --batch, then --resume")
         return 1
 
 
