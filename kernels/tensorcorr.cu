@@ -119,8 +119,9 @@ struct RightMatrix {
             if (RAW) win += m.w;
         }
     };
-    __device__ __forceinline__ Row row_at(int y) const {
-        return Row{p + (long long)y * row, RAW ? win + y * w : nullptr, mean, zero};
+    // (column x of row y as the row's column 0: loads at constant offsets from it)
+    __device__ __forceinline__ Row row_at(int y, int x = 0) const {
+        return Row{p + (long long)y * row + x, RAW ? win + y * w + x : nullptr, mean, zero};
     }
 };
 
@@ -431,72 +432,68 @@ __global__ void __launch_bounds__(256) tc_maps(const unsigned* __restrict__ Lp, 
 }
 
 // Exact correlation at the 3x3 lags around (ly, lx) into sv[9] (row-major), every thread
-// taking part: each warp walks a band of L rows, each lane some columns, keeping the three R
-// rows its pixels meet in registers (one new R row per L row); per-thread sums in ACC, the
-// block's sums in double.
+// taking part: each warp walks a band of R rows, each lane some columns, keeping the three L
+// rows its pixels meet in registers (one new L row per R row); per-thread sums in ACC, the
+// block's sums in double. Lm: L zero-padded (tc_exact's lp), rows lw apart.
 template <typename ACC, int NJ, typename IN, int RAW>
-__device__ void exact_3x3(const float* __restrict__ Lm, const RightMatrix<IN, RAW>& Rm, int h, int w, int ly,
-                          int lx, double* sv, double* red) {
-    // Up to NJ columns a lane in one walk down the rows: their loads are independent, so a warp
-    // has NJ times as many in flight (one column a walk waited for memory at every row).
+__device__ void exact_3x3(const float* __restrict__ Lm, int lw, const RightMatrix<IN, RAW>& Rm, int h, int w,
+                          int ly, int lx, double* sv, double* red) {
+    // R is walked, not L: each R value is read and prepared once (from the patterns: two loads,
+    // the centring and the window), the L values, plain loads from the zero-padded copy without
+    // tests, NJ + 2 times for NJ columns. The other way round took about 130 instructions a row
+    // of three columns, 27 of them the sums.
     ACC acc[9];
 #pragma unroll
     for (int k = 0; k < 9; ++k) acc[k] = 0;
     const int nwarps = blockDim.x >> 5, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    // rows of L that meet a row of R at some lag ly - 1 .. ly + 1, split into bands
-    const int y_lo = max(0, -(ly + 1)), y_hi = min(h, h - (ly - 1));
+    // rows of R that meet a row of L at some lag ly - 1 .. ly + 1, split into bands
+    const int y_lo = max(0, ly - 1), y_hi = min(h, h + ly + 1);
     const int band = (y_hi - y_lo + nwarps - 1) / nwarps;
     const int yb = y_lo + warp * band, ye = min(y_hi, yb + band);
-    // NJ consecutive columns a lane (x = x0 + NJ lane + j): the three lags of its columns meet
-    // NJ + 2 values of an R row, each loaded and prepared once. Columns 32 apart (3 NJ values)
-    // took 1.52-1.69 ms against 1.15-1.20 ms from the patterns, 1.17-1.30 against 1.05-1.08 from
-    // tiles (fp32 sums, 86 x 512 96x96 ROIs at +-16, H100, 2026-11-27).
+    // R at (Y, X) meets L at (Y - ly + 1 - v, X - lx + 1 - q) for lag (ly + v - 1, lx + q - 1):
+    // a lane's NJ consecutive columns X = xr + j meet the NJ + 2 L columns xl + u (u = j - q + 2)
+    // of three L rows (rows -2 .. h + 1, columns -rx - 1 .. the last walk's + rx + 1: padding).
     for (int x0 = 0; x0 < w && yb < ye; x0 += 32 * NJ) {
-        const int xl = x0 + NJ * lane, xb = xl + lx - 1;
-        // Which of the lane's R values and L columns lie inside their tiles is the same in every
-        // row: decided once, not at each load.
-        bool r_in[NJ + 2], l_in[NJ];
+        const int xr = x0 + NJ * lane;
+        bool r_in[NJ];  // the same in every row
 #pragma unroll
-        for (int u = 0; u < NJ + 2; ++u) r_in[u] = xb + u >= 0 && xb + u < w && xl + u - 2 < w;
+        for (int j = 0; j < NJ; ++j) r_in[j] = xr + j < w;
+        // L rows Y - ly - 1, Y - ly, Y - ly + 1 (lags ly + 1, ly, ly - 1) in la, lb, lc, three
+        // rows a round so that no register moves: each step loads its newest row over the oldest.
+        ACC la[NJ + 2], lb[NJ + 2], lc[NJ + 2];
+        const float* lp = Lm + (long long)(yb - ly - 1) * lw + (xr - lx - 1);
 #pragma unroll
-        for (int j = 0; j < NJ; ++j) l_in[j] = xl + j < w;
-        // Zero outside R (a row outside it: the same for the whole warp), and where no column
-        // of the lane is inside L (x >= w). Rows are walked by moving a row's pointers on.
-        auto r_row = [&](int yy, const typename RightMatrix<IN, RAW>::Row& rr, ACC (&dst)[NJ + 2]) {
-            if (yy < 0 || yy >= h) {
-#pragma unroll
-                for (int u = 0; u < NJ + 2; ++u) dst[u] = (ACC)0;
-                return;
-            }
-#pragma unroll
-            for (int u = 0; u < NJ + 2; ++u) dst[u] = r_in[u] ? (ACC)rr.at(xb + u) : (ACC)0;
-        };
-        ACC r0[NJ + 2], r1[NJ + 2], r2[NJ + 2];
-        auto rr = Rm.row_at(yb + ly - 1);
-        r_row(yb + ly - 1, rr, r0);
-        rr.next(Rm);
-        r_row(yb + ly, rr, r1);
-        const float* lrow = Lm + (long long)yb * w + xl;
-        for (int y = yb; y < ye; ++y) {
-            rr.next(Rm);
-            r_row(y + ly + 1, rr, r2);
-#pragma unroll
-            for (int j = 0; j < NJ; ++j) {
-                const ACC l = l_in[j] ? (ACC)lrow[j] : (ACC)0;
-#pragma unroll
-                for (int v = 0; v < 3; ++v) {
-                    acc[v] += l * r0[j + v];
-                    acc[3 + v] += l * r1[j + v];
-                    acc[6 + v] += l * r2[j + v];
-                }
-            }
-            lrow += w;
-#pragma unroll
-            for (int u = 0; u < NJ + 2; ++u) {
-                r0[u] = r1[u];
-                r1[u] = r2[u];
-            }
+        for (int u = 0; u < NJ + 2; ++u) {
+            la[u] = (ACC)lp[u];
+            lb[u] = (ACC)lp[lw + u];
         }
+        lp += 2 * lw;
+        auto rr = Rm.row_at(yb, xr);
+        auto step = [&](const ACC(&l0)[NJ + 2], const ACC(&l1)[NJ + 2], ACC(&l2)[NJ + 2]) {
+#pragma unroll
+            for (int u = 0; u < NJ + 2; ++u) l2[u] = (ACC)lp[u];
+            ACC r[NJ];
+#pragma unroll
+            for (int j = 0; j < NJ; ++j) r[j] = r_in[j] ? (ACC)rr.at(j) : (ACC)0;
+#pragma unroll
+            for (int j = 0; j < NJ; ++j)
+#pragma unroll
+                for (int q = 0; q < 3; ++q) {
+                    acc[q] += l2[j - q + 2] * r[j];
+                    acc[3 + q] += l1[j - q + 2] * r[j];
+                    acc[6 + q] += l0[j - q + 2] * r[j];
+                }
+            rr.next(Rm);
+            lp += lw;
+        };
+        int y = yb;
+        for (; y + 3 <= ye; y += 3) {
+            step(la, lb, lc);
+            step(lb, lc, la);
+            step(lc, la, lb);
+        }
+        if (y < ye) step(la, lb, lc);
+        if (y + 1 < ye) step(lb, lc, la);
     }
     // The nine sums at once: one barrier for the warps' partial sums (double), nine threads add them.
     __syncthreads();  // red and sv may still be read by a previous call
@@ -522,9 +519,11 @@ __device__ void exact_3x3(const float* __restrict__ Lm, const RightMatrix<IN, RA
 // double arithmetic on one thread set them for all: fewer blocks an SM, each waiting on memory).
 // Window autocorrelation tables wy (nwy,), wx (nwx,) by lag mod nwy / nwx reach one lag past
 // the window (nwy = 2 ry + 3). IN, RAW: where the right matrices come from (RightSource).
+// lp: the left matrices zero-padded, (na, h + 4, lw), L[y, x] at row y + 2, column x + lc
+// (exact_3x3 reads two rows past L and rx + 1 columns past each walk).
 template <int EXACT64, int NJ, int MINB, typename IN, int RAW>
-__global__ void __launch_bounds__(128, MINB) tc_exact(const float* __restrict__ maps, const float* __restrict__ L,
-                                                      RIGHT_ARGS(IN), int h, int w, int ry, int rx,
+__global__ void __launch_bounds__(128, MINB) tc_exact(const float* __restrict__ maps, const float* __restrict__ lp,
+                                                      int lw, int lc, RIGHT_ARGS(IN), int h, int w, int ry, int rx,
                                                       int na, int nb, int rs_a, int rs_b, int os_a, int os_b,
                                                       int max_moves, int* __restrict__ lag,
                                                       double* __restrict__ sums) {
@@ -535,7 +534,7 @@ __global__ void __launch_bounds__(128, MINB) tc_exact(const float* __restrict__ 
     const int a = blockIdx.x % na, b = blockIdx.x / na;
     const long long tmap = (long long)a * os_a + (long long)b * os_b;
     const int My = 2 * ry + 1, Mx = 2 * rx + 1;
-    const float* Lm = L + (long long)a * h * w;
+    const float* Lm = lp + ((long long)a * (h + 4) + 2) * lw + lc;  // L[0, 0]
     const RightMatrix<IN, RAW> Rm = RIGHT_SOURCE(IN, RAW).matrix((long long)a * rs_a + (long long)b * rs_b, w);
 
     float best;
@@ -547,8 +546,8 @@ __global__ void __launch_bounds__(128, MINB) tc_exact(const float* __restrict__ 
     __syncthreads();
     for (int move = 0;; ++move) {
         const int ly = sl[0], lx = sl[1];
-        if (EXACT64) exact_3x3<double, NJ, IN, RAW>(Lm, Rm, h, w, ly, lx, sv, red);
-        else exact_3x3<float, NJ, IN, RAW>(Lm, Rm, h, w, ly, lx, sv, red);
+        if (EXACT64) exact_3x3<double, NJ, IN, RAW>(Lm, lw, Rm, h, w, ly, lx, sv, red);
+        else exact_3x3<float, NJ, IN, RAW>(Lm, lw, Rm, h, w, ly, lx, sv, red);
         if (threadIdx.x == 0) {
             int k_best = 4;
             for (int k = 0; k < 9; ++k) {

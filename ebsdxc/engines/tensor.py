@@ -124,17 +124,36 @@ def launch_shape(h, w, max_lag, n_rows_maps, precision, smem_limit=_SMEM_OPTIN, 
     raise ValueError(f"{h}x{w} tiles with lags up to {max_lag} do not fit the tensor engine's shared memory")
 
 
-#: ``tc_exact``'s fewest blocks an SM: 48 registers, a few spilled. Its issue slots are 74% busy,
-#: with the loads' latency the largest stall (Nsight Compute), so more warps pay for the spills:
-#: 10 blocks beat 8 (64 registers) by about 5% with fp32 sums and 3% with fp64 ones; at 12 (40
-#: registers) fp64 sums took 1.3x as long (H100, 86 x 512 ROIs of 96x96 at +-16, 2026-11-27).
-_PEAK_BLOCKS = 10
+#: ``tc_exact``'s fewest blocks an SM, by sum precision (double: True). Float sums at 10 blocks
+#: (48 registers) spill little outside the walk; double ones spill inside it there, and at 8
+#: (64 registers) took 0.67-0.75 of the time (H100, Nsight Compute and CUDA events,
+#: 2026-11-28).
+_PEAK_BLOCKS = {False: 10, True: 8}
 
 
 def _peak_columns(w, exact64):
-    """Columns a lane of ``tc_exact`` walks at once: a row of up to 128 pixels in one walk (float
-    sums); one (double sums, whose registers would spill)."""
-    return 1 if exact64 else min(4, -(-w // 32))
+    """Columns a lane of ``tc_exact`` walks at once: one with double sums (whose registers would
+    spill); with float sums, of one to three, those that leave the fewest lanes idle in the
+    walks across a row, the most of them on a tie (96 pixels: 3, one walk; 128: 2, two walks).
+    Four, which covered 128 pixels in one walk, spilled in the walk at 10 blocks an SM."""
+    if exact64:
+        return 1
+    return min((-(-w // (32 * n)) * 32 * n - w, -n, n) for n in (1, 2, 3))[2]
+
+
+def _padded_lefts(lefts, nj, rx):
+    """``tc_exact``'s zero-padded left matrices, (na, h + 4, lw) float32 with L[y, x] at
+    [y + 2, x + lc], and (lw, lc): every L value its walks read, two rows past each edge and
+    ``rx + 1`` columns past each walk of 32 ``nj`` columns, exists, so they read without tests."""
+    import cupy as cp
+
+    na, h, w = lefts.shape
+    walked = -(-w // (32 * nj)) * 32 * nj
+    lc = rx + 1
+    lw = -(-(walked + 2 * rx + 2) // 4) * 4
+    lp = cp.zeros((na, h + 4, lw), dtype=cp.float32)
+    lp[:, 2:h + 2, lc:lc + w] = lefts
+    return lp, lw, lc
 
 
 #: Most threads of a ``tc_pack_right`` launch: its thread index is an int.
@@ -311,12 +330,13 @@ def exact_peaks(maps, lefts, rights, pairing, max_lag, method, window_lags=None,
         else:
             wy, wx = cp.ones(2 * ry + 3), cp.ones(2 * rx + 3)
         exact64 = peak_precision == "fp64"
-        nj, minb = _peak_columns(w, exact64), _PEAK_BLOCKS
+        nj, minb = _peak_columns(w, exact64), _PEAK_BLOCKS[exact64]
         lag = cp.empty((T, 2), dtype=cp.int32)
         sums = cp.empty((T, 9), dtype=cp.float64)
+        lp, lw, lc = _padded_lefts(lefts, nj, rx)
         fn = get_function("tensorcorr.cu", f"tc_exact<{int(exact64)}, {nj}, {minb}, {c_type}, {raw}>")
-        fn((T,), (128,), (maps, lefts, *src, np.int32(h), np.int32(w), np.int32(ry), np.int32(rx),
-                          *pairing.as_struct(), np.int32(max_moves), lag, sums))
+        fn((T,), (128,), (maps, lp, np.int32(lw), np.int32(lc), *src, np.int32(h), np.int32(w), np.int32(ry),
+                          np.int32(rx), *pairing.as_struct(), np.int32(max_moves), lag, sums))
         fn = get_function("tensorcorr.cu", f"tc_fit<{_METHODS[method]}>")
         fn((-(-T // 128),), (128,), (lag, sums, np.int32(T), np.int32(ry), np.int32(rx), wy, wx,
                                      np.int32(wy.size), np.int32(wx.size), np.int32(comp), y, x, value, border))

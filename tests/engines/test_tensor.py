@@ -290,8 +290,9 @@ def test_precisions_order_by_error(rng):
     assert err["tf32"] < err["bf16"] / 4
 
 
-def _shifted_pairs(rng, n, shape, lag):
-    """Reference tiles and scan tiles shifted by known integer lags inside the window."""
+def _shifted_pairs(rng, n, shape, lag, shifts=None):
+    """Reference tiles and scan tiles shifted by known integer lags inside the window (random,
+    or the (n, 2) ``shifts``)."""
     from ebsdxc.preprocess import window_2d
 
     h, w = shape
@@ -301,7 +302,8 @@ def _shifted_pairs(rng, n, shape, lag):
 
     big = np.stack([gaussian_filter(b, 1.5) for b in big])
     win = window_2d(shape)
-    shifts = np.stack([rng.integers(-ry + 1, ry, n), rng.integers(-rx + 1, rx, n)], axis=1)
+    if shifts is None:
+        shifts = np.stack([rng.integers(-ry + 1, ry, n), rng.integers(-rx + 1, rx, n)], axis=1)
     lefts, rights = [], []
     for i in range(n):
         cy, cx = ry + 1, rx + 1
@@ -347,7 +349,7 @@ def test_exact_peaks_match_cpu_peaks(rng, method, precision, peak_precision):
 @pytest.mark.parametrize("peak_precision", ["fp32", "fp64"])
 @pytest.mark.parametrize("shape", [(40, 17), (32, 70), (32, 100), (30, 128), (24, 150)])
 def test_exact_values_every_width(rng, shape, peak_precision):
-    # Rows of one to four 32-pixel columns a lane, and of more than one walk (150): the integer
+    # Rows of one to three 32-pixel columns a lane, and of more than one walk (100 to 150): the integer
     # peak and the exact value there are the float64 oracle's (its top two lags 2.5% apart or
     # more; on tiles this small the window moves some peaks off the shift they were made with).
     import cupy as cp
@@ -364,6 +366,42 @@ def test_exact_values_every_width(rng, shape, peak_precision):
     peaks = np.array([np.unravel_index(np.argmax(m), m.shape) for m in want]) - np.array(lag)
     np.testing.assert_array_equal(np.stack([y, x], axis=1), peaks)
     np.testing.assert_allclose(value, [m.max() for m in want], rtol=1e-7 if peak_precision == "fp64" else 1e-6)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("peak_precision", ["fp32", "fp64"])
+@pytest.mark.parametrize("shape", [(36, 30), (33, 70), (33, 100), (24, 150)])
+def test_exact_peaks_on_the_window_edge(rng, shape, peak_precision):
+    # Peaks on the window's corners and edges: their 3x3 reaches a lag past the window, so the
+    # exact sums read the left matrix's padding as far as it goes (rows two past each edge,
+    # rx + 1 columns past each walk; one to three columns a lane, several walks at 100 and 150).
+    # Fits and values are the float64 oracle's, for the pairs whose oracle maximum is the shift
+    # they were made with (the window moves a few on small tiles).
+    import cupy as cp
+
+    from ebsdxc.engines.tensor import exact_peaks, tensor_maps
+    from ebsdxc.peaks import fit_3x3
+
+    lag = (4, 5)
+    shifts = np.array([(sy * lag[0], sx * lag[1]) for sy in (-1, 0, 1) for sx in (-1, 0, 1) if sy or sx])
+    n = len(shifts)
+    lefts, rights, _ = _shifted_pairs(rng, n, shape, lag, shifts)
+    p = Pairing.n_to_mn(n, 1)
+    maps = tensor_maps(cp.asarray(lefts), cp.asarray(rights), p, lag, "bf16")
+    y, x, value, border = (cp.asnumpy(a) for a in exact_peaks(maps, cp.asarray(lefts), cp.asarray(rights), p, lag,
+                                                              "quadratic", peak_precision=peak_precision))
+    wide = np.stack([oracle(lefts[i], rights[i], (lag[0] + 1, lag[1] + 1)) for i in range(n)])
+    top = np.array([np.unravel_index(np.argmax(m[1:-1, 1:-1]), m[1:-1, 1:-1].shape) for m in wide]) - np.array(lag)
+    keep = (top == shifts).all(axis=1)
+    assert keep.sum() >= 6
+    cy, cx = shifts[:, 0] + lag[0] + 1, shifts[:, 1] + lag[1] + 1
+    neigh = np.stack([wide[i, cy[i] - 1:cy[i] + 2, cx[i] - 1:cx[i] + 2] for i in range(n)])
+    dy, dx = fit_3x3(neigh, "quadratic")
+    assert border[keep].all()
+    tol = 1e-8 if peak_precision == "fp64" else 2e-4
+    np.testing.assert_allclose(y[keep], (shifts[:, 0] + dy)[keep], atol=tol, rtol=0)
+    np.testing.assert_allclose(x[keep], (shifts[:, 1] + dx)[keep], atol=tol, rtol=0)
+    np.testing.assert_allclose(value[keep], neigh[keep, 1, 1], rtol=1e-7 if peak_precision == "fp64" else 1e-6)
 
 
 @pytest.mark.gpu
