@@ -39,11 +39,12 @@ __device__ __forceinline__ void lane_values(const T* __restrict__ r, int x0, int
     for (int u = 0; u < 4; ++u) v[u] = x0 + 32 * u < w ? exact_float(r[x0 + 32 * u]) : 0.0f;
 }
 
-// The first value of the block's tile t (ROI t % n_roi of pattern t / n_roi; rows W apart).
+// The first value of the block's tile t (ROI t % n_roi of pattern t / n_roi; rows W apart). t is
+// a block index, so an int: a 32-bit division, not a 64-bit one.
 template <typename T>
 __device__ __forceinline__ const T* tile_start(const T* __restrict__ patterns, int H, int W,
-                                               const int* __restrict__ origins, int n_roi, long long t) {
-    const int b = (int)(t / n_roi), k = (int)(t % n_roi);
+                                               const int* __restrict__ origins, int n_roi, int t) {
+    const int b = t / n_roi, k = t - b * n_roi;
     return patterns + (long long)b * H * W + (long long)origins[2 * k + 1] * W + origins[2 * k];
 }
 
@@ -85,7 +86,7 @@ __global__ void prepare_tiles(const T* __restrict__ patterns, int H, int W,
     __shared__ double sred[32];
     __shared__ float fred[32];
     const long long t = blockIdx.x;
-    const T* p = tile_start(patterns, H, W, origins, n_roi, t);
+    const T* p = tile_start(patterns, H, W, origins, n_roi, (int)t);
     float* o = out != nullptr ? out + t * (long long)Ny * Nx : nullptr;
     unsigned short* pk = packed.tile(t, h);
     const int npx = h * w;
@@ -163,8 +164,7 @@ __global__ void __launch_bounds__(NT) prepare_tiles_shaped(
     __shared__ float smean;
     const int t = blockIdx.x;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    const int b = t / n_roi, k = t - b * n_roi;
-    const T* p = patterns + (long long)b * H * W + (long long)origins[2 * k + 1] * W + origins[2 * k];
+    const T* p = tile_start(patterns, H, W, origins, n_roi, t);
     float* o = out != nullptr ? out + (long long)t * Ny * Nx : nullptr;
     unsigned short* pk = packed.tile(t, TH);
     // (row, column) of a lane's value q, u of a round: inside the tile (constant where TH, TW divide)
