@@ -99,10 +99,7 @@ struct RightMatrix {
     const float* win;
     float mean;
     bool zero;
-    __device__ __forceinline__ float at(int y, int x) const {
-        if (!RAW) return (float)p[(long long)y * row + x];
-        return zero ? 0.0f : (exact_float(p[(long long)y * row + x]) - mean) * win[y * w + x];
-    }
+    __device__ __forceinline__ float at(int y, int x) const { return row_at(y, x).at(0); }
     // Row y, for loops that read several values of one row: at(y, x) == row_at(y).at(x).
     struct Row {
         const IN* p;
