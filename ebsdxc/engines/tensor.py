@@ -126,7 +126,7 @@ def launch_shape(h, w, max_lag, n_rows_maps, precision, smem_limit=_SMEM_OPTIN, 
 
 #: ``tc_exact``'s fewest blocks an SM, by sum precision (double: True). Float sums at 10 blocks
 #: (48 registers) spill only outside the walk's three-row loop; double ones spill inside it
-#: there, and at 8 (64 registers) took 0.67-0.94 of the time (H100, Nsight Compute,
+#: there, and at 8 (64 registers) took 0.76-0.93 of the time (H100, Nsight Compute,
 #: 2026-11-28).
 _PEAK_BLOCKS = {False: 10, True: 8}
 
