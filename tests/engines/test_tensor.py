@@ -60,6 +60,20 @@ def test_launch_shapes_fit_shared_memory(precision, shape, lag, nb):
     assert ls["lwt"] % 8 == 0 and ls["lw"] % 8 == 0 and ls["stage"] % 4 == 0  # 16-byte copies
 
 
+@pytest.mark.parametrize("w", [1, 17, 32, 40, 64, 70, 96, 100, 128, 150, 192, 256, 300])
+def test_exact_peak_columns_leave_fewest_lanes_idle(w):
+    # tc_exact's columns a lane: double sums one; float sums one to three, the fewest idle lanes
+    # over the row's walks of 32 lanes, the most columns on a tie (measured: 3 at 96, 2 at 128).
+    from ebsdxc.engines.tensor import _peak_columns
+
+    assert _peak_columns(w, True) == 1
+    nj = _peak_columns(w, False)
+    idle = {n: -(-w // (32 * n)) * 32 * n - w for n in (1, 2, 3)}
+    assert nj in idle and idle[nj] == min(idle.values())
+    assert all(n <= nj for n in idle if idle[n] == idle[nj])
+    assert {96: 3, 128: 2, 64: 2, 32: 1}.get(w, nj) == nj
+
+
 @pytest.mark.parametrize("shape,lag,nb", [((96, 96), (16, 16), 50), ((96, 96), (16, 16), 512),
                                           ((128, 128), (24, 24), 512), ((256, 256), (24, 24), 128),
                                           ((9, 200), (4, 60), 64), ((37, 53), (5, 9), 1000)])
