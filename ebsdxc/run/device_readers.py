@@ -369,7 +369,10 @@ def _serve(device, conn, threads, piece_bytes):  # pragma: no cover - runs in a 
         bases = []
         conn.send(("ready", os.getpid()))
     except BaseException as e:  # noqa: BLE001 - the parent raises it
-        conn.send(("error", None, f"cannot start a reader process ({type(e).__name__}: {e})"))
+        # A parent that let go already (its end closed) fails this reply too: nobody to tell.
+        with contextlib.suppress(OSError):
+            conn.send(("error", None, f"cannot start a reader process ({type(e).__name__}: {e})"))
+        conn.close()
         return
 
     def work(t, base, fd, pieces):

@@ -259,6 +259,22 @@ def test_a_reader_whose_parent_let_go_ends_quietly(monkeypatch):
     assert not loops[0].is_alive() and raised == []
 
 
+def test_a_reader_whose_parent_let_go_before_it_was_ready_ends_quietly(monkeypatch):
+    """The same at start-up: a parent that let go before its reader said it was ready (the test
+    above, when the reader's thread started late) leaves the reader to end with no traceback.
+    Its error reply failed too, and that second broken pipe escaped the reader."""
+    _host_readers(monkeypatch, n=0)  # the stand-ins for CuPy
+    raised = []
+    monkeypatch.setattr(threading, "excepthook", lambda args: raised.append(args.exc_value))
+    mine, theirs = socket.socketpair()
+    Connection(mine.detach()).close()
+    loop = threading.Thread(target=device_readers._serve, args=(0, Connection(theirs.detach()), 2, 4096),
+                            daemon=True)
+    loop.start()
+    loop.join(timeout=10)
+    assert not loop.is_alive() and raised == []
+
+
 def test_a_reader_that_dies_mid_scan_is_one_error_naming_the_file_and_the_set_is_closed(tmp_path, monkeypatch):
     """A reader process that ends mid-scan took its handles with it: the ring's wait says so,
     naming the file, and leaving it closes the readers (the next run starts a new set) instead
