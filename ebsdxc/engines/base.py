@@ -480,10 +480,13 @@ class CorrelationEngine(ABC):
         """Drop the device buffers the engine keeps between calls (after a batch ran out of
         memory, before smaller ones); the prepared references stay. None by default."""
 
-    def device_bytes_per_tile(self) -> int | None:
+    def device_bytes_per_tile(self, *, own_references: bool = False) -> int | None:
         """Device memory one tile of a batch takes while the engine matches it (its buffers, maps
         and results), which the runner sizes its batches by; None (the default): the runner's
-        estimate from FFT buffers of ``fft_shape``, right for the FFT engines."""
+        estimate from FFT buffers of ``fft_shape``, right for the FFT engines.
+
+        ``own_references``: the batch's patterns may each use another reference set (K > 1),
+        so an engine that gathers each tile's reference holds that copy per tile too."""
         return None
 
     @property

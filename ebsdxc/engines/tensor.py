@@ -138,7 +138,19 @@ def _peak_columns(w, exact64):
     Four, which covered 128 pixels in one walk, spilled in the walk at 10 blocks an SM."""
     if exact64:
         return 1
-    return min((-(-w // (32 * n)) * 32 * n - w, -n, n) for n in (1, 2, 3))[2]
+    return min((_walked(w, n) - w, -n, n) for n in (1, 2, 3))[2]
+
+
+def _walked(w, nj):
+    """Columns ``tc_exact``'s walks across a row of ``w`` cover, ``nj`` columns a lane: whole
+    walks of 32 ``nj``."""
+    return -(-w // (32 * nj)) * 32 * nj
+
+
+def _padded_width(w, nj, rx):
+    """(lw, lc) of :func:`_padded_lefts`: the padded row's length (on 16 bytes) and its first
+    column's offset."""
+    return -(-(_walked(w, nj) + 2 * rx + 2) // 4) * 4, rx + 1
 
 
 def _padded_lefts(lefts, nj, rx):
@@ -148,9 +160,7 @@ def _padded_lefts(lefts, nj, rx):
     import cupy as cp
 
     na, h, w = lefts.shape
-    walked = -(-w // (32 * nj)) * 32 * nj
-    lc = rx + 1
-    lw = -(-(walked + 2 * rx + 2) // 4) * 4
+    lw, lc = _padded_width(w, nj, rx)
     lp = cp.zeros((na, h + 4, lw), dtype=cp.float32)
     lp[:, 2:h + 2, lc:lc + w] = lefts
     return lp, lw, lc
@@ -365,13 +375,21 @@ class TensorEngine(PairingEngine):
     def release_memory(self):
         self._packed = PackedBuffer()
 
-    def device_bytes_per_tile(self):
+    def device_bytes_per_tile(self, *, own_references=False):
         # The packed right operand in the larger of its two layouts (the GEMM's, the mma.sync
-        # kernel's), the maps, the exact neighbourhood and the results; the packed left
-        # operand is per reference subregion, not per tile.
+        # kernel's), the maps, the exact neighbourhood and the results; the left operands are
+        # per reference subregion, not per tile, unless each tile's is gathered (below).
         h, w = self.tile_shape
         ry, rx = self.max_lag
-        layouts = [_launch(h, w, (ry, rx), Pairing.n_to_mn(1, 1), self.precision, gemm=False)[2]]
+        scale = 4 if self.precision == "fp16" else 0
+        _, ls, mma_layout = _launch(h, w, (ry, rx), Pairing.n_to_mn(1, 1), self.precision, gemm=False)
+        own = 0
+        if own_references:
+            # _launches' pairs of gathered lefts (few patterns a set): the float32 copy, its
+            # packed operand (mma.sync layout: one right matrix a pair) and tc_exact's padded copy.
+            lw, _ = _padded_width(w, _peak_columns(w, self.config.peak_precision == "fp64"), rx)
+            own = h * w * 4 + h * ls["lwt"] * 4 + scale + (h + 4) * lw * 4
+        layouts = [mma_layout]
         with contextlib.suppress(ValueError):  # no GEMM here (another GPU, another precision)
             layouts.append(_launch(h, w, (ry, rx), Pairing.n_to_mn(1, tensor_wgmma.MIN_RIGHTS), self.precision,
                                    gemm=True)[2])
@@ -381,7 +399,7 @@ class TensorEngine(PairingEngine):
         peak = 8 + 9 * 8 + 8 + 8 + 4 + 2  # lag, the nine float64 sums, y, x, value, border (and as bool)
         statistics = 4 + 4 + 1 + 4  # mean, energy, status, and room for the runner's own copies
         result = 32  # displacement, peak height and status as the runner gets them
-        return packed + maps + peak + statistics + result + (4 if self.precision == "fp16" else 0)
+        return packed + maps + peak + statistics + result + scale + own
 
     # ------------------------------------------------------------------ self-description
 

@@ -743,26 +743,36 @@ def test_release_memory_gives_back_the_operand_buffer(rng):
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("own", (False, True), ids=("one-set", "own-sets"))
 @pytest.mark.parametrize("precision", ("bf16", "fp16", "fp32"))
 @pytest.mark.parametrize("tile,lag", [((48, 48), 8), ((40, 56), 12)])
-def test_device_bytes_per_tile_bound_a_batch(rng, precision, tile, lag):
+def test_device_bytes_per_tile_bound_a_batch(rng, precision, tile, lag, own):
     """What the engine says a tile takes bounds the device memory a batch of match_rois takes
     (up to what does not grow with the batch: the packed references), and not by a wide margin:
-    the runner sizes its batches by it (Pipeline.bytes_per_pattern)."""
+    the runner sizes its batches by it (Pipeline.bytes_per_pattern). With a reference set for
+    every few patterns (own-sets: 3 a set, matched as pairs of gathered lefts) each tile's
+    gathered reference counts too, which the one-set figure leaves out."""
     import cupy as cp
-    from roi_patterns import with_reference
+    from roi_patterns import reference_from, with_reference
 
     eng = _tensor_engine(tile, lag, precision=precision)
-    B, n = 192, 12
+    B, n, K = 192, 12, 64
     pats, origins, window = with_reference(eng, rng, B, n, tile, np.uint16, side=160)
     dev, org = cp.asarray(pats), cp.asarray(origins)
-    eng.match_rois(dev[:2], org, window)  # kernels compiled
+    refs, index = None, None
+    if own:
+        sets = [reference_from(eng, pats[k:k + 1], origins, window) for k in range(K)]
+        refs = eng.prepare_references(*(cp.stack([s[i] for s in sets]) for i in range(3)))
+        index = cp.arange(B, dtype=cp.int32) % K
+    eng.match_rois(dev[:2], org, window, references=refs, index=None if index is None else index[:2])  # compiled
     cp.cuda.Device().synchronize()
     pool = cp.cuda.MemoryPool()
     with cp.cuda.using_allocator(pool.malloc):
-        res = eng.match_rois(dev, org, window)
+        res = eng.match_rois(dev, org, window, references=refs, index=index)
         cp.cuda.Device().synchronize()
         taken = pool.total_bytes()  # the pool keeps every block freed: its high-water mark
     assert (res.status.get() == 0).mean() > 0.9
-    said = eng.device_bytes_per_tile() * B * n
+    said = eng.device_bytes_per_tile(own_references=own) * B * n
     assert 0.5 * said <= taken <= said + n * 64 * 1024, (taken, said)
+    if own:
+        assert taken > eng.device_bytes_per_tile() * B * n + n * 64 * 1024, taken
