@@ -1,3 +1,4 @@
+# The bound script ran as .scratch/tcdft.py; it is kept here as scripts/tcdft.py.txt (path below updated).
 export PYTHONUNBUFFERED=1
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site $(ls .whl/*.whl | grep -v kikuchipy) >/dev/null 2>&1
 nvidia-smi --query-gpu=name,power.limit --format=csv,noheader | tee $OUT/device.txt
