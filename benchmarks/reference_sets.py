@@ -1,0 +1,87 @@
+"""Window-mode engines with K reference sets (a reference per grain): time per batch against K.
+
+B uint16 patterns of 256x256 on the device, the paper's 86 ROIs of 96x96, +-r, ``quadratic``;
+``match_rois`` with every pattern against set 0 (K = 1) and with each pattern's set drawn at
+random from K (the worst mixing a batch of a polycrystal scan can have: grains cut into runs
+of points leave fewer sets per batch). For each K the tensor engine's path (one launch, set by
+set, or pairs of gathered lefts: :meth:`ebsdxc.engines.pairing.PairingEngine._launches`) and
+the fused engine for comparison (its cost does not depend on K).
+
+Usage::
+
+    python benchmarks/reference_sets.py [--patterns 2048] [--max-shift 16] [--sets 1,4,16,64,256]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(__file__))
+from common import median_ms  # noqa: E402
+
+
+def main(argv=None):
+    import cupy as cp
+    from scipy import ndimage
+
+    from ebsdxc.backend import select_backend
+    from ebsdxc.engines import EngineConfig, make_engine
+    from ebsdxc.engines.gpu_ops import PaddedTileBuffer, prepare_tiles_padded
+    from ebsdxc.preprocess import window_1d, window_2d
+    from ebsdxc.rois import grid_layout
+
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--patterns", type=int, default=2048)
+    ap.add_argument("--max-shift", type=int, default=16)
+    ap.add_argument("--sets", default="1,4,16,64,256")
+    ap.add_argument("--engines", default="tensor,fused")
+    a = ap.parse_args(argv)
+    B, r = a.patterns, a.max_shift
+    be = select_backend("cuda")
+    h = w = 96
+    lay = grid_layout((256, 256), grid=(9, 10), size=96, drop_corners=True)
+    origins = cp.asarray(np.asarray(lay.origins, dtype=np.int32))
+    n = int(origins.shape[0])
+    rng = np.random.default_rng(1)
+    base = ndimage.gaussian_filter(rng.standard_normal((272, 272)), 2.0)
+    distinct = np.stack([ndimage.shift(base, rng.uniform(-2, 2, 2), order=1, mode="wrap")[8:264, 8:264]
+                         for _ in range(16)])
+    distinct = np.round(30000 + 20000 * distinct / np.abs(distinct).max()).astype(np.uint16)
+    pats = cp.asarray(distinct[np.arange(B) % len(distinct)])
+    win = window_2d((h, w), xp=cp)
+    sets = [int(k) for k in a.sets.split(",")]
+    print(f"{cp.cuda.runtime.getDeviceProperties(0)['name'].decode()}: {B} uint16 patterns of 256x256, {n} ROIs "
+          f"of 96x96, +-{r}, quadratic, match_rois, median of 10 (CUDA events)", flush=True)
+    for engine in a.engines.split(","):
+        cfg = EngineConfig(mode="window", max_shift=r, subpixel="quadratic")
+        eng = make_engine(engine, be, (h, w), cfg, window_1d=(window_1d(h), window_1d(w)))
+        ref = PaddedTileBuffer(eng.input_shape).get(n * max(sets))
+        e = cp.empty(n * max(sets), cp.float32)
+        s = cp.empty(n * max(sets), cp.uint8)
+        for k in range(max(sets)):  # set k: the ROIs of pattern k % 16
+            sl = slice(k * n, (k + 1) * n)
+            e[sl], s[sl] = prepare_tiles_padded(pats[k % 16:k % 16 + 1], origins, (h, w), win, ref[sl])
+        tiles = cp.ascontiguousarray(ref[:, :h, :w])
+        for K in sets:
+            refs = eng.prepare_references(tiles[:K * n].reshape(K, n, h, w), e[:K * n].reshape(K, n),
+                                          s[:K * n].reshape(K, n))
+            index = None if K == 1 else cp.asarray(rng.integers(0, K, B).astype(np.int32))
+            path = "one launch"
+            if hasattr(eng, "_launches") and index is not None:
+                from ebsdxc.engines.definition import overlap_fmas
+                from ebsdxc.engines.pairing import GROUP_FMAS, GROUP_MIN
+
+                per_set = B // len(np.unique(index.get()))
+                grouped = per_set >= GROUP_MIN and overlap_fmas((h, w), (r, r), n * per_set) >= GROUP_FMAS
+                path = f"set by set ({per_set} a set)" if grouped else "pairs of gathered lefts"
+            ms = median_ms(lambda eng=eng, refs=refs, index=index: eng.match_rois(pats, origins, win, references=refs,
+                                                                                  index=index), reps=10)
+            print(f"  {engine:6s} K = {K:4d}: {ms:8.3f} ms  {B / ms * 1e3:10,.0f} patterns/s  ({path})", flush=True)
+
+
+if __name__ == "__main__":
+    main()
