@@ -86,7 +86,8 @@ class Pipeline:
             warnings.warn(f"{why}; the ROI size follows from the {references.pattern_shape[1]} px patterns",
                           UserWarning, stacklevel=2)
         self.engine = make_engine(getattr(corr, "engine", "auto"), stage_backend, self.tile_shape, corr,
-                                  window_1d=self._window_1d, n_tiles=layout.n, batch=batch)
+                                  window_1d=self._window_1d, n_tiles=layout.n,
+                                  batch=_patterns_per_set(references, batch))
         #: (n_roi,) bool ROIs that reach off the detector mask (their results are flagged), or None.
         self.outside = None
         screen = self.preprocessor.screen_mask(references.pattern_shape)
@@ -415,6 +416,26 @@ class Pipeline:
         if self.config.correlation.subpixel == "upsampled":
             per_tile += ny * (nx // 2 + 1) * 8
         return self.layout.n * per_tile + extra
+
+
+def _patterns_per_set(references: ReferenceSet, batch: int | None) -> int | None:
+    """Patterns of one batch that share a reference set, on average over the scan's batches of
+    ``batch`` points; ``batch`` itself with one set. ``batch`` None: 256, the automatic
+    choice's own guess, low where batches are larger, so that the choice errs towards the
+    engines whose speed does not depend on it.
+
+    With several sets this, not the batch, is what the automatic engine choice must weigh:
+    the engines that correlate pairings (tensor, direct) match a batch set by set, or as
+    pairs, so each launch gets this many patterns; the FFT engines gather each pattern's
+    reference spectra and do not care. Tensor engine, 86 ROIs of 96x96 at +-16, 2048
+    patterns, H100: 179k patterns/s with one set, 49k with 64 (32 patterns a set), 12k with
+    256, where the fused engine keeps 100k (BENCHMARKS.md, twenty-fifth session)."""
+    index = references.index
+    if index is None or references.count == 1 or not index.size:
+        return batch
+    batch = int(batch or 256)
+    launches = sum(len(np.unique(index[s:s + batch])) for s in range(0, index.size, batch))
+    return max(1, round(index.size / launches))
 
 
 def _has_data(patterns):

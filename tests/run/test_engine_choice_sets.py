@@ -1,0 +1,100 @@
+"""The automatic engine choice with several reference sets (a reference per grain): it weighs
+the patterns a batch holds per set, not the batch, because the engines that correlate
+pairings (tensor, direct) match a batch set by set, or as pairs (H100, 86 ROIs of 96x96 at
++-16, 2048 patterns: the tensor engine 179k patterns/s with one set, 49k with 64 random sets,
+12k with 256, the fused engine 100k throughout; BENCHMARKS.md, twenty-fifth session)."""
+
+import numpy as np
+import pytest
+
+from ebsdxc.backend import select_backend
+from ebsdxc.engines import EngineConfig, choose_engine, dispatch
+from ebsdxc.references import ReferenceSet
+from ebsdxc.run.pipeline import _patterns_per_set
+
+WINDOW = EngineConfig(mode="window", max_shift=16, subpixel="quadratic")
+
+
+def _refs(index, k):
+    return ReferenceSet(np.zeros((k, 4, 4), np.uint16), None if index is None else np.asarray(index), ())
+
+
+def test_one_set_leaves_the_batch_as_it_is():
+    assert _patterns_per_set(_refs(None, 1), 2048) == 2048
+    assert _patterns_per_set(_refs(None, 1), None) is None
+    assert _patterns_per_set(_refs(np.zeros(5000, np.int32), 1), 2048) == 2048
+
+
+def test_patterns_a_set_holds_in_a_batch():
+    # grains as runs of 100 points: a batch of 200 holds two sets, a batch of 50 one
+    runs = np.repeat(np.arange(40), 100)
+    assert _patterns_per_set(_refs(runs, 40), 200) == 100
+    assert _patterns_per_set(_refs(runs, 40), 50) == 50
+    # runs not aligned with the batches: every batch of 250 holds parts of three sets
+    assert _patterns_per_set(_refs(runs, 40), 250) == round(4000 / (16 * 3))
+    # 64 sets drawn at random for 2048 points: every batch of 2048 holds all of them
+    rng = np.random.default_rng(0)
+    mixed = rng.integers(0, 64, 2048 * 4).astype(np.int32)
+    assert _patterns_per_set(_refs(mixed, 64), 2048) == 32
+    # no batch given: the automatic choice's own 256, so at most 256 a set
+    assert _patterns_per_set(_refs(runs, 40), None) == round(4000 / sum(len(np.unique(runs[s:s + 256]))
+                                                                       for s in range(0, 4000, 256)))
+    assert _patterns_per_set(_refs(np.zeros(1000, np.int32), 3), None) == 250
+
+
+@pytest.fixture
+def shipped(tmp_path, monkeypatch):
+    """The shipped tables only (no user calibration), caches cleared before and after."""
+    monkeypatch.setenv("EBSDXC_CACHE_DIR", str(tmp_path))
+    dispatch.load_table.cache_clear()
+    dispatch._choose.cache_clear()
+    yield
+    dispatch.load_table.cache_clear()
+    dispatch._choose.cache_clear()
+
+
+@pytest.mark.parametrize("gpu", ("NVIDIA H100 80GB HBM3", "NVIDIA H200"))
+def test_many_sets_a_batch_leave_the_tensor_engine(shipped, monkeypatch, gpu):
+    """The paper layout at +-16 with 2048 patterns a batch: the tensor engine with one set, or
+    grains of 1000 points (2 sets a batch); the fused engine with 64 sets mixed in every batch."""
+    if not dispatch._shipped():
+        pytest.skip("no shipped table")
+
+    class OnGPU:  # the automatic choice asks the backend only whether it is a GPU
+        is_gpu = True
+
+    monkeypatch.setattr(dispatch, "gpu_model", lambda device=None: gpu)
+    rng = np.random.default_rng(1)
+    n = 2048 * 8
+    cases = {"tensor": [_refs(None, 1), _refs(np.repeat(np.arange(n // 1000 + 1), 1000)[:n], n // 1000 + 1)],
+             "fused": [_refs(rng.integers(0, 64, n).astype(np.int32), 64),
+                       _refs(rng.integers(0, 256, n).astype(np.int32), 256)]}
+    for want, sets in cases.items():
+        for refs in sets:
+            batch = _patterns_per_set(refs, 2048)
+            assert choose_engine(OnGPU(), (96, 96), WINDOW, n_tiles=86, batch=batch) == want, (refs.count, batch)
+    # and on the CPU the FFT engine, whatever the sets
+    assert choose_engine(select_backend("cpu"), (96, 96), WINDOW, n_tiles=86, batch=32) == "fft"
+
+
+@pytest.mark.gpu
+def test_a_run_with_grain_references_mixed_in_its_batches_takes_the_fused_engine():
+    """As a run builds it: the pipeline of the paper layout at +-16 on this GPU, batch 2048."""
+    from ebsdxc.config import load_config
+    from ebsdxc.rois import layout_for
+    from ebsdxc.run.pipeline import Pipeline
+
+    config, _ = load_config(None, {"roi": {"layout": "grid", "grid": [9, 10], "size": 96, "drop_corners": True},
+                                   "correlation": {"engine": "auto", "mode": "window", "max_shift": 16,
+                                                   "subpixel": "quadratic"}})
+    layout = layout_for(config.roi, (256, 256))
+    assert layout.n == 86
+    rng = np.random.default_rng(2)
+    be = select_backend("cuda")
+    n = 2048 * 4
+    got = {}
+    for k in (1, 64):
+        pats = rng.integers(1000, 60000, (k, 256, 256)).astype(np.uint16)
+        refs = ReferenceSet(pats, None if k == 1 else rng.integers(0, k, n).astype(np.int32), ())
+        got[k] = Pipeline(be, config, layout, refs, batch=2048).engine.info.name
+    assert got == {1: "tensor", 64: "fused"}
