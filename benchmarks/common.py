@@ -43,6 +43,24 @@ def shifted_smooth_tiles(patterns, n, h, w, *, noise=0.0, seed=0):
     return ref, scan
 
 
+def paper_layout_patterns(B, rng):
+    """The paper's layout on the device: B uint16 patterns of 256x256 (up to 16 distinct ones,
+    smooth random, each moved by up to 2 px, drawn from ``rng``) and the origins of its 86 ROIs
+    of 96x96, (patterns, origins (n, 2) int32)."""
+    import cupy as cp
+    from scipy import ndimage
+
+    from ebsdxc.rois import grid_layout
+
+    lay = grid_layout((256, 256), grid=(9, 10), size=96, drop_corners=True)
+    origins = cp.asarray(np.asarray(lay.origins, dtype=np.int32))
+    base = ndimage.gaussian_filter(rng.standard_normal((272, 272)), 2.0)
+    distinct = np.stack([ndimage.shift(base, rng.uniform(-2, 2, 2), order=1, mode="wrap")[8:264, 8:264]
+                         for _ in range(min(B, 16))])
+    distinct = np.round(30000 + 20000 * distinct / np.abs(distinct).max()).astype(np.uint16)
+    return cp.asarray(distinct[np.arange(B) % len(distinct)]), origins
+
+
 def make_scan(path, n_patterns, shape=(256, 256), *, n_distinct=64, chunk=64, seed=0):
     """An uncompressed HDF5 scan of ``n_patterns`` uint16 patterns (distinct ones repeated)."""
     if os.path.exists(path):

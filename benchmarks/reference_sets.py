@@ -21,18 +21,16 @@ import sys
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(__file__))
-from common import median_ms  # noqa: E402
+from common import median_ms, paper_layout_patterns  # noqa: E402
 
 
 def main(argv=None):
     import cupy as cp
-    from scipy import ndimage
 
     from ebsdxc.backend import select_backend
     from ebsdxc.engines import EngineConfig, make_engine
     from ebsdxc.engines.gpu_ops import PaddedTileBuffer, prepare_tiles_padded
     from ebsdxc.preprocess import window_1d, window_2d
-    from ebsdxc.rois import grid_layout
 
     ap = argparse.ArgumentParser()
     ap.add_argument("--patterns", type=int, default=2048)
@@ -44,15 +42,9 @@ def main(argv=None):
     B, r = a.patterns, a.max_shift
     be = select_backend("cuda")
     h = w = 96
-    lay = grid_layout((256, 256), grid=(9, 10), size=96, drop_corners=True)
-    origins = cp.asarray(np.asarray(lay.origins, dtype=np.int32))
-    n = int(origins.shape[0])
     rng = np.random.default_rng(1)
-    base = ndimage.gaussian_filter(rng.standard_normal((272, 272)), 2.0)
-    distinct = np.stack([ndimage.shift(base, rng.uniform(-2, 2, 2), order=1, mode="wrap")[8:264, 8:264]
-                         for _ in range(16)])
-    distinct = np.round(30000 + 20000 * distinct / np.abs(distinct).max()).astype(np.uint16)
-    pats = cp.asarray(distinct[np.arange(B) % len(distinct)])
+    pats, origins = paper_layout_patterns(B, rng)
+    n = int(origins.shape[0])
     win = window_2d((h, w), xp=cp)
     sets = [int(k) for k in a.sets.split(",")]
     print(f"{cp.cuda.runtime.getDeviceProperties(0)['name'].decode()}: {B} uint16 patterns of 256x256, {n} ROIs "

@@ -31,7 +31,7 @@ import sys
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(__file__))
-from common import median_ms  # noqa: E402
+from common import median_ms, paper_layout_patterns  # noqa: E402
 
 
 def gemm_peak_tflops(dtype="float16", n=8192):
@@ -118,7 +118,6 @@ def from_patterns(B, r, report):
     prepare_tiles_padded + match, and match_rois; the tile pass, the tile statistics and the
     tensor maps (from tiles, from the patterns) alone."""
     import cupy as cp
-    from scipy import ndimage
 
     from ebsdxc.backend import select_backend
     from ebsdxc.engines import EngineConfig, make_engine
@@ -127,19 +126,11 @@ def from_patterns(B, r, report):
     from ebsdxc.engines.roi_tiles import PackedBuffer, roi_tiles
     from ebsdxc.engines.tensor import right_layout, tensor_maps
     from ebsdxc.preprocess import window_1d, window_2d
-    from ebsdxc.rois import grid_layout
 
     be = select_backend("cuda")
     h = w = 96
-    lay = grid_layout((256, 256), grid=(9, 10), size=96, drop_corners=True)
-    origins = cp.asarray(np.asarray(lay.origins, dtype=np.int32))
+    pats, origins = paper_layout_patterns(B, np.random.default_rng(1))
     n = int(origins.shape[0])
-    rng = np.random.default_rng(1)
-    base = ndimage.gaussian_filter(rng.standard_normal((272, 272)), 2.0)
-    distinct = np.stack([ndimage.shift(base, rng.uniform(-2, 2, 2), order=1, mode="wrap")[8:264, 8:264]
-                         for _ in range(min(B, 16))])
-    distinct = np.round(30000 + 20000 * distinct / np.abs(distinct).max()).astype(np.uint16)
-    pats = cp.asarray(distinct[np.arange(B) % len(distinct)])
     win = window_2d((h, w), xp=cp)
     figures = {}
     print(f"from {B} uint16 patterns of 256x256, {n} ROIs of 96x96, +-{r}, quadratic:", flush=True)

@@ -41,3 +41,17 @@ def sample_truth(sample_dir):
 @pytest.fixture
 def rng():
     return np.random.default_rng(12345)
+
+
+@pytest.fixture
+def shipped(tmp_path, monkeypatch):
+    """The dispatcher with the shipped calibration tables only (no user calibration), its
+    caches cleared before and after."""
+    from ebsdxc.engines import dispatch
+
+    monkeypatch.setenv("EBSDXC_CACHE_DIR", str(tmp_path))
+    dispatch.load_table.cache_clear()
+    dispatch._choose.cache_clear()
+    yield
+    dispatch.load_table.cache_clear()
+    dispatch._choose.cache_clear()

@@ -152,17 +152,6 @@ CANDIDATES = {
 }
 
 
-@pytest.fixture
-def shipped(tmp_path, monkeypatch):
-    """The shipped tables only (no user calibration), caches cleared before and after."""
-    monkeypatch.setenv("EBSDXC_CACHE_DIR", str(tmp_path))
-    dispatch.load_table.cache_clear()
-    dispatch._choose.cache_clear()
-    yield
-    dispatch.load_table.cache_clear()
-    dispatch._choose.cache_clear()
-
-
 @pytest.mark.parametrize("case,engines,label", CHOOSE)
 def test_choices_are_those_of_before(shipped, case, engines, label):
     if not dispatch._shipped():

@@ -42,17 +42,6 @@ def test_patterns_a_set_holds_in_a_batch():
     assert _patterns_per_set(_refs(np.zeros(1000, np.int32), 3), None) == 250
 
 
-@pytest.fixture
-def shipped(tmp_path, monkeypatch):
-    """The shipped tables only (no user calibration), caches cleared before and after."""
-    monkeypatch.setenv("EBSDXC_CACHE_DIR", str(tmp_path))
-    dispatch.load_table.cache_clear()
-    dispatch._choose.cache_clear()
-    yield
-    dispatch.load_table.cache_clear()
-    dispatch._choose.cache_clear()
-
-
 @pytest.mark.parametrize("gpu", ("NVIDIA H100 80GB HBM3", "NVIDIA H200"))
 def test_many_sets_a_batch_leave_the_tensor_engine(shipped, monkeypatch, gpu):
     """The paper layout at +-16 with 2048 patterns a batch: the tensor engine with one set, or
