@@ -67,11 +67,10 @@ def main(argv=None):
             index = None if K == 1 else cp.asarray(rng.integers(0, K, B).astype(np.int32))
             path = "one launch"
             if hasattr(eng, "_launches") and index is not None:
-                from ebsdxc.engines.definition import overlap_fmas
-                from ebsdxc.engines.pairing import GROUP_FMAS, GROUP_MIN
+                from ebsdxc.engines.pairing import matched_set_by_set
 
                 per_set = B // len(np.unique(index.get()))
-                grouped = per_set >= GROUP_MIN and overlap_fmas((h, w), (r, r), n * per_set) >= GROUP_FMAS
+                grouped = matched_set_by_set((h, w), (r, r), n, per_set)
                 path = f"set by set ({per_set} a set)" if grouped else "pairs of gathered lefts"
             ms = median_ms(lambda eng=eng, refs=refs, index=index: eng.match_rois(pats, origins, win, references=refs,
                                                                                   index=index), reps=10)

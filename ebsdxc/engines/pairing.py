@@ -20,7 +20,7 @@ from .base import CorrelationEngine
 from .definition import Pairing, overlap_fmas
 from .roi_tiles import RoiTiles
 
-__all__ = ["PairingEngine", "GROUP_MIN", "GROUP_FMAS"]
+__all__ = ["PairingEngine", "GROUP_MIN", "GROUP_FMAS", "matched_set_by_set"]
 
 # A batch with several reference sets is matched set by set (one launch per set present, every
 # left value reused for several patterns) where a set holds GROUP_MIN patterns on average and
@@ -30,6 +30,12 @@ __all__ = ["PairingEngine", "GROUP_MIN", "GROUP_FMAS"]
 # set by set, 22 ms as pairs).
 GROUP_MIN = 4
 GROUP_FMAS = 2 ** 32
+
+
+def matched_set_by_set(tile_shape, max_lag, n, per_set):
+    """Whether a batch whose reference sets hold ``per_set`` patterns each (of ``n`` tiles) is
+    matched set by set (one launch per set) rather than as one launch of gathered pairs."""
+    return per_set >= GROUP_MIN and overlap_fmas(tile_shape, max_lag, n * per_set) >= GROUP_FMAS
 
 
 class PairingEngine(CorrelationEngine):
@@ -96,7 +102,7 @@ class PairingEngine(CorrelationEngine):
             k = int(sets[0])
             return [(refs.payload[k * n:(k + 1) * n], rights(), Pairing.n_to_mn(n, B), None)]
         per_set = B // len(sets)
-        if per_set >= GROUP_MIN and overlap_fmas(self.tile_shape, self.max_lag, n * per_set) >= GROUP_FMAS:
+        if matched_set_by_set(self.tile_shape, self.max_lag, n, per_set):
             # Patterns grouped by set: each group shares its set's n lefts, so the kernels
             # reuse every left value for several patterns (kr > 1).
             out = []

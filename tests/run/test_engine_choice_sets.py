@@ -87,3 +87,13 @@ def test_a_run_with_grain_references_mixed_in_its_batches_takes_the_fused_engine
         refs = ReferenceSet(pats, None if k == 1 else rng.integers(0, k, n).astype(np.int32), ())
         got[k] = Pipeline(be, config, layout, refs, batch=2048).engine.info.name
     assert got == {1: "tensor", 64: "fused"}
+
+
+def test_which_batches_the_pairing_engines_match_set_by_set():
+    """The rule the measurements above are read against (pairing._launches): a set's launch
+    needs GROUP_MIN patterns and GROUP_FMAS multiply-adds, else the batch goes as pairs."""
+    from ebsdxc.engines.pairing import GROUP_MIN, matched_set_by_set
+
+    assert matched_set_by_set((96, 96), (16, 16), 86, 8)
+    assert not matched_set_by_set((96, 96), (16, 16), 86, GROUP_MIN - 1)
+    assert not matched_set_by_set((16, 16), (2, 2), 25, 85)  # too little work a launch
