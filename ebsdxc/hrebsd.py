@@ -49,7 +49,7 @@ __all__ = ["FIT_POINTS", "PC_MAPS", "PC_MODELS", "SIMULATED_PC", "REMAP_BATCH", 
 PC_MAPS = ("auto", "constant", "file", "plane", "extrapolate")
 PC_MODELS = _PC_MODELS
 SIMULATED_PC = ("model", "refine")
-REMAP_BATCH = 32  # scan points re-correlated together against their remapped references
+REMAP_BATCH = 256  # scan points re-correlated together against their remapped references
 FIT_POINTS = 16384  # points per fit call: large enough to fill a GPU, small enough for any memory
 
 

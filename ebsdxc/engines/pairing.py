@@ -27,21 +27,30 @@ __all__ = ["PairingEngine", "GROUP_MIN", "GROUP_FMAS", "matched_set_by_set"]
 # its launch GROUP_FMAS multiply-adds: smaller launches leave the GPU partly idle, and one
 # launch over all the pairs wins (H100, 25 ROIs of 40x40, window 6, 3 sets of 85 patterns:
 # 4.9 ms set by set, 2.3 ms as pairs; 86 ROIs of 96x96, window 16, 3 sets of 21: 10.7 ms
-# set by set, 22 ms as pairs).
+# set by set, 22 ms as pairs). The direct engine's launches still win at 8 patterns a set
+# (86 ROIs of 96x96 at +-16, 512 patterns: 4.8k patterns/s against 3.1k as pairs); the tensor
+# engine's need more (TensorEngine.group_min).
 GROUP_MIN = 4
 GROUP_FMAS = 2 ** 32
 
 
-def matched_set_by_set(tile_shape, max_lag, n, per_set):
+def matched_set_by_set(tile_shape, max_lag, n, per_set, *, group_min=None):
     """Whether a batch whose reference sets hold ``per_set`` patterns each (of ``n`` tiles) is
-    matched set by set (one launch per set) rather than as one launch of gathered pairs."""
-    return per_set >= GROUP_MIN and overlap_fmas(tile_shape, max_lag, n * per_set) >= GROUP_FMAS
+    matched set by set (one launch per set) rather than as one launch of gathered pairs.
+    ``group_min`` (default :data:`GROUP_MIN`): the fewest patterns a set's launch takes."""
+    least = GROUP_MIN if group_min is None else group_min
+    return per_set >= least and overlap_fmas(tile_shape, max_lag, n * per_set) >= GROUP_FMAS
 
 
 class PairingEngine(CorrelationEngine):
     """A GPU engine whose maps come from launches over :class:`~ebsdxc.engines.definition.Pairing`
     of reference (left) and scan (right) tiles: subclasses say how one launch correlates
     (:meth:`_correlate`, :meth:`_pairing_maps`) and how peaks are found."""
+
+    #: The fewest patterns a reference set's launch takes (:func:`matched_set_by_set`); None:
+    #: :data:`GROUP_MIN`. An engine class or instance may set its own (benchmarks and tests
+    #: force a path with it).
+    group_min = None
 
     def __init__(self, backend, tile_shape, config):
         super().__init__(backend, tile_shape, config)
@@ -102,7 +111,7 @@ class PairingEngine(CorrelationEngine):
             k = int(sets[0])
             return [(refs.payload[k * n:(k + 1) * n], rights(), Pairing.n_to_mn(n, B), None)]
         per_set = B // len(sets)
-        if matched_set_by_set(self.tile_shape, self.max_lag, n, per_set):
+        if matched_set_by_set(self.tile_shape, self.max_lag, n, per_set, group_min=self.group_min):
             # Patterns grouped by set: each group shares its set's n lefts, so the kernels
             # reuse every left value for several patterns (kr > 1).
             out = []

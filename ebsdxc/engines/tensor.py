@@ -363,6 +363,12 @@ class TensorEngine(PairingEngine):
                       pairings=True, precisions=PRECISIONS, peak_precisions=PEAK_PRECISIONS,
                       summary="tensor-core implicit GEMM (window mode; fp16/bf16/tf32/fp32 inputs, exact peaks)")
 
+    # Set by set from 16 patterns a set: each launch costs about 0.65 ms whether it holds 8 or 32
+    # patterns, and one launch of gathered pairs runs at 34k patterns/s (H100, paper layout at
+    # +-16, 2048 patterns in random sets: 10 a set 21.5k, 12 33.7k, 16-18 37.3k-37.7k, 25
+    # 45.1k patterns/s set by set; BENCHMARKS.md, twenty-sixth session).
+    group_min = 16
+
     def __init__(self, backend, tile_shape, config, *, window_1d=None):
         super().__init__(backend, tile_shape, config)
         self.precision = _precision(config)

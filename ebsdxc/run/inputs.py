@@ -55,7 +55,23 @@ def read_points(source, preprocess, flat) -> np.ndarray:
     or neighbour-averaged when the preprocessing averages."""
     if preprocess.average_neighbours:
         return averaged_points(source, preprocess, flat)
-    return np.stack([native(source.read(int(i), int(i) + 1)[0]) for i in flat])
+    flat = np.asarray(flat, dtype=np.int64).reshape(-1)
+    if not flat.size:
+        return np.empty((0, *source.pattern_shape), dtype=native(np.empty(0, source.dtype)).dtype)
+    # Each run of consecutive points is one read: a remapping batch of neighbouring points
+    # read one by one spent 6 ms a batch of 32 in the reader's per-call work (H100 host).
+    order = np.argsort(flat, kind="stable")
+    ranked = flat[order]
+    runs = np.split(np.arange(flat.size), np.flatnonzero(np.diff(ranked) != 1) + 1)
+    if len(runs) == 1 and (order == runs[0]).all():  # one run in order: the read is the answer
+        return native(source.read(int(flat[0]), int(flat[-1]) + 1))
+    out = None
+    for run in runs:
+        block = native(source.read(int(ranked[run[0]]), int(ranked[run[-1]]) + 1))
+        if out is None:
+            out = np.empty((flat.size, *block.shape[1:]), dtype=block.dtype)
+        out[order[run]] = block
+    return out
 
 
 def scan_reference(source, ref_index, preprocess) -> np.ndarray:

@@ -19,7 +19,7 @@ import numpy as np
 from .. import status as st
 from .. import timing
 from ..backend import Backend
-from ..engines import PeakResult, make_engine
+from ..engines import PeakResult, choose_engine, make_engine
 from ..engines.fft import fft_shape
 from ..errors import InputError
 from ..preprocess import PatternPreprocessor, prepare_tiles, rois_inside_mask, window_1d, window_2d
@@ -85,9 +85,12 @@ class Pipeline:
             why = why.replace("must be at most half of", "is more than half of")
             warnings.warn(f"{why}; the ROI size follows from the {references.pattern_shape[1]} px patterns",
                           UserWarning, stacklevel=2)
+        self._stage_backend = stage_backend
         self.engine = make_engine(getattr(corr, "engine", "auto"), stage_backend, self.tile_shape, corr,
                                   window_1d=self._window_1d, n_tiles=layout.n,
                                   batch=_patterns_per_set(references, batch))
+        self._pairs = None  # pairs_engine()
+        self._pairs_frames = None
         #: (n_roi,) bool ROIs that reach off the detector mask (their results are flagged), or None.
         self.outside = None
         screen = self.preprocessor.screen_mask(references.pattern_shape)
@@ -227,9 +230,10 @@ class Pipeline:
         """Pattern b of preprocessed ``x`` against preprocessed reference b (and refined)."""
         xp = self.backend.xp
         b = len(x)
+        engine = self.pairs_engine()
         tiles = extract_tiles(xp.asarray(references, dtype=xp.float32), self.layout, xp)
-        pairs = self.engine.prepare_references(*prepare_tiles(tiles, self.window, xp))
-        res = self._match(x, np.arange(b, dtype=np.int32), references=pairs, preprocessed=True)
+        pairs = engine.prepare_references(*prepare_tiles(tiles, self.window, xp))
+        res = self._match(x, np.arange(b, dtype=np.int32), references=pairs, preprocessed=True, engine=engine)
         if self.refiner is None:
             return res
         d, h, s, record = self.refiner.refine_pairs(references, x, res.displacement, res.peak_height, res.status)
@@ -245,12 +249,14 @@ class Pipeline:
         return _flag_arrays(res, empty, self.outside, xp)
 
     def _match(self, patterns, index, converted=False, references=None, preprocessed=False,
-               layout=None) -> PeakResult:
+               layout=None, engine=None) -> PeakResult:
         """``references`` other than the pipeline's own (remapped ones) are matched without
         refinement: the refiner's templates are the pipeline's references. ``preprocessed``:
         ``patterns`` went through the preprocessor already. ``layout``: where the ROIs are in
-        ``patterns`` when they are not whole patterns (:meth:`transfer_plan`)."""
+        ``patterns`` when they are not whole patterns (:meth:`transfer_plan`). ``engine``: one
+        other than the pipeline's (:meth:`pairs_engine`), for such ``references`` only."""
         xp = self.backend.xp
+        engine = self.engine if engine is None else engine
         refs = self.references if references is None else references
         refine = self.refiner is not None and references is None
         if not self._fused:
@@ -263,11 +269,11 @@ class Pipeline:
                 with timing.stage("preprocess"):
                     return correct(a)
             if self._pool is None or B <= self._sub_batch:
-                return self._match_host(prep(patterns), index, refs, refine, layout)
+                return self._match_host(prep(patterns), index, refs, refine, layout, engine)
             parts = list(self._pool.map(
                 lambda i: self._match_host(prep(patterns[i:i + self._sub_batch]),
                                            None if index is None else index[i:i + self._sub_batch], refs, refine,
-                                           layout),
+                                           layout, engine),
                 range(0, B, self._sub_batch)))
             extra = None
             if refine:
@@ -278,7 +284,7 @@ class Pipeline:
 
         # An engine that cuts and prepares the ROIs as it loads them (the fused one) is given the
         # patterns: no tile is written to device memory and read back.
-        direct = self.engine.reads_rois
+        direct = engine.reads_rois
         with timing.stage("preprocess", xp=xp):
             x = xp.asarray(patterns)
             if preprocessed:
@@ -290,26 +296,37 @@ class Pipeline:
             B, n = x.shape[0], self.layout.n
             origins = self._origins if layout is None else self._device_origins(layout)
             if not direct:
-                frames = self._frames.get(B * n)
+                frames = self._frame_buffer(engine).get(B * n)
                 e, s = prepare_tiles_padded(x, origins, self.tile_shape, self.window, frames)
         with timing.stage("correlate", xp=xp):  # the engines mark their own peak stage inside
             idx = None if index is None else xp.asarray(index)
             if direct:
-                res = self.engine.match_rois(x, origins, self.window, references=refs, index=idx)
+                res = engine.match_rois(x, origins, self.window, references=refs, index=idx)
             else:
-                res = self.engine.match(frames.reshape(B, n, *frames.shape[1:]), e.reshape(B, n), s.reshape(B, n),
+                res = engine.match(frames.reshape(B, n, *frames.shape[1:]), e.reshape(B, n), s.reshape(B, n),
                                         references=refs, index=idx)
         if refine:
             with timing.stage("refine", xp=xp):
                 res = self._refine(self.preprocessor.convert(x) if x.dtype.kind in "ui" else x, res, index)
         return res
 
-    def _match_host(self, x, index, refs, refine=False, layout=None) -> PeakResult:
+    def _frame_buffer(self, engine):
+        """The padded tile buffer of ``engine``'s input shape (the run's engine's, or one for the
+        pairs engine, made on first use)."""
+        if engine is self.engine:
+            return self._frames
+        from ..engines.gpu_ops import PaddedTileBuffer
+
+        if self._pairs_frames is None:
+            self._pairs_frames = PaddedTileBuffer(engine.input_shape)
+        return self._pairs_frames
+
+    def _match_host(self, x, index, refs, refine=False, layout=None, engine=None) -> PeakResult:
         with timing.stage("preprocess"):
             tiles = extract_tiles(x, self.layout if layout is None else layout, np, dtype=np.float32)
             t, e, s = prepare_tiles(tiles, self.window, np, overwrite=True)
         with timing.stage("correlate"):
-            res = self.engine.match(t, e, s, references=refs, index=index)
+            res = (self.engine if engine is None else engine).match(t, e, s, references=refs, index=index)
         if refine:
             with timing.stage("refine"):
                 res = self._refine(x, res, index)
@@ -323,18 +340,36 @@ class Pipeline:
         """Match each pattern with its own reference: (B, H, W) preprocessed references (e.g.
         remapped ones) and (B, H, W) raw patterns -> :class:`PeakResult` of shape (B, n).
 
-        The B references are prepared as a temporary reference set of this pipeline's own
-        engine and pattern b is matched with reference b, so the shifts are measured exactly
-        as :meth:`match` measures them.
+        The B references are prepared as a temporary reference set and pattern b is matched
+        with reference b, with this pipeline's preprocessing, ROIs and options, so the shifts
+        are measured as :meth:`match` measures them; by :meth:`pairs_engine`.
         """
         xp = self.backend.xp
         B = len(patterns)
+        engine = self.pairs_engine()
         refs = extract_tiles(xp.asarray(references, dtype=xp.float32), self.layout, xp)
-        pairs = self.engine.prepare_references(*prepare_tiles(refs, self.window, xp))
+        pairs = engine.prepare_references(*prepare_tiles(refs, self.window, xp))
         index = np.arange(B, dtype=np.int32)
         patterns = xp.asarray(patterns)
-        res = self._match(patterns, index, references=pairs)
+        res = self._match(patterns, index, references=pairs, engine=engine)
         return self._flag(res, ~_has_data(patterns), xp)
+
+    def pairs_engine(self):
+        """The engine that matches each pattern with its own reference (:meth:`match_pairs`, a
+        simulated reference each): the run's own, unless its engine is ``"auto"`` and the
+        automatic choice for one pattern a reference set differs. The tensor engine matches
+        such a batch as one launch of gathered pairs, the fused engine gathers each pattern's
+        reference spectra (H100, 86 ROIs of 96x96 at +-16, 32 patterns: 1.25 ms against 0.44
+        ms; BENCHMARKS.md, twenty-sixth session). Made on first use."""
+        if self._pairs is None:
+            corr = self.config.correlation
+            self._pairs = self.engine
+            if getattr(corr, "engine", "auto") == "auto" and self.backend.is_gpu:
+                name = choose_engine(self._stage_backend, self.tile_shape, corr, n_tiles=self.layout.n, batch=1)
+                if name != self.engine.info.name:
+                    self._pairs = make_engine(name, self._stage_backend, self.tile_shape, corr,
+                                              window_1d=self._window_1d, n_tiles=self.layout.n, batch=1)
+        return self._pairs
 
     @property
     def rois_only(self) -> bool:
@@ -383,7 +418,10 @@ class Pipeline:
                 from ..engines.gpu_ops import PaddedTileBuffer
 
                 self._frames = PaddedTileBuffer(self.engine.input_shape)
+                self._pairs_frames = None
             self.engine.release_memory()
+            if self._pairs is not None and self._pairs is not self.engine:
+                self._pairs.release_memory()
             cp.fft.config.get_plan_cache().clear()
             cp.get_default_memory_pool().free_all_blocks()
 

@@ -614,6 +614,7 @@ def test_rois_from_patterns_of_every_dtype_and_reference_set(rng, monkeypatch, d
     from roi_patterns import assert_spoiled_rejected, rois_both_ways, spoil, two_reference_sets, with_reference
 
     monkeypatch.setattr("ebsdxc.engines.pairing.GROUP_FMAS", 0 if grouped else 2 ** 62)
+    monkeypatch.setattr("ebsdxc.engines.tensor.TensorEngine.group_min", 1)  # 4 patterns a set
     from_tile_pass = _count_tile_pass_operands(monkeypatch)
     tile = (24, 20)
     eng = _tensor_engine(tile, 6)

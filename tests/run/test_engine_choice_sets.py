@@ -91,9 +91,57 @@ def test_a_run_with_grain_references_mixed_in_its_batches_takes_the_fused_engine
 
 def test_which_batches_the_pairing_engines_match_set_by_set():
     """The rule the measurements above are read against (pairing._launches): a set's launch
-    needs GROUP_MIN patterns and GROUP_FMAS multiply-adds, else the batch goes as pairs."""
+    needs the engine's least patterns (GROUP_MIN unless it has its own) and GROUP_FMAS
+    multiply-adds, else the batch goes as pairs."""
+    from ebsdxc.engines.direct import DirectEngine
     from ebsdxc.engines.pairing import GROUP_MIN, matched_set_by_set
+    from ebsdxc.engines.tensor import TensorEngine
 
     assert matched_set_by_set((96, 96), (16, 16), 86, 8)
     assert not matched_set_by_set((96, 96), (16, 16), 86, GROUP_MIN - 1)
     assert not matched_set_by_set((16, 16), (2, 2), 25, 85)  # too little work a launch
+    # the direct engine's launches win from 8 patterns a set, the tensor engine's from 16
+    assert DirectEngine.group_min is None and GROUP_MIN <= 8
+    assert matched_set_by_set((96, 96), (16, 16), 86, 16, group_min=TensorEngine.group_min)
+    assert not matched_set_by_set((96, 96), (16, 16), 86, 10, group_min=TensorEngine.group_min)
+
+
+@pytest.mark.gpu
+def test_patterns_against_references_of_their_own_take_the_pairs_engine():
+    """Remapping (Pipeline.match_pairs) gives every pattern its own reference: a run on the
+    tensor engine matches them on the engine the choice gives one pattern a set (fused), and
+    finds each pattern's known shift; a run that names its engine keeps it."""
+    from scipy import ndimage
+
+    from ebsdxc.config import load_config
+    from ebsdxc.rois import layout_for
+    from ebsdxc.run.pipeline import Pipeline
+
+    corr = {"mode": "window", "max_shift": 16, "subpixel": "quadratic"}
+    roi = {"layout": "grid", "grid": [9, 10], "size": 96, "drop_corners": True}
+    rng = np.random.default_rng(3)
+    be = select_backend("cuda")
+    B = 24
+    base = ndimage.gaussian_filter(rng.standard_normal((B, 256, 256)), (0, 3, 3))
+    raw = np.round(30000 + 20000 * base / np.abs(base).max()).astype(np.uint16)
+    shifts = rng.uniform(-6, 6, (B, 2))  # (dy, dx): pattern b's content sits there in the reference
+    moved = np.stack([ndimage.shift(p.astype(np.float64), s, order=3, mode="nearest") for p, s in zip(raw, shifts)])
+    got = {}
+    for engine in ("auto", "tensor"):
+        config, _ = load_config(None, {"roi": roi, "correlation": {"engine": engine, **corr}})
+        layout = layout_for(config.roi, (256, 256))
+        pipe = Pipeline(be, config, layout, ReferenceSet(raw[:1], None, ()), batch=2048)
+        refs = pipe.preprocessor(be.xp.asarray(moved.astype(np.float32)))
+        res = pipe.match_pairs(refs, raw)
+        got[engine] = (pipe.engine.info.name, pipe.pairs_engine().info.name,
+                       *(be.asnumpy(a) for a in (res.displacement, res.status)))
+    assert got["auto"][:2] == ("tensor", "fused") and got["tensor"][:2] == ("tensor", "tensor")
+    for name, (_, _, d, s) in got.items():
+        inner = s == 0
+        assert inner.mean() > 0.9, name
+        # the reference holds the content at +shift: the pattern's displacement is -shift, (dx, dy)
+        # (ROIs on the pattern's edge see the shift's edge padding: a looser bound there)
+        err = np.abs(d - np.broadcast_to(-shifts[:, None, ::-1], d.shape))[inner]
+        assert np.median(err) < 0.02 and err.max() < 0.25, (name, np.median(err), err.max())
+    np.testing.assert_array_equal(got["auto"][3], got["tensor"][3])
+    assert np.abs(got["auto"][2] - got["tensor"][2]).max() < 2e-3
