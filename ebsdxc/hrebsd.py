@@ -565,9 +565,11 @@ def compute_strain(results_path, cfg: StrainConfig, geom: StrainGeometry, *, bac
                     angle = np.linalg.norm(out["rotation"][sel][:, [2, 0, 1], [1, 2, 0]], axis=-1)
                     todo = sel[(out["status"][sel] == FIT_OK) & (angle > thr)]
                     ref_flat = None if grains is None else grains.reference_flat.reshape(-1)[r0 * cols + todo]
-                    for k0 in range(0, len(todo), remap_batch):
-                        idx = todo[k0:k0 + remap_batch]
-                        second = _remap_pass(pipeline, read_points, r0 * cols + idx, out["F"][idx], pcs[idx],
+                    starts = range(0, len(todo), remap_batch)
+                    batches = [todo[k0:k0 + remap_batch] for k0 in starts]
+                    for k0, idx, patterns in zip(starts, batches,
+                                                 _read_ahead(read_points, [r0 * cols + b for b in batches])):
+                        second = _remap_pass(pipeline, patterns, out["F"][idx], pcs[idx],
                                              None if ref_flat is None else ref_flat[k0:k0 + remap_batch],
                                              pc_ref if np.ndim(pc_ref) == 1 else pc_ref[idx],
                                              orient if np.ndim(orient) == 2 else orient[idx],
@@ -610,8 +612,24 @@ def _empty_fit(m, n) -> dict:
     return out
 
 
-def _remap_pass(pipeline, read_points, flat, F1, pc, ref_flat, pc_ref, orientation, geom, xp, common, tilts):
-    """Second pass for points ``flat``: each point's reference rotated by its first-pass rotation.
+def _read_ahead(read_points, batches):
+    """``read_points(b)`` for each of ``batches`` in turn, the next one read in a thread while
+    the caller works on this one (the remapping pass would otherwise wait for the file, then
+    leave it idle)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(1, thread_name_prefix="ebsdxc-remap-read") as pool:
+        ahead = pool.submit(read_points, batches[0]) if batches else None
+        for k in range(len(batches)):
+            patterns = ahead.result()
+            if k + 1 < len(batches):
+                ahead = pool.submit(read_points, batches[k + 1])
+            yield patterns
+
+
+def _remap_pass(pipeline, patterns, F1, pc, ref_flat, pc_ref, orientation, geom, xp, common, tilts):
+    """Second pass for scan points ``patterns`` (as the pipeline takes them): each point's
+    reference rotated by its first-pass rotation.
 
     ``ref_flat`` (b,) the flat scan index of each point's reference point (a reference per
     grain: the pipeline's reference of that grain is rotated), or None for a one-reference run.
@@ -620,7 +638,7 @@ def _remap_pass(pipeline, read_points, flat, F1, pc, ref_flat, pc_ref, orientati
     if ref_flat is None:
         refs = remap_pattern(pipeline.reference_image, xp.asarray(R1), pc=geom.pc_ref, **tilts)
     else:
-        refs = xp.empty((len(flat), *pipeline.reference_images.shape[1:]), dtype=pipeline.reference_images.dtype)
+        refs = xp.empty((len(patterns), *pipeline.reference_images.shape[1:]), dtype=pipeline.reference_images.dtype)
         k_of = pipeline.reference_set.index
         for rf in np.unique(ref_flat):
             sel = np.flatnonzero(ref_flat == rf)
@@ -628,7 +646,7 @@ def _remap_pass(pipeline, read_points, flat, F1, pc, ref_flat, pc_ref, orientati
             refs[xp.asarray(sel)] = xp.asarray(remap_pattern(pipeline.reference_images[k], xp.asarray(R1[sel]),
                                                              pc=np.asarray(pc_ref)[sel[0]], **tilts),
                                                dtype=refs.dtype)
-    res = pipeline.match_pairs(refs, read_points(flat))
+    res = pipeline.match_pairs(refs, patterns)
     return fit_strain(res.displacement, res.peak_height, res.status, pc=xp.asarray(pc), pc_ref=xp.asarray(pc_ref),
                       orientation=xp.asarray(orientation), reference_F=xp.asarray(R1), **common)
 

@@ -85,9 +85,9 @@ __global__ void prepare_tiles(const T* __restrict__ patterns, int H, int W,
     const Packed packed{packed_out, packed_row, packed_pad};
     __shared__ double sred[32];
     __shared__ float fred[32];
-    const long long t = blockIdx.x;
-    const T* p = tile_start(patterns, H, W, origins, n_roi, (int)t);
-    float* o = out != nullptr ? out + t * (long long)Ny * Nx : nullptr;
+    const int t = blockIdx.x;
+    const T* p = tile_start(patterns, H, W, origins, n_roi, t);
+    float* o = out != nullptr ? out + (long long)t * Ny * Nx : nullptr;
     unsigned short* pk = packed.tile(t, h);
     const int npx = h * w;
 

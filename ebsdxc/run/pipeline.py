@@ -439,7 +439,8 @@ class Pipeline:
             # reference and its processing (measured on an H100: at this size the whole run is
             # 3x faster than with a batch sized for the correlation alone)
             extra = 4 * h * w * 8
-        own = self.engine.device_bytes_per_tile(own_references=self.reference_set.count > 1)
+        refs = self.reference_set  # gathered references: as _patterns_per_set tells several sets apart
+        own = self.engine.device_bytes_per_tile(own_references=refs.index is not None and refs.count > 1)
         if own is not None:
             # An engine that says what it takes (the tensor engine's 96x96 tiles at +-16: 29 kB,
             # where the FFT estimate below says 556 kB) gets batches that large, whose fixed
