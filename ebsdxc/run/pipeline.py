@@ -18,7 +18,7 @@ import numpy as np
 
 from .. import status as st
 from .. import timing
-from ..backend import Backend
+from ..backend import Backend, is_out_of_memory
 from ..engines import PeakResult, choose_engine, make_engine
 from ..engines.fft import fft_shape
 from ..errors import InputError
@@ -104,10 +104,18 @@ class Pipeline:
                               "mask; they are flagged OUTSIDE_MASK, not measured", stacklevel=2)
                 self.outside = xp.asarray(~inside) if backend.is_gpu else ~inside
         #: The preprocessed reference patterns (K, H, W) on the device: what remapping rotates.
-        self.reference_images = self.preprocessor(xp.asarray(references.patterns))
-        t, e, s = prepare_tiles(extract_tiles(self.reference_images, layout, xp), self.window, xp)
-        #: The K references' prepared tiles, resident on the device for the whole run.
-        self.references = self.engine.prepare_references(t, e, s)
+        try:
+            self.reference_images = self.preprocessor(xp.asarray(references.patterns))
+            t, e, s = prepare_tiles(extract_tiles(self.reference_images, layout, xp), self.window, xp)
+            #: The K references' prepared tiles, resident on the device for the whole run.
+            self.references = self.engine.prepare_references(t, e, s)
+        except Exception as err:  # out of memory (CuPy's, cuFFT's): no batch size helps here
+            if not is_out_of_memory(err):
+                raise
+            where = "the GPU's" if backend.is_gpu else "host"
+            raise InputError(f"{references.count} reference patterns of {layout.n} ROIs each do not fit in {where} "
+                             f"memory with the {self.engine.info.name} engine ({err}): use fewer references (a larger "
+                             "--grain-tolerance), fewer or smaller ROIs, or another engine") from None
         self.reference_status = backend.asnumpy(s)
         #: Whole-pattern IC-GN over the ROI matches (``refine.method = "icgn"``), or None.
         self.refiner = None

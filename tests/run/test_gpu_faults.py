@@ -353,3 +353,32 @@ def test_no_usable_gpu_is_one_error_and_auto_one_warning(tmp_path, sample_dir):
     assert len(lines) == 1 and lines[0].startswith("ebsdxc: warning: device auto found no usable GPU"), res.stderr
     got = read_results(tmp_path / "auto.h5")
     assert got["attrs"]["complete"] and got["attrs"]["device"].startswith("cpu")
+
+
+@pytest.mark.gpu
+def test_references_the_gpu_cannot_hold_are_one_plain_error(cp):
+    """Many reference sets (a reference per grain) whose prepared ROIs do not fit on the device:
+    an error that says so (no smaller batch helps), not the batch advice of a run's OOM."""
+    from ebsdxc.backend import select_backend
+    from ebsdxc.config import load_config
+    from ebsdxc.references import ReferenceSet
+    from ebsdxc.rois import layout_for
+    from ebsdxc.run.pipeline import Pipeline
+
+    config, _ = load_config(None, {"roi": {"layout": "grid", "grid": [9, 10], "size": 96, "drop_corners": True}})
+    layout = layout_for(config.roi, (256, 256))
+    rng = np.random.default_rng(5)
+    K = 64  # full mode: 64 x 86 spectra of 192 x 97 complex, 0.8 GB; the ROIs alone 0.2 GB
+    refs = ReferenceSet(rng.integers(1000, 60000, (K, 256, 256)).astype(np.uint16),
+                        rng.integers(0, K, 1000).astype(np.int32), ())
+    be = select_backend("cuda")
+    pool = cp.get_default_memory_pool()
+    pool.free_all_blocks()
+    pool.set_limit(size=pool.used_bytes() + (64 << 20))
+    try:
+        with pytest.raises(InputError, match=f"{K} reference patterns of 86 ROIs each do not fit in the GPU's memory"):
+            Pipeline(be, config, layout, refs, batch=256)
+    finally:
+        pool.set_limit(size=0)  # never leave a limit to the next test
+    two = ReferenceSet(refs.patterns[:2], refs.index % 2, ())
+    assert Pipeline(be, config, layout, two, batch=256).references.count == 2
