@@ -222,22 +222,22 @@ def main(argv=None):
     return 0
 
 
-def pipeline_throughput(device, n_points, cfg, run, *, rotation_deg=0.0, strain_cfgs=None):
-    """Seconds for ``process`` on an n-point scan (16 simulated patterns repeated), one per strain
-    configuration (default: none, then Ni)."""
+def pipeline_throughput(device, n_points, cfg, run, *, rotation_deg=0.0, strain_cfgs=None, size=256):
+    """Seconds for ``process`` on an n-point scan (16 simulated patterns of ``size`` px repeated),
+    one per strain configuration (default: none, then Ni)."""
     import h5py
 
     cols = 100
     rows = max(1, n_points // cols)
-    sc = make_scan(4, 4, 256, noise=True, rotation_deg=rotation_deg)
+    sc = make_scan(4, 4, size, noise=True, rotation_deg=rotation_deg)
     reps = -(-rows * cols // 16)
-    pats = np.tile(sc.patterns.reshape(16, 256, 256), (reps, 1, 1))[: rows * cols].reshape(rows, cols, 256, 256)
+    pats = np.tile(sc.patterns.reshape(16, size, size), (reps, 1, 1))[: rows * cols].reshape(rows, cols, size, size)
     times = []
     with tempfile.TemporaryDirectory() as d:
         sc.save(d, euler_deg=EULER)
         with h5py.File(f"{d}/scan.h5", "r+") as f:
             del f["patterns"]
-            ds = f.create_dataset("patterns", data=pats, chunks=(1, cols, 256, 256))
+            ds = f.create_dataset("patterns", data=pats, chunks=(1, cols, size, size))
             # one PC for the scan: per-point PCs of 10^4 points do not fit in an HDF5 attribute
             for k, v in (("pattern_centre", sc.pc_ref), ("euler_angles", np.asarray(EULER)), ("sample_tilt", 70.0),
                          ("detector_tilt", 0.0)):

@@ -50,6 +50,9 @@ PC_MAPS = ("auto", "constant", "file", "plane", "extrapolate")
 PC_MODELS = _PC_MODELS
 SIMULATED_PC = ("model", "refine")
 REMAP_BATCH = 256  # scan points re-correlated together against their remapped references
+# ... and at most this many of their pixels: remapping holds a few float64 arrays of
+# (batch, H, W, 3), about 0.5 GB at 2^24 pixels
+REMAP_PIXELS = 1 << 24
 FIT_POINTS = 16384  # points per fit call: large enough to fill a GPU, small enough for any memory
 
 
@@ -525,8 +528,7 @@ def compute_strain(results_path, cfg: StrainConfig, geom: StrainGeometry, *, bac
     tilts = {"sample_tilt": geom.sample_tilt, "detector_tilt": geom.detector_tilt}
     counts = {"points": rows * cols, "fitted": 0, "remapped": 0, "too_few_rois": 0, "not_processed": 0}
     thr = np.deg2rad(cfg.remap_threshold_deg)
-    # remapping holds a few float64 arrays of (batch, H, W, 3): about 0.5 GB at 2^24 pixels
-    remap_batch = max(1, min(REMAP_BATCH, (1 << 24) // (geom.shape[0] * geom.shape[1])))
+    remap_batch = max(1, min(REMAP_BATCH, REMAP_PIXELS // (geom.shape[0] * geom.shape[1])))
     progress.start(rows * cols, desc="strain")
     try:
         with StrainWriter(results_path, parameters=params, n_roi=n, fit_codes=FIT_DESCRIPTIONS,
