@@ -23,12 +23,15 @@ tilts, orientation
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
+import warnings
 from dataclasses import dataclass
 
 import numpy as np
 
 from . import geometry
+from .backend import is_out_of_memory
 from .crystal import euler_to_matrix
 from .errors import InputError
 from .materials import parse_material, stiffness_tensor
@@ -569,18 +572,15 @@ def compute_strain(results_path, cfg: StrainConfig, geom: StrainGeometry, *, bac
                     ref_flat = None if grains is None else grains.reference_flat.reshape(-1)[r0 * cols + todo]
                     starts = range(0, len(todo), remap_batch)
                     batches = [todo[k0:k0 + remap_batch] for k0 in starts]
+                    refit = dict(centres=centres, shape=geom.shape, stiffness=C, options=opts, **tilts)
                     for k0, idx, patterns in zip(starts, batches,
                                                  _read_ahead(read_points, [r0 * cols + b for b in batches])):
-                        second = _remap_pass(pipeline, patterns, out["F"][idx], pcs[idx],
-                                             None if ref_flat is None else ref_flat[k0:k0 + remap_batch],
-                                             pc_ref if np.ndim(pc_ref) == 1 else pc_ref[idx],
-                                             orient if np.ndim(orient) == 2 else orient[idx],
-                                             geom, xp, dict(centres=centres, shape=geom.shape, stiffness=C,
-                                                            options=opts, **tilts), tilts)
-                        ok = asnumpy(second.status) == FIT_OK
-                        for k in (*_FIT_FIELDS, "used"):
-                            out[k][idx[ok]] = asnumpy(getattr(second, k))[ok]
-                        out["remapped"][idx[ok]] = True
+                        part = functools.partial(
+                            _remap_into, out, pipeline, idx, patterns,
+                            None if ref_flat is None else ref_flat[k0:k0 + len(idx)], pcs[idx],
+                            pc_ref if np.ndim(pc_ref) == 1 else pc_ref[idx],
+                            orient if np.ndim(orient) == 2 else orient[idx], geom, xp, refit, tilts, asnumpy)
+                        _in_halves_when_out_of_memory(part, len(idx), pipeline)
                 st = out["status"]
                 counts["fitted"] += int((st == FIT_OK).sum())
                 counts["remapped"] += int(out["remapped"].sum())
@@ -612,6 +612,45 @@ def _empty_fit(m, n) -> dict:
     out["used"] = np.zeros((m, n), bool)
     out["remapped"] = np.zeros(m, bool)
     return out
+
+
+def _remap_into(out, pipeline, idx, patterns, ref_flat, pc, pc_ref, orientation, geom, xp, common, tilts, asnumpy,
+                p):
+    """Points ``idx[p]`` (``p`` a slice of one remapping batch) remapped, matched and fitted
+    again; where the second fit holds, its results replace the first in ``out``."""
+    i = idx[p]
+    second = _remap_pass(pipeline, patterns[p], out["F"][i], pc[p], None if ref_flat is None else ref_flat[p],
+                         pc_ref if np.ndim(pc_ref) == 1 else pc_ref[p],
+                         orientation if np.ndim(orientation) == 2 else orientation[p], geom, xp, common, tilts)
+    ok = asnumpy(second.status) == FIT_OK
+    for k in (*_FIT_FIELDS, "used"):
+        out[k][i[ok]] = asnumpy(getattr(second, k))[ok]
+    out["remapped"][i[ok]] = True
+
+
+def _in_halves_when_out_of_memory(work, n, pipeline):
+    """``work(slice(0, n))``; where the device (or host) runs out of memory, the pipeline's
+    cached memory is given back and each half is done in turn, down to one point (then the
+    error stands). A remapping batch holds float64 coordinates of every pixel and each
+    point's own prepared reference: a device that fitted the correlation pass may not hold it.
+    One warning line per halving."""
+    parts = [slice(0, n)]
+    while parts:
+        part = parts.pop(0)
+        try:
+            work(part)
+            continue
+        except Exception as e:
+            if not is_out_of_memory(e) or part.stop - part.start <= 1:
+                raise
+            reason = " ".join(str(e).split()) or type(e).__name__
+        # out of the handler: the failed part's arrays, held by the traceback, are gone
+        pipeline.release_memory()
+        mid = (part.start + part.stop) // 2
+        parts[:0] = [slice(part.start, mid), slice(mid, part.stop)]
+        warnings.warn(f"remapping: out of memory with {part.stop - part.start} points at a time ({reason}); "
+                      f"continuing with {mid - part.start} (the results do not depend on it)", UserWarning,
+                      stacklevel=2)
 
 
 def _read_ahead(read_points, batches):

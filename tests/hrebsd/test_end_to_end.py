@@ -295,6 +295,54 @@ def test_gpu_remapping(tmp_path):
     assert s["remapped"].all() and dev.max() <= 2e-4 and full.max() <= 2e-4
 
 
+@pytest.mark.gpu
+def test_gpu_remapping_out_of_memory_halves_its_batch(tmp_path, monkeypatch):
+    """The device's next allocation in the remapping pass fails (CuPy's OutOfMemoryError, from
+    its allocator hook): the 9 points go again as 4 and 5, with one warning line, to the results
+    of the run without the fault."""
+    import warnings
+
+    import cupy as cp
+
+    from ebsdxc.run.pipeline import Pipeline
+
+    sc, scan, ref = simulated(tmp_path, 3, 3, 256, noise=True, rotation_deg=3.0)
+    whole = read_strain(process(scan, ref=ref, config=hrebsd_config(), run=RunConfig(device="cuda"),
+                                output=tmp_path / "whole.h5"))
+    pool = cp.get_default_memory_pool()
+    state = {"armed": False, "raised": 0}
+
+    def malloc(size):
+        if state["armed"]:
+            state["armed"] = False
+            state["raised"] += 1
+            raise cp.cuda.memory.OutOfMemoryError(size, pool.total_bytes())
+        return pool.malloc(size)
+
+    match_pairs = Pipeline.match_pairs
+
+    def armed_once(self, references, patterns):
+        state["armed"] = state["raised"] == 0
+        return match_pairs(self, references, patterns)
+
+    monkeypatch.setattr(Pipeline, "match_pairs", armed_once)
+    cp.cuda.set_allocator(malloc)
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            got = read_strain(process(scan, ref=ref, config=hrebsd_config(), run=RunConfig(device="cuda"),
+                                      output=tmp_path / "tight.h5"))
+    finally:
+        cp.cuda.set_allocator(pool.malloc)
+    lines = [str(w.message) for w in caught if "remapping: out of memory" in str(w.message)]
+    assert state["raised"] == 1 and len(lines) == 1, lines
+    assert "with 9 points at a time" in lines[0] and "continuing with 4" in lines[0] and "\n" not in lines[0]
+    assert got["remapped"].all()
+    np.testing.assert_array_equal(got["fit_status"], whole["fit_status"])
+    for k in ("strain", "rotation"):
+        np.testing.assert_allclose(got[k], whole[k], rtol=0, atol=1e-9)
+
+
 def test_fit_chunks_do_not_change_results(results_without_strain, monkeypatch):
     from ebsdxc import hrebsd
 
