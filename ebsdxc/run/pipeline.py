@@ -312,7 +312,7 @@ class Pipeline:
                 res = engine.match_rois(x, origins, self.window, references=refs, index=idx)
             else:
                 res = engine.match(frames.reshape(B, n, *frames.shape[1:]), e.reshape(B, n), s.reshape(B, n),
-                                        references=refs, index=idx)
+                                   references=refs, index=idx)
         if refine:
             with timing.stage("refine", xp=xp):
                 res = self._refine(self.preprocessor.convert(x) if x.dtype.kind in "ui" else x, res, index)
