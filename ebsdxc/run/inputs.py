@@ -19,6 +19,11 @@ __all__ = ["averaged_points", "check_averaging", "mean_pattern", "native", "read
            "scan_reference", "static_background"]
 
 
+# Most pixels of whole scan rows :func:`averaged_points` reads and averages at once (float32:
+# 1 GB; at least the rows one point needs).
+AVERAGE_PIXELS = 1 << 28
+
+
 def native(a: np.ndarray) -> np.ndarray:
     """``a`` in native byte order (CuPy and the kernels take no other)."""
     a = np.asarray(a)
@@ -33,21 +38,37 @@ def check_averaging(preprocess, source) -> None:
 
 def averaged_points(source, preprocess, flat) -> np.ndarray:
     """Patterns at flat scan indices ``flat`` (k, H, W) float32, neighbour-averaged as the
-    correlation pass averages them (each point with the rows around it read again)."""
+    correlation pass averages them.
+
+    Points are taken a group of nearby scan rows at a time: the group's rows and the kernel's
+    halo rows are read and averaged once, which gives each point bit for bit what averaging
+    its own rows gives (the block contract of :func:`~ebsdxc.preprocess.average_neighbours`).
+    A remapping batch of 256 neighbouring points read and averaged 256 blocks of rows before.
+    """
     rows, cols = source.grid.rows, source.grid.cols
     h = preprocess.average_neighbours // 2
     present = None if source.present is None else source.present.reshape(-1)
-    out = []
-    for i in (int(v) for v in flat):
-        a, b = max(0, i // cols - h) * cols, min(rows, i // cols + h + 1) * cols
+    flat = np.asarray(flat, dtype=np.int64).reshape(-1)
+    out = np.empty((flat.size, *source.pattern_shape), dtype=np.float32)
+    span = max(1, (AVERAGE_PIXELS // int(np.prod(source.pattern_shape))) // cols - 2 * h)  # rows of points a read
+    order = np.argsort(flat // cols, kind="stable")
+    point_rows = (flat // cols)[order]
+    start = 0
+    while start < flat.size:
+        first = int(point_rows[start])
+        stop = int(np.searchsorted(point_rows, first + span, side="left"))
+        a, b = max(0, first - h) * cols, min(rows, int(point_rows[stop - 1]) + h + 1) * cols
         block = native(source.read(a, b)).astype(np.float32)
         ok = (block.reshape(b - a, -1) != 0).any(axis=1)
         if present is not None:
             ok &= present[a:b]
-        out.append(average_neighbours(block, cols=cols, kernel=preprocess.average_kernel,
+        averaged = average_neighbours(block, cols=cols, kernel=preprocess.average_kernel,
                                       size=preprocess.average_neighbours, sigma=preprocess.average_sigma,
-                                      present=ok, xp=np)[i - a])
-    return np.stack(out)
+                                      present=ok, xp=np)
+        sel = order[start:stop]
+        out[sel] = averaged[flat[sel] - a]
+        start = stop
+    return out
 
 
 def read_points(source, preprocess, flat) -> np.ndarray:

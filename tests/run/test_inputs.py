@@ -1,6 +1,7 @@
 """The run's inputs: scan points read again for a second pass (remapping)."""
 
 import numpy as np
+import pytest
 
 from ebsdxc.config import PreprocessConfig
 from ebsdxc.io import ArraySource
@@ -34,3 +35,41 @@ def test_one_run_in_order_is_one_read():
     src = Counted(pats)
     np.testing.assert_array_equal(read_points(src, PreprocessConfig(), [3, 4, 5]), pats[3:6])
     assert src.calls == [(3, 6)]
+
+
+def _averaged_one_by_one(source, pre, flat):
+    # what the correlation pass does for each point: its own rows and halo, averaged
+    from ebsdxc.preprocess import average_neighbours
+
+    rows, cols, h = source.grid.rows, source.grid.cols, pre.average_neighbours // 2
+    out = []
+    for i in flat:
+        a, b = max(0, i // cols - h) * cols, min(rows, i // cols + h + 1) * cols
+        block = source.read(a, b).astype(np.float32)
+        ok = (block.reshape(b - a, -1) != 0).any(axis=1)
+        out.append(average_neighbours(block, cols=cols, kernel=pre.average_kernel, size=pre.average_neighbours,
+                                      sigma=pre.average_sigma, present=ok, xp=np)[i - a])
+    return np.stack(out)
+
+
+@pytest.mark.parametrize("size,kernel,pixels", [(3, "gaussian", 1 << 28), (5, "box", 1 << 28),
+                                                (3, "gaussian", 3 * 7 * 4 * 5)])
+def test_averaged_points_read_a_block_of_rows_once(monkeypatch, size, kernel, pixels):
+    """Neighbour-averaged points (remapping reads them again) equal each point averaged over its
+    own rows, bit for bit, with a read per group of nearby rows (``pixels``: a bound that
+    leaves one row of points a read), absent (all-zero) points left out of the means."""
+    from ebsdxc.run import inputs
+
+    monkeypatch.setattr(inputs, "AVERAGE_PIXELS", pixels)
+    rng = np.random.default_rng(1)
+    pats = rng.integers(1, 4000, (6, 7, 4, 5)).astype(np.uint16)
+    pats[2, 3] = 0  # a point the scan did not record
+    src = Counted(pats)
+    pre = PreprocessConfig(average_neighbours=size, average_kernel=kernel)
+    flat = np.array([9, 10, 11, 0, 41, 17, 24, 23, 9, 35])
+    got = read_points(src, pre, flat)
+    np.testing.assert_array_equal(got, _averaged_one_by_one(ArraySource(pats), pre, flat))
+    rows_read = sum(b - a for a, b in src.calls) // 7
+    assert len(src.calls) < len(flat) and rows_read < len(flat) * size
+    if pixels < 1 << 28:  # one row of points a read: one read per distinct row
+        assert len(src.calls) == len(np.unique(flat // 7))
