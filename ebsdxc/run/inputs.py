@@ -40,10 +40,13 @@ def averaged_points(source, preprocess, flat) -> np.ndarray:
     """Patterns at flat scan indices ``flat`` (k, H, W) float32, neighbour-averaged as the
     correlation pass averages them.
 
-    Points are taken a group of nearby scan rows at a time: the group's rows and the kernel's
-    halo rows are read and averaged once, which gives each point bit for bit what averaging
-    its own rows gives (the block contract of :func:`~ebsdxc.preprocess.average_neighbours`).
-    A remapping batch of 256 neighbouring points read and averaged 256 blocks of rows before.
+    Points are taken a group of nearby scan rows at a time. A group that fills its rows (a
+    remapping batch) has those rows and the kernel's halo rows read and averaged once; a few
+    points far apart (a reference per grain) each have just their neighbourhood read and
+    averaged. Either gives each point bit for bit what averaging whole rows around it gives
+    (the block contract of :func:`~ebsdxc.preprocess.average_neighbours`: a point's mean
+    depends only on its neighbours inside the block). Each point read and averaged its own
+    rows before: 300 patterns for a point of a 100-column scan.
     """
     rows, cols = source.grid.rows, source.grid.cols
     h = preprocess.average_neighbours // 2
@@ -58,17 +61,41 @@ def averaged_points(source, preprocess, flat) -> np.ndarray:
         first = int(point_rows[start])
         stop = int(np.searchsorted(point_rows, first + span, side="left"))
         a, b = max(0, first - h) * cols, min(rows, int(point_rows[stop - 1]) + h + 1) * cols
-        block = native(source.read(a, b)).astype(np.float32)
-        ok = (block.reshape(b - a, -1) != 0).any(axis=1)
-        if present is not None:
-            ok &= present[a:b]
-        averaged = average_neighbours(block, cols=cols, kernel=preprocess.average_kernel,
-                                      size=preprocess.average_neighbours, sigma=preprocess.average_sigma,
-                                      present=ok, xp=np)
         sel = order[start:stop]
-        out[sel] = averaged[flat[sel] - a]
         start = stop
+        if len(sel) * (2 * h + 1) ** 2 < b - a:  # a few points: their neighbourhoods only
+            for k in sel:
+                out[k] = _averaged_neighbourhood(source, preprocess, present, int(flat[k]))
+            continue
+        out[sel] = _averaged_block(source, preprocess, present, a, b)[flat[sel] - a]
     return out
+
+
+def _averaged_block(source, preprocess, present, a, b):
+    """Whole scan rows [a, b) (flat indices) neighbour-averaged: (b - a, H, W) float32."""
+    block = native(source.read(a, b)).astype(np.float32)
+    ok = (block.reshape(b - a, -1) != 0).any(axis=1)
+    if present is not None:
+        ok &= present[a:b]
+    return average_neighbours(block, cols=source.grid.cols, kernel=preprocess.average_kernel,
+                              size=preprocess.average_neighbours, sigma=preprocess.average_sigma, present=ok, xp=np)
+
+
+def _averaged_neighbourhood(source, preprocess, present, i):
+    """Point ``i`` neighbour-averaged from the points of its kernel only (H, W) float32: a block
+    of the kernel's rows and columns, as a scan of its own."""
+    rows, cols = source.grid.rows, source.grid.cols
+    h = preprocess.average_neighbours // 2
+    r, c = divmod(i, cols)
+    r0, r1, c0, c1 = max(0, r - h), min(rows, r + h + 1), max(0, c - h), min(cols, c + h + 1)
+    starts = [y * cols + c0 for y in range(r0, r1)]
+    block = np.concatenate([native(source.read(s, s + c1 - c0)) for s in starts]).astype(np.float32)
+    ok = (block.reshape(len(block), -1) != 0).any(axis=1)
+    if present is not None:
+        ok &= present[np.add.outer(starts, np.arange(c1 - c0)).reshape(-1)]
+    averaged = average_neighbours(block, cols=c1 - c0, kernel=preprocess.average_kernel,
+                                  size=preprocess.average_neighbours, sigma=preprocess.average_sigma, present=ok, xp=np)
+    return averaged[(r - r0) * (c1 - c0) + c - c0]
 
 
 def read_points(source, preprocess, flat) -> np.ndarray:
@@ -123,7 +150,10 @@ def reference_set(source, preprocess, *, ref=None, ref_index=None, index=None) -
     points = list(ref_index) if _is_point_list(ref_index) else [ref_index]
     if len(points) > 1 and index is None:
         raise InputError(f"{len(points)} reference points need an index saying which one each scan point uses")
-    patterns = np.stack([scan_reference(source, p, preprocess) for p in points])
+    if preprocess.average_neighbours:  # in one call: points near one another share their reads
+        patterns = averaged_points(source, preprocess, [scan_io.flat_index(source, p) for p in points])
+    else:
+        patterns = np.stack([scan_reference(source, p, preprocess) for p in points])
     labels = tuple({"point": _jsonable_point(p)} for p in points)
     flat = None
     if index is not None:
