@@ -236,11 +236,8 @@ class Pipeline:
 
     def _match_prepared_pairs(self, references, x) -> PeakResult:
         """Pattern b of preprocessed ``x`` against preprocessed reference b (and refined)."""
-        xp = self.backend.xp
         b = len(x)
-        engine = self.pairs_engine()
-        tiles = extract_tiles(xp.asarray(references, dtype=xp.float32), self.layout, xp)
-        pairs = engine.prepare_references(*prepare_tiles(tiles, self.window, xp))
+        engine, pairs = self._pair_references(references)
         res = self._match(x, np.arange(b, dtype=np.int32), references=pairs, preprocessed=True, engine=engine)
         if self.refiner is None:
             return res
@@ -329,12 +326,12 @@ class Pipeline:
             self._pairs_frames = PaddedTileBuffer(engine.input_shape)
         return self._pairs_frames
 
-    def _match_host(self, x, index, refs, refine=False, layout=None, engine=None) -> PeakResult:
+    def _match_host(self, x, index, refs, refine, layout, engine) -> PeakResult:
         with timing.stage("preprocess"):
             tiles = extract_tiles(x, self.layout if layout is None else layout, np, dtype=np.float32)
             t, e, s = prepare_tiles(tiles, self.window, np, overwrite=True)
         with timing.stage("correlate"):
-            res = (self.engine if engine is None else engine).match(t, e, s, references=refs, index=index)
+            res = engine.match(t, e, s, references=refs, index=index)
         if refine:
             with timing.stage("refine"):
                 res = self._refine(x, res, index)
@@ -354,13 +351,19 @@ class Pipeline:
         """
         xp = self.backend.xp
         B = len(patterns)
-        engine = self.pairs_engine()
-        refs = extract_tiles(xp.asarray(references, dtype=xp.float32), self.layout, xp)
-        pairs = engine.prepare_references(*prepare_tiles(refs, self.window, xp))
+        engine, pairs = self._pair_references(references)
         index = np.arange(B, dtype=np.int32)
         patterns = xp.asarray(patterns)
         res = self._match(patterns, index, references=pairs, engine=engine)
         return self._flag(res, ~_has_data(patterns), xp)
+
+    def _pair_references(self, references):
+        """(engine, prepared): (B, H, W) preprocessed references, one a pattern, prepared as B
+        reference sets of :meth:`pairs_engine`, which matches them."""
+        xp = self.backend.xp
+        engine = self.pairs_engine()
+        tiles = extract_tiles(xp.asarray(references, dtype=xp.float32), self.layout, xp)
+        return engine, engine.prepare_references(*prepare_tiles(tiles, self.window, xp))
 
     def pairs_engine(self):
         """The engine that matches each pattern with its own reference (:meth:`match_pairs`, a
