@@ -22,7 +22,7 @@ from .. import io as scan_io
 from ..errors import InputError
 from ..preprocess import PatternPreprocessor
 from ..references import ReferenceSet
-from .inputs import read_points, scan_reference
+from .inputs import read_points
 
 __all__ = ["GrainReferences", "grain_reference_set", "grain_references", "read_orientations", "reference_flat"]
 
@@ -246,7 +246,8 @@ def grain_reference_set(source, preprocess, grain_id, reference_point) -> tuple[
     slot[has] = np.arange(int(has.sum()))
     point_slot = np.where(grain_id >= 0, slot[np.clip(grain_id, 0, None)], -1)
     no_reference = in_grid & (point_slot < 0)
-    patterns = np.stack([scan_reference(source, (int(r), int(c)), preprocess) for r, c in reference_point[has]])
+    patterns = read_points(source, preprocess, [scan_io.flat_index(source, (int(r), int(c)))
+                                                for r, c in reference_point[has]])
     labels = tuple({"point": [int(r), int(c)], "grain": int(k)}
                    for k, (r, c) in zip(np.flatnonzero(has), reference_point[has]))
     index = np.where(point_slot >= 0, point_slot, 0).reshape(-1).astype(np.int32)

@@ -73,12 +73,7 @@ def averaged_points(source, preprocess, flat) -> np.ndarray:
 
 def _averaged_block(source, preprocess, present, a, b):
     """Whole scan rows [a, b) (flat indices) neighbour-averaged: (b - a, H, W) float32."""
-    block = native(source.read(a, b)).astype(np.float32)
-    ok = (block.reshape(b - a, -1) != 0).any(axis=1)
-    if present is not None:
-        ok &= present[a:b]
-    return average_neighbours(block, cols=source.grid.cols, kernel=preprocess.average_kernel,
-                              size=preprocess.average_neighbours, sigma=preprocess.average_sigma, present=ok, xp=np)
+    return _averaged(native(source.read(a, b)), np.arange(a, b), source.grid.cols, preprocess, present)
 
 
 def _averaged_neighbourhood(source, preprocess, present, i):
@@ -89,13 +84,20 @@ def _averaged_neighbourhood(source, preprocess, present, i):
     r, c = divmod(i, cols)
     r0, r1, c0, c1 = max(0, r - h), min(rows, r + h + 1), max(0, c - h), min(cols, c + h + 1)
     starts = [y * cols + c0 for y in range(r0, r1)]
-    block = np.concatenate([native(source.read(s, s + c1 - c0)) for s in starts]).astype(np.float32)
+    block = np.concatenate([native(source.read(s, s + c1 - c0)) for s in starts])
+    flat = np.add.outer(starts, np.arange(c1 - c0)).reshape(-1)
+    return _averaged(block, flat, c1 - c0, preprocess, present)[(r - r0) * (c1 - c0) + c - c0]
+
+
+def _averaged(block, flat, cols, preprocess, present):
+    """(k, H, W) patterns of scan points ``flat``, whole rows of ``cols`` points, neighbour-averaged
+    as a scan of their own: float32, points without a pattern (absent, all zeros) left out."""
+    block = block.astype(np.float32)
     ok = (block.reshape(len(block), -1) != 0).any(axis=1)
     if present is not None:
-        ok &= present[np.add.outer(starts, np.arange(c1 - c0)).reshape(-1)]
-    averaged = average_neighbours(block, cols=c1 - c0, kernel=preprocess.average_kernel,
-                                  size=preprocess.average_neighbours, sigma=preprocess.average_sigma, present=ok, xp=np)
-    return averaged[(r - r0) * (c1 - c0) + c - c0]
+        ok &= present[flat]
+    return average_neighbours(block, cols=cols, kernel=preprocess.average_kernel, size=preprocess.average_neighbours,
+                              sigma=preprocess.average_sigma, present=ok, xp=np)
 
 
 def read_points(source, preprocess, flat) -> np.ndarray:
@@ -105,7 +107,7 @@ def read_points(source, preprocess, flat) -> np.ndarray:
         return averaged_points(source, preprocess, flat)
     flat = np.asarray(flat, dtype=np.int64).reshape(-1)
     if not flat.size:
-        return np.empty((0, *source.pattern_shape), dtype=native(np.empty(0, source.dtype)).dtype)
+        return np.empty((0, *source.pattern_shape), dtype=np.dtype(source.dtype).newbyteorder("="))
     # Each run of consecutive points is one read: a remapping batch of neighbouring points
     # read one by one spent 6 ms a batch of 32 in the reader's per-call work (H100 host).
     order = np.argsort(flat, kind="stable")
@@ -124,9 +126,7 @@ def read_points(source, preprocess, flat) -> np.ndarray:
 
 def scan_reference(source, ref_index, preprocess) -> np.ndarray:
     """The reference pattern taken from the scan, averaged with its neighbours as every point is."""
-    if not preprocess.average_neighbours:
-        return native(scan_io.reference_from_scan(source, ref_index))
-    return averaged_points(source, preprocess, [scan_io.flat_index(source, ref_index)])[0]
+    return read_points(source, preprocess, [scan_io.flat_index(source, ref_index)])[0]
 
 
 def reference_set(source, preprocess, *, ref=None, ref_index=None, index=None) -> ReferenceSet:
@@ -150,10 +150,8 @@ def reference_set(source, preprocess, *, ref=None, ref_index=None, index=None) -
     points = list(ref_index) if _is_point_list(ref_index) else [ref_index]
     if len(points) > 1 and index is None:
         raise InputError(f"{len(points)} reference points need an index saying which one each scan point uses")
-    if preprocess.average_neighbours:  # in one call: points near one another share their reads
-        patterns = averaged_points(source, preprocess, [scan_io.flat_index(source, p) for p in points])
-    else:
-        patterns = np.stack([scan_reference(source, p, preprocess) for p in points])
+    # in one call: points near one another share their reads
+    patterns = read_points(source, preprocess, [scan_io.flat_index(source, p) for p in points])
     labels = tuple({"point": _jsonable_point(p)} for p in points)
     flat = None
     if index is not None:
