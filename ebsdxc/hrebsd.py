@@ -23,7 +23,6 @@ tilts, orientation
 from __future__ import annotations
 
 import dataclasses
-import functools
 import os
 import warnings
 from dataclasses import dataclass
@@ -37,6 +36,7 @@ from .errors import InputError
 from .materials import parse_material, stiffness_tensor
 from .pc_calibration import PC_MODELS as _PC_MODELS
 from .progress import NullProgress, Progress
+from .status import NOT_PROCESSED
 from .strain import (
     FIT_DESCRIPTIONS,
     FIT_OK,
@@ -569,18 +569,12 @@ def compute_strain(results_path, cfg: StrainConfig, geom: StrainGeometry, *, bac
                         continue
                     angle = np.linalg.norm(out["rotation"][sel][:, [2, 0, 1], [1, 2, 0]], axis=-1)
                     todo = sel[(out["status"][sel] == FIT_OK) & (angle > thr)]
-                    ref_flat = None if grains is None else grains.reference_flat.reshape(-1)[r0 * cols + todo]
-                    starts = range(0, len(todo), remap_batch)
-                    batches = [todo[k0:k0 + remap_batch] for k0 in starts]
-                    refit = dict(centres=centres, shape=geom.shape, stiffness=C, options=opts, **tilts)
-                    for k0, idx, patterns in zip(starts, batches,
-                                                 _read_ahead(read_points, [r0 * cols + b for b in batches])):
-                        part = functools.partial(
-                            _remap_into, out, pipeline, idx, patterns,
-                            None if ref_flat is None else ref_flat[k0:k0 + len(idx)], pcs[idx],
-                            pc_ref if np.ndim(pc_ref) == 1 else pc_ref[idx],
-                            orient if np.ndim(orient) == 2 else orient[idx], geom, xp, refit, tilts, asnumpy)
-                        _in_halves_when_out_of_memory(part, len(idx), pipeline)
+                    if todo.size:
+                        ref_flat = None if grains is None else grains.reference_flat.reshape(-1)[r0 * cols + todo]
+                        _remap(out, todo, pipeline, read_points, r0 * cols, remap_batch, ref_flat, pcs[todo],
+                               pc_ref if np.ndim(pc_ref) == 1 else pc_ref[todo],
+                               orient if np.ndim(orient) == 2 else orient[todo], geom, xp, asnumpy,
+                               dict(centres=centres, shape=geom.shape, stiffness=C, options=opts, **tilts))
                 st = out["status"]
                 counts["fitted"] += int((st == FIT_OK).sum())
                 counts["remapped"] += int(out["remapped"].sum())
@@ -614,18 +608,41 @@ def _empty_fit(m, n) -> dict:
     return out
 
 
-def _remap_into(out, pipeline, idx, patterns, ref_flat, pc, pc_ref, orientation, geom, xp, common, tilts, asnumpy,
-                p):
-    """Points ``idx[p]`` (``p`` a slice of one remapping batch) remapped, matched and fitted
-    again; where the second fit holds, its results replace the first in ``out``."""
-    i = idx[p]
-    second = _remap_pass(pipeline, patterns[p], out["F"][i], pc[p], None if ref_flat is None else ref_flat[p],
-                         pc_ref if np.ndim(pc_ref) == 1 else pc_ref[p],
-                         orientation if np.ndim(orientation) == 2 else orientation[p], geom, xp, common, tilts)
+def _remap(out, todo, pipeline, read_points, offset, batch, ref_flat, pc, pc_ref, orientation, geom, xp, asnumpy,
+           common):
+    """Points ``todo`` (of the fit chunk ``out`` describes, flat scan index ``offset + todo``)
+    remapped and matched in batches of ``batch``, then fitted again in one call; where the
+    second fit holds, its results replace the first in ``out``.
+
+    One fit for the whole chunk, not one per batch: a fit is a few dozen small launches and a
+    device-to-host sync per outlier round whatever its size, and fitted per batch it took
+    about as long as remapping and matching the batch (H100, 256 points of 256x256: 14 of
+    37 ms; BENCHMARKS.md, twenty-seventh session).
+    """
+    R1 = polar_decomposition(np.asarray(out["F"][todo], dtype=np.float64), np)[1]
+    n = out["used"].shape[1]
+    # what match_pairs returns, for every point of todo; a point no batch reached stays unprocessed
+    found = {"displacement": xp.full((len(todo), n, 2), np.nan, dtype=xp.float32),
+             "peak_height": xp.zeros((len(todo), n), dtype=xp.float32),
+             "status": xp.full((len(todo), n), NOT_PROCESSED, dtype=xp.uint8)}
+    tilts = {k: common[k] for k in ("sample_tilt", "detector_tilt")}
+    starts = range(0, len(todo), batch)
+    batches = [todo[k0:k0 + batch] for k0 in starts]
+    for k0, idx, patterns in zip(starts, batches, _read_ahead(read_points, [offset + b for b in batches])):
+        def part(p, k0=k0, patterns=patterns):
+            q = slice(k0 + p.start, k0 + p.stop)
+            res = _remapped_match(pipeline, patterns[p], R1[q], None if ref_flat is None else ref_flat[q],
+                                  pc_ref if np.ndim(pc_ref) == 1 else pc_ref[q], geom, xp, tilts)
+            for k, a in found.items():
+                a[q] = getattr(res, k)
+        _in_halves_when_out_of_memory(part, len(idx), pipeline)
+    second = fit_strain(found["displacement"], found["peak_height"], found["status"], pc=xp.asarray(pc),
+                        pc_ref=xp.asarray(pc_ref), orientation=xp.asarray(orientation), reference_F=xp.asarray(R1),
+                        **common)
     ok = asnumpy(second.status) == FIT_OK
     for k in (*_FIT_FIELDS, "used"):
-        out[k][i[ok]] = asnumpy(getattr(second, k))[ok]
-    out["remapped"][i[ok]] = True
+        out[k][todo[ok]] = asnumpy(getattr(second, k))[ok]
+    out["remapped"][todo[ok]] = True
 
 
 def _in_halves_when_out_of_memory(work, n, pipeline):
@@ -668,14 +685,13 @@ def _read_ahead(read_points, batches):
             yield patterns
 
 
-def _remap_pass(pipeline, patterns, F1, pc, ref_flat, pc_ref, orientation, geom, xp, common, tilts):
-    """Second pass for scan points ``patterns`` (as the pipeline takes them): each point's
-    reference rotated by its first-pass rotation.
+def _remapped_match(pipeline, patterns, R1, ref_flat, pc_ref, geom, xp, tilts):
+    """Scan points ``patterns`` (as the pipeline takes them) matched with their reference
+    rotated by ``R1`` (b, 3, 3), each point's first-pass rotation.
 
     ``ref_flat`` (b,) the flat scan index of each point's reference point (a reference per
     grain: the pipeline's reference of that grain is rotated), or None for a one-reference run.
     """
-    R1 = polar_decomposition(np.asarray(F1, dtype=np.float64), np)[1]
     if ref_flat is None:
         refs = remap_pattern(pipeline.reference_image, xp.asarray(R1), pc=geom.pc_ref, **tilts)
     else:
@@ -687,9 +703,7 @@ def _remap_pass(pipeline, patterns, F1, pc, ref_flat, pc_ref, orientation, geom,
             refs[xp.asarray(sel)] = xp.asarray(remap_pattern(pipeline.reference_images[k], xp.asarray(R1[sel]),
                                                              pc=np.asarray(pc_ref)[sel[0]], **tilts),
                                                dtype=refs.dtype)
-    res = pipeline.match_pairs(refs, patterns)
-    return fit_strain(res.displacement, res.peak_height, res.status, pc=xp.asarray(pc), pc_ref=xp.asarray(pc_ref),
-                      orientation=xp.asarray(orientation), reference_F=xp.asarray(R1), **common)
+    return pipeline.match_pairs(refs, patterns)
 
 
 def _gnd_pass(results_path, cfg, geom, *, grain_id, grid_kind, step, overwrite) -> dict:

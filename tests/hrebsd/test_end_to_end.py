@@ -97,6 +97,22 @@ def test_remapping_recovers_a_3_degree_rotation(tmp_path):
     assert dev0.max() > 5 * dev.max() and dev0.max() > 5e-4
 
 
+def test_remapping_batches_do_not_change_the_result(tmp_path, monkeypatch):
+    """Points remapped and matched two at a time, then fitted together, give what one batch of
+    all nine gives: each point's results land on that point."""
+    from ebsdxc import hrebsd
+
+    sc, scan, ref = simulated(tmp_path, 3, 3, 256, noise=True, rotation_deg=3.0)
+    whole = read_strain(process(scan, ref=ref, config=hrebsd_config(), run=CPU, output=tmp_path / "whole.h5"))
+    monkeypatch.setattr(hrebsd, "REMAP_BATCH", 2)
+    got = read_strain(process(scan, ref=ref, config=hrebsd_config(), run=CPU, output=tmp_path / "twos.h5"))
+    assert whole["remapped"].all() and got["remapped"].all()
+    for k in ("strain", "rotation", "deformation_gradient", "fit_residual", "roi_used", "fit_status"):
+        np.testing.assert_array_equal(got[k], whole[k], err_msg=k)
+    # the points differ from one another, so a result written to the wrong point would show
+    assert np.ptp(whole["rotation"][..., 0, 1]) > 1e-4
+
+
 def test_sample_data_cli(tmp_path, sample_dir):
     out = tmp_path / "s.h5"
     res = run_cli("process", os.path.join(sample_dir, "scan.h5"), "--ref", os.path.join(sample_dir, "ref.tif"),

@@ -163,6 +163,32 @@ def test_strain_pass_again_on_the_results_file_gives_the_same(result, tmp_path):
         np.testing.assert_allclose(g["nye_tensor"][...], d["nye_tensor"], atol=1e-6, equal_nan=True)
 
 
+def test_grain_remapping_in_small_batches_gives_the_same_strain(result, tmp_path, monkeypatch):
+    """Remapping batches of 5 points, which mix grains and split them, give what whole chunks
+    give: each point is matched with its own grain's rotated reference."""
+    import shutil
+
+    from ebsdxc import hrebsd
+    from ebsdxc.run import strain
+
+    out, d = result
+    got = {}
+    for batch in (hrebsd.REMAP_BATCH, 5):
+        copy = tmp_path / f"batch{batch}.h5"
+        shutil.copy(out, copy)
+        monkeypatch.setattr(hrebsd, "REMAP_BATCH", batch)
+        # a threshold below the grains' own curvature: most points of every grain are remapped
+        counts = strain(str(copy), config=StrainConfig(material="Ni", remap_threshold_deg=0.05), device="cpu",
+                        overwrite=True)
+        with h5py.File(copy, "r") as f:
+            got[batch] = {k: f["ebsdxc"][k][...] for k in ("fit_status", "strain", "rotation", "remapped")}
+    whole, fives = got.values()
+    assert counts["remapped"] > 3 * 5
+    assert len(np.unique(d["grain_id"][whole["remapped"]])) > 1
+    for k in whole:
+        np.testing.assert_array_equal(fives[k], whole[k], err_msg=k)
+
+
 def test_export_is_read_back_with_the_orientations_we_wrote(poly, result, tmp_path):
     from ebsdxc.crystal import euler_to_matrix, misorientation_angle
     from ebsdxc.io import read_orientation_map
