@@ -45,6 +45,7 @@ usable ROIs is flagged ``TOO_FEW_ROIS`` and not fitted (NaN).
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import numpy as np
@@ -327,6 +328,93 @@ def fit_strain(displacement, peak_height, roi_status, *, centres, shape, pc, pc_
     return StrainFit(*out, residual, angular, xp.where(bad, 0, n_used).astype(xp.int16), used, status)
 
 
+def source_coordinates(F, shape, pc, *, sample_tilt: float = 70.0, detector_tilt: float = 0.0, xp=np):
+    """Where :func:`remap_pattern` samples its image: ``[row, col]`` of the source of every pixel.
+
+    The pixel at ``(x, y)`` shows direction ``r`` (seen from ``pc``), taken from the image at
+    the projection of ``F^-1 r``. Rays through one point map plane to plane by a homography:
+    with ``A`` the detector axes (:func:`ebsdxc.geometry.detector_axes`) and
+    ``d = (x - x_pc, y_pc - y, L)``, the source is ``d' = M d``, ``M = A^T F^-1 A``, at
+    ``(x_pc + L d'_x / d'_z, y_pc - L d'_y / d'_z)`` (NaN where ``d'_z <= 0``, a direction away
+    from the screen). This is :func:`ebsdxc.geometry.project` of
+    :func:`ebsdxc.geometry.pixel_directions` without the (H, W, 3) direction arrays, to
+    rounding; on the GPU it is one kernel.
+
+    Sources are clipped to the image (the "nearest edge value" rule) and snapped to an
+    integer within 1e-6 px: CuPy's ``map_coordinates`` (14.x) returns wrong values for a
+    coordinate a rounding error below an integer (e.g. 13 - 1e-13) with ``mode="nearest"``;
+    1e-6 px is far below anything a correlation resolves.
+
+    Parameters
+    ----------
+    F : (3, 3) or (B, 3, 3) array
+    shape : (int, int)
+        Image shape (H, W).
+    pc : (3,) array
+        Bruker pattern centre.
+    xp : module
+        Array module of the result (NumPy or CuPy).
+
+    Returns
+    -------
+    (2, H, W) or (2, B, H, W) float64 array
+    """
+    H, W = geometry.check_shape(shape)
+    F = xp.asarray(F, dtype=xp.float64)
+    axes = xp.asarray(geometry.detector_axes(sample_tilt, detector_tilt))
+    M = axes.T @ xp.linalg.inv(F) @ axes
+    x_pc, y_pc, L = (float(v) for v in geometry.pc_pixels(np.asarray(_host(pc), dtype=np.float64), (H, W)))
+    coords = xp.empty((2, *F.shape[:-2], H, W), dtype=xp.float64)
+    if xp is not np:
+        _source_kernel()(xp.ascontiguousarray(M.reshape(-1, 9)), np.float64(x_pc), np.float64(y_pc), np.float64(L),
+                         np.int32(H), np.int32(W),
+                         coords[0], coords[1])
+        return coords
+    m = M[..., None, None, :, :]
+    u = np.arange(W, dtype=np.float64) - x_pc
+    v = (y_pc - np.arange(H, dtype=np.float64))[:, None]
+    dz = m[..., 2, 0] * u + m[..., 2, 1] * v + m[..., 2, 2] * L
+    scale = np.where(dz > 0, L / np.where(dz > 0, dz, 1.0), np.nan)
+    coords[0] = y_pc - (m[..., 1, 0] * u + m[..., 1, 1] * v + m[..., 1, 2] * L) * scale
+    coords[1] = x_pc + (m[..., 0, 0] * u + m[..., 0, 1] * v + m[..., 0, 2] * L) * scale
+    np.clip(coords[0], 0, H - 1, out=coords[0])
+    np.clip(coords[1], 0, W - 1, out=coords[1])
+    nearest = np.rint(coords)
+    np.copyto(coords, nearest, where=np.abs(coords - nearest) < 1e-6)
+    return coords
+
+
+def _host(a):
+    return a.get() if hasattr(a, "get") else a
+
+
+# One thread per source pixel: M d, the projection, the clip (NaN stays NaN, as np.clip keeps
+# it) and the snap of source_coordinates, in the same order of operations as its NumPy code.
+_SOURCE_BODY = """
+const long long px = i % ((long long)H * W);
+const long long b = i / ((long long)H * W);
+const double u = (double)(px % W) - xpc, v = ypc - (double)(px / W);
+const double* m = &M[9 * b];
+const double dz = m[6] * u + m[7] * v + m[8] * L;
+const double scale = dz > 0.0 ? L / dz : __longlong_as_double(0x7ff8000000000000LL);
+double r = ypc - (m[3] * u + m[4] * v + m[5] * L) * scale;
+double c = xpc + (m[0] * u + m[1] * v + m[2] * L) * scale;
+if (!isnan(r)) r = fmin(fmax(r, 0.0), (double)(H - 1));
+if (!isnan(c)) c = fmin(fmax(c, 0.0), (double)(W - 1));
+const double rr = rint(r), rc = rint(c);
+row = fabs(r - rr) < 1e-6 ? rr : r;
+col = fabs(c - rc) < 1e-6 ? rc : c;
+"""
+
+
+@functools.cache
+def _source_kernel():
+    import cupy as cp
+
+    return cp.ElementwiseKernel("raw float64 M, float64 xpc, float64 ypc, float64 L, int32 H, int32 W",
+                                "float64 row, float64 col", _SOURCE_BODY, "ebsdxc_remap_source")
+
+
 def remap_pattern(image, F, *, pc, sample_tilt: float = 70.0, detector_tilt: float = 0.0, order: int = 3):
     """The pattern of a crystal deformed by ``F``, made from ``image`` (Britton & Wilkinson 2012).
 
@@ -355,20 +443,6 @@ def remap_pattern(image, F, *, pc, sample_tilt: float = 70.0, detector_tilt: flo
         from scipy.ndimage import map_coordinates
     else:
         from cupyx.scipy.ndimage import map_coordinates
-    H, W = image.shape
-    F = xp.asarray(F, dtype=xp.float64)
-    pc = xp.asarray(pc, dtype=xp.float64)
-    yy, xx = xp.meshgrid(xp.arange(H, dtype=xp.float64), xp.arange(W, dtype=xp.float64), indexing="ij")
-    tilts = {"sample_tilt": sample_tilt, "detector_tilt": detector_tilt}
-    r = geometry.pixel_directions(xp.stack([xx, yy], axis=-1), (H, W), pc, **tilts)  # (H, W, 3)
-    Finv_t = xp.swapaxes(xp.linalg.inv(F), -1, -2)
-    src = geometry.project(r @ Finv_t[..., None, :, :], (H, W), pc, **tilts)  # (..., H, W, 2)
-    # Clipping is the "nearest edge value" rule, done here. Snapping to integers within 1e-6 px
-    # works around CuPy's map_coordinates (14.x), which returns wrong values for coordinates a
-    # rounding error below an integer (e.g. 13 - 1e-13) with mode="nearest"; 1e-6 px is far
-    # below anything a correlation resolves.
-    coords = xp.stack([xp.clip(src[..., 1], 0, H - 1), xp.clip(src[..., 0], 0, W - 1)])
-    nearest = xp.rint(coords)
-    coords = xp.where(xp.abs(coords - nearest) < 1e-6, nearest, coords)
+    coords = source_coordinates(F, image.shape, pc, sample_tilt=sample_tilt, detector_tilt=detector_tilt, xp=xp)
     out = map_coordinates(xp.asarray(image, dtype=xp.float32), coords, order=order, mode="nearest")
     return out.astype(xp.float32, copy=False)

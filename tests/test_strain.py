@@ -234,6 +234,44 @@ def test_remap_identity_and_rotation():
     np.testing.assert_allclose(stack[2], strain.remap_pattern(ref, R.T, pc=pc), atol=1e-4)
 
 
+def _sources_by_directions(F, shape, pc, **tilts):
+    """The oracle of :func:`strain.source_coordinates`: each pixel's unit direction, turned by
+    F^-1 and projected back (:mod:`ebsdxc.geometry`), as remap_pattern computed it before."""
+    from ebsdxc import geometry
+
+    H, W = shape
+    yy, xx = np.meshgrid(np.arange(H, dtype=float), np.arange(W, dtype=float), indexing="ij")
+    r = geometry.pixel_directions(np.stack([xx, yy], axis=-1), shape, pc, **tilts)
+    src = geometry.project(r @ np.swapaxes(np.linalg.inv(F), -1, -2)[..., None, :, :], shape, pc, **tilts)
+    coords = np.stack([np.clip(src[..., 1], 0, H - 1), np.clip(src[..., 0], 0, W - 1)])
+    nearest = np.rint(coords)
+    return np.where(np.abs(coords - nearest) < 1e-6, nearest, coords)
+
+
+def _turns(rng):
+    """Rotations of 0, 3, 20 and 100 degrees (the last turns part of the screen away from the
+    source: NaN sources) and a strained one."""
+    Rs = [rotation_from_vector(np.deg2rad(a) * rng.normal(size=3) / np.sqrt(3)) for a in (0, 3, 20, 100)]
+    return np.stack([*Rs, random_F(rng, strain_mag=1e-2, rot_mag=5e-2)[0]])
+
+
+@pytest.mark.parametrize("shape,tilts", [((70, 91), {}), ((64, 48), {"sample_tilt": 60.0, "detector_tilt": 5.0})])
+def test_source_coordinates_are_the_projected_directions(shape, tilts):
+    rng = np.random.default_rng(3)
+    F = _turns(rng)
+    pc = np.array([0.47, 0.41, 0.63])
+    want = _sources_by_directions(F, shape, pc, **tilts)
+    got = strain.source_coordinates(F, shape, pc, **tilts)
+    assert got.shape == (2, len(F), *shape) and got.dtype == np.float64
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+    assert np.isnan(want[:, 3]).any() and not np.isnan(want[:, :3]).any()
+    np.testing.assert_allclose(got, want, rtol=0, atol=1e-9, equal_nan=True)
+    # the identity samples each pixel at itself, exactly (the snap to integers)
+    yy, xx = np.mgrid[:shape[0], :shape[1]]
+    np.testing.assert_array_equal(got[:, 0], np.stack([yy, xx]).astype(float))
+    np.testing.assert_array_equal(strain.source_coordinates(F[1], shape, pc, **tilts), got[:, 1])
+
+
 # ---------------------------------------------------------------------------- GPU against the CPU oracle
 
 
@@ -274,3 +312,21 @@ def test_gpu_remap_equals_numpy():
     Rs = np.stack([R, R.T, np.eye(3)])
     np.testing.assert_allclose(cp.asnumpy(strain.remap_pattern(cp.asarray(img), cp.asarray(Rs), pc=cp.asarray(pc))),
                                strain.remap_pattern(img, Rs, pc=pc), atol=2e-5)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("shape", [(70, 91), (256, 256)])
+def test_gpu_source_coordinates_equal_the_float64_oracle(shape):
+    import cupy as cp
+
+    rng = np.random.default_rng(5)
+    F = _turns(rng)
+    pc = np.array([0.47, 0.41, 0.63])
+    want = _sources_by_directions(F, shape, pc, sample_tilt=65.0, detector_tilt=3.0)
+    got = cp.asnumpy(strain.source_coordinates(cp.asarray(F), shape, cp.asarray(pc), sample_tilt=65.0,
+                                               detector_tilt=3.0, xp=cp))
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+    np.testing.assert_allclose(got, want, rtol=0, atol=1e-9, equal_nan=True)
+    one = cp.asnumpy(strain.source_coordinates(cp.asarray(F[2]), shape, pc, sample_tilt=65.0, detector_tilt=3.0,
+                                               xp=cp))
+    np.testing.assert_allclose(one, want[:, 2], rtol=0, atol=1e-9)
