@@ -628,7 +628,10 @@ def _remap(out, todo, pipeline, read_points, offset, batch, ref_flat, pc, pc_ref
     tilts = {k: common[k] for k in ("sample_tilt", "detector_tilt")}
     starts = range(0, len(todo), batch)
     batches = [todo[k0:k0 + batch] for k0 in starts]
-    for k0, idx, patterns in zip(starts, batches, _read_ahead(read_points, [offset + b for b in batches])):
+    # the reading thread puts each batch on the device too (Pipeline.upload): the copy no
+    # longer waits in this thread
+    uploaded = _read_ahead(lambda b: pipeline.upload(read_points(b)), [offset + b for b in batches])
+    for k0, idx, patterns in zip(starts, batches, uploaded):
         def part(p, k0=k0, patterns=patterns):
             q = slice(k0 + p.start, k0 + p.stop)
             res = _remapped_match(pipeline, patterns[p], R1[q], None if ref_flat is None else ref_flat[q],
