@@ -106,10 +106,16 @@ class Pipeline:
                 warnings.warn(f"{int((~inside).sum())} of {layout.n} ROIs reach outside the detector "
                               "mask; they are flagged OUTSIDE_MASK, not measured", stacklevel=2)
                 self.outside = xp.asarray(~inside) if backend.is_gpu else ~inside
+        self._fused = backend.is_gpu
+        if self._fused:
+            from ..engines.gpu_ops import PaddedTileBuffer
+
+            self._frames = PaddedTileBuffer(self.engine.input_shape)
+            self._origins = xp.asarray(layout.origins, dtype=xp.int32)
         #: The preprocessed reference patterns (K, H, W) on the device: what remapping rotates.
         try:
             self.reference_images = self.preprocessor(xp.asarray(references.patterns))
-            t, e, s = prepare_tiles(extract_tiles(self.reference_images, layout, xp), self.window, xp)
+            t, e, s = self._prepared_tiles(self.reference_images)
             #: The K references' prepared tiles, resident on the device for the whole run.
             self.references = self.engine.prepare_references(t, e, s)
         except Exception as err:  # out of memory (CuPy's, cuFFT's): no batch size helps here
@@ -134,12 +140,6 @@ class Pipeline:
             # a simulation has no detector background: only the per-pattern processing, at its shape
             self._alike = PatternPreprocessor(dataclasses.replace(config.preprocess, static_background=None,
                                                                   average_neighbours=0, binning=1), stage_backend)
-        self._fused = backend.is_gpu
-        if self._fused:
-            from ..engines.gpu_ops import PaddedTileBuffer
-
-            self._frames = PaddedTileBuffer(self.engine.input_shape)
-            self._origins = xp.asarray(layout.origins, dtype=xp.int32)
 
     @property
     def reference_image(self):
@@ -363,10 +363,24 @@ class Pipeline:
     def _pair_references(self, references):
         """(engine, prepared): (B, H, W) preprocessed references, one a pattern, prepared as B
         reference sets of :meth:`pairs_engine`, which matches them."""
-        xp = self.backend.xp
         engine = self.pairs_engine()
-        tiles = extract_tiles(xp.asarray(references, dtype=xp.float32), self.layout, xp)
-        return engine, engine.prepare_references(*prepare_tiles(tiles, self.window, xp))
+        return engine, engine.prepare_references(*self._prepared_tiles(self.backend.xp.asarray(references)))
+
+    def _prepared_tiles(self, images):
+        """(tiles (K, n, h, w) float32, energy (K, n), status (K, n)): the ROIs of (K, H, W)
+        preprocessed reference images, prepared as the patterns are. On the GPU by the tile
+        kernel that prepares the patterns' ROIs, one launch: the array code it replaces made
+        about ten passes over the tiles and waited for the device twice (H100, 256 remapped
+        references of 86 ROIs of 96x96: 5.4 ms; BENCHMARKS.md, twenty-seventh session)."""
+        xp = self.backend.xp
+        if not self._fused:
+            return prepare_tiles(extract_tiles(images, self.layout, xp), self.window, xp)
+        from ..engines.gpu_ops import prepare_tiles_padded
+
+        K, n = images.shape[0], self.layout.n
+        tiles = xp.empty((K * n, *self.tile_shape), dtype=xp.float32)
+        e, s = prepare_tiles_padded(images, self._origins, self.tile_shape, self.window, tiles)
+        return tiles.reshape(K, n, *self.tile_shape), e.reshape(K, n), s.reshape(K, n)
 
     def pairs_engine(self):
         """The engine that matches each pattern with its own reference (:meth:`match_pairs`, a

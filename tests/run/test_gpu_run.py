@@ -166,3 +166,44 @@ def test_upload_from_threads_gives_the_patterns(cp):
         np.testing.assert_array_equal(cp.asnumpy(dev), want)
     cpu = Pipeline(select_backend("cpu"), config, layout_for(config.roi, (64, 64)), refs)
     assert cpu.upload(batches[0]) is batches[0]
+
+
+def test_references_prepared_on_the_gpu_as_on_the_cpu(cp):
+    """The reference ROIs the tile kernel prepares (the run's references and each pattern's own
+    in match_pairs) flag what the CPU's array code flags, and give the CPU's shifts: a constant
+    ROI and a NaN ROI are refused, the others find the known shift."""
+    from ebsdxc.config import load_config
+    from ebsdxc.references import ReferenceSet
+    from ebsdxc.rois import layout_for
+    from ebsdxc.run.pipeline import Pipeline
+    from ebsdxc.status import CONSTANT_TILE, NOT_FINITE, OK
+
+    config, _ = load_config(None, {"roi": {"layout": "grid", "grid": [3, 3], "size": 32},
+                                   "correlation": {"engine": "fft"}})
+    from scipy.ndimage import gaussian_filter
+
+    base = gaussian_filter(np.random.default_rng(2).random((128, 128)), 2.0).astype(np.float32)
+    layout = layout_for(config.roi, (128, 128))
+    ref = base.copy()
+    (ox, oy), (w, h) = layout.origins[0], layout.size
+    ref[oy:oy + h, ox:ox + w] = 1.5  # ROI 0 constant
+    (ox, oy) = layout.origins[4]
+    ref[oy + 3, ox + 5] = np.nan  # ROI 4 not finite
+    refs = ReferenceSet(ref[None], None, ())
+    shifted = np.stack([np.roll(base, (1, 2), axis=(0, 1)), np.roll(base, (-2, 1), axis=(0, 1))])
+    got = {}
+    for dev in ("cpu", "cuda"):
+        p = Pipeline(select_backend(dev), config, layout, refs)
+        xp = p.backend.xp
+        res = p.match_pairs(xp.asarray(np.stack([ref, ref])), shifted)
+        got[dev] = (np.asarray(p.reference_status), *(p.backend.asnumpy(a) for a in
+                                                      (res.displacement, res.status)))
+    (st_c, d_c, s_c), (st_g, d_g, s_g) = got["cpu"], got["cuda"]
+    np.testing.assert_array_equal(st_g, st_c)
+    assert st_c[0, 0] == CONSTANT_TILE and st_c[0, 4] == NOT_FINITE and (np.delete(st_c[0], [0, 4]) == OK).all()
+    np.testing.assert_array_equal(s_g, s_c)
+    assert (s_c[:, [0, 4]] != OK).all() and (np.delete(s_c, [0, 4], axis=1) == OK).all()
+    ok = s_c == OK
+    np.testing.assert_allclose(d_g[ok], d_c[ok], atol=2e-3)
+    # the rolled patterns moved by (dx, dy) = (2, 1) and (1, -2), away from the rolled-in edges
+    assert np.abs(d_c[0][ok[0]] - [2, 1]).max() < 0.05 and np.abs(d_c[1][ok[1]] - [1, -2]).max() < 0.05
