@@ -440,14 +440,14 @@ class Pipeline:
         the copy has finished when this returns. A reading thread can so take the copy off the
         thread that matches: a pageable copy of a remapping batch (256 patterns of 256x256
         uint16, 33.6 MB) held that thread for 4.9-5.8 ms, the same batch from pinned memory
-        copies in 0.6 ms (H100; BENCHMARKS.md, twenty-seventh session). On the CPU the
-        patterns are returned as they are.
+        copies in 0.6 ms (H100; BENCHMARKS.md, twenty-seventh session). On the CPU, and for
+        patterns on the device already, the patterns are returned as they are.
         """
-        if not self.backend.is_gpu:
+        cp = self.backend.xp
+        if not self.backend.is_gpu or isinstance(patterns, cp.ndarray):
             return patterns
         import cupyx
 
-        cp = self.backend.xp
         patterns = np.ascontiguousarray(patterns)
         with self._upload_lock, self.backend.use():
             stream = self.streams()[2]
@@ -487,6 +487,7 @@ class Pipeline:
         if self._pool is not None:
             self._pool.shutdown(wait=False)
             self._pool = None
+        self._staging = None  # upload()'s pinned host memory
 
     def bytes_per_pattern(self) -> int:
         """Rough device working memory per pattern in a batch."""

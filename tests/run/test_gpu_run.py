@@ -164,6 +164,9 @@ def test_upload_from_threads_gives_the_patterns(cp):
     for want, dev in zip(batches, got):
         assert isinstance(dev, cp.ndarray) and dev.dtype == want.dtype and dev.shape == want.shape
         np.testing.assert_array_equal(cp.asnumpy(dev), want)
+    on_device = cp.asarray(batches[1])
+    assert pipeline.upload(on_device) is on_device
+    pipeline.close()
     cpu = Pipeline(select_backend("cpu"), config, layout_for(config.roi, (64, 64)), refs)
     assert cpu.upload(batches[0]) is batches[0]
 
