@@ -695,6 +695,7 @@ def _remapped_match(pipeline, patterns, R1, ref_flat, pc_ref, geom, xp, tilts):
     ``ref_flat`` (b,) the flat scan index of each point's reference point (a reference per
     grain: the pipeline's reference of that grain is rotated), or None for a one-reference run.
     """
+    tilts = {**tilts, "workers": pipeline.backend.workers}
     if ref_flat is None:
         refs = remap_pattern(pipeline.reference_image, xp.asarray(R1), pc=geom.pc_ref, **tilts)
     else:

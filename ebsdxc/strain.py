@@ -415,7 +415,8 @@ def _source_kernel():
                                 "float64 row, float64 col", _SOURCE_BODY, "ebsdxc_remap_source")
 
 
-def remap_pattern(image, F, *, pc, sample_tilt: float = 70.0, detector_tilt: float = 0.0, order: int = 3):
+def remap_pattern(image, F, *, pc, sample_tilt: float = 70.0, detector_tilt: float = 0.0, order: int = 3,
+                  workers: int = 1):
     """The pattern of a crystal deformed by ``F``, made from ``image`` (Britton & Wilkinson 2012).
 
     The new pattern shows at direction ``r`` what ``image`` shows at ``F^-1 r`` (both seen
@@ -427,22 +428,54 @@ def remap_pattern(image, F, *, pc, sample_tilt: float = 70.0, detector_tilt: flo
     ----------
     image : (H, W) array (NumPy or CuPy)
     F : (3, 3) or (B, 3, 3) array
-        Sample-frame deformation (normally a rotation); a stack gives a stack of patterns,
-        made in one interpolation call (the spline coefficients of ``image`` are computed once).
+        Sample-frame deformation (normally a rotation); a stack gives a stack of patterns.
     pc : (3,) array
         Bruker pattern centre of ``image``.
     order : int
         Spline order of the interpolation (3: cubic, keeps sub-pixel detail).
+    workers : int
+        NumPy only: threads over the patterns of a stack (SciPy's interpolation runs without
+        the GIL). The result does not depend on it.
 
     Returns
     -------
     (H, W) or (B, H, W) float32 array on the input's backend.
     """
     xp = _xp(image)
-    if xp is np:
-        from scipy.ndimage import map_coordinates
-    else:
+    tilts = {"sample_tilt": sample_tilt, "detector_tilt": detector_tilt}
+    if xp is not np:
         from cupyx.scipy.ndimage import map_coordinates
-    coords = source_coordinates(F, image.shape, pc, sample_tilt=sample_tilt, detector_tilt=detector_tilt, xp=xp)
-    out = map_coordinates(xp.asarray(image, dtype=xp.float32), coords, order=order, mode="nearest")
-    return out.astype(xp.float32, copy=False)
+
+        coords = source_coordinates(F, image.shape, pc, **tilts, xp=xp)
+        out = map_coordinates(xp.asarray(image, dtype=xp.float32), coords, order=order, mode="nearest")
+        return out.astype(xp.float32, copy=False)
+    from scipy.ndimage import map_coordinates
+
+    image = np.asarray(image, dtype=np.float32)
+    F = np.asarray(F, dtype=np.float64)
+    stack = F.reshape(-1, 3, 3)
+    out = np.empty((len(stack), *image.shape), dtype=np.float32)
+    # Patterns a few at a time: the coordinates of a whole stack are 16 bytes a pixel, and
+    # made at once they spend more time in memory than in arithmetic (400 patterns of 256x256:
+    # 2.6 s against 0.7 s; this 2-core machine, BENCHMARKS.md, twenty-seventh session).
+    step = max(1, _HOST_REMAP_PIXELS // image.size)
+
+    def part(k):
+        sl = slice(k, k + step)
+        map_coordinates(image, source_coordinates(stack[sl], image.shape, pc, **tilts), order=order, mode="nearest",
+                        output=out[sl])
+    starts = range(0, len(stack), step)
+    if workers > 1 and len(starts) > 1:
+        from concurrent.futures import ThreadPoolExecutor
+
+        with ThreadPoolExecutor(min(workers, len(starts)), thread_name_prefix="ebsdxc-remap") as pool:
+            list(pool.map(part, starts))
+    else:
+        for k in starts:
+            part(k)
+    return out.reshape(*F.shape[:-2], *image.shape)
+
+
+#: Pixels of the patterns :func:`remap_pattern` makes at a time with NumPy (its coordinates:
+#: 16 bytes a pixel, 4 MB).
+_HOST_REMAP_PIXELS = 1 << 18

@@ -272,6 +272,22 @@ def test_source_coordinates_are_the_projected_directions(shape, tilts):
     np.testing.assert_array_equal(strain.source_coordinates(F[1], shape, pc, **tilts), got[:, 1])
 
 
+@pytest.mark.parametrize("workers", [1, 3])
+def test_remap_stack_in_parts_and_threads_is_each_pattern_remapped(monkeypatch, workers):
+    """A stack made a few patterns at a time, on threads, is bit for bit each pattern remapped
+    alone (NaN where the source turned away from the screen included)."""
+    rng = np.random.default_rng(8)
+    img = rng.random((40, 52)).astype(np.float32)
+    F = np.concatenate([_turns(rng), _turns(rng)])
+    pc = np.array([0.47, 0.41, 0.63])
+    monkeypatch.setattr(strain, "_HOST_REMAP_PIXELS", 3 * 40 * 52)  # parts of 3 patterns: 3, 3, 3, 1
+    got = strain.remap_pattern(img, F, pc=pc, workers=workers)
+    assert got.shape == (10, 40, 52) and got.dtype == np.float32
+    for k in range(len(F)):
+        np.testing.assert_array_equal(got[k], strain.remap_pattern(img, F[k], pc=pc), err_msg=str(k))
+    assert np.isnan(got[3]).any() and np.ptp(got[0] - got[1]) > 0.1
+
+
 # ---------------------------------------------------------------------------- GPU against the CPU oracle
 
 
