@@ -628,10 +628,7 @@ def _remap(out, todo, pipeline, read_points, offset, batch, ref_flat, pc, pc_ref
     tilts = {k: common[k] for k in ("sample_tilt", "detector_tilt")}
     starts = range(0, len(todo), batch)
     batches = [todo[k0:k0 + batch] for k0 in starts]
-    # the reading thread puts each batch on the device too (Pipeline.upload): the copy no
-    # longer waits in this thread
-    uploaded = _read_ahead(lambda b: pipeline.upload(read_points(b)), [offset + b for b in batches])
-    for k0, idx, patterns in zip(starts, batches, uploaded):
+    for k0, idx, patterns in zip(starts, batches, _read_ahead(read_points, [offset + b for b in batches])):
         def part(p, k0=k0, patterns=patterns):
             q = slice(k0 + p.start, k0 + p.stop)
             res = _remapped_match(pipeline, patterns[p], R1[q], None if ref_flat is None else ref_flat[q],
@@ -695,9 +692,9 @@ def _remapped_match(pipeline, patterns, R1, ref_flat, pc_ref, geom, xp, tilts):
     ``ref_flat`` (b,) the flat scan index of each point's reference point (a reference per
     grain: the pipeline's reference of that grain is rotated), or None for a one-reference run.
     """
-    tilts = {**tilts, "workers": pipeline.backend.workers}
+    how = {**tilts, "workers": pipeline.backend.workers}  # threads: the CPU's remapping only
     if ref_flat is None:
-        refs = remap_pattern(pipeline.reference_image, xp.asarray(R1), pc=geom.pc_ref, **tilts)
+        refs = remap_pattern(pipeline.reference_image, xp.asarray(R1), pc=geom.pc_ref, **how)
     else:
         refs = xp.empty((len(patterns), *pipeline.reference_images.shape[1:]), dtype=pipeline.reference_images.dtype)
         k_of = pipeline.reference_set.index
@@ -705,7 +702,7 @@ def _remapped_match(pipeline, patterns, R1, ref_flat, pc_ref, geom, xp, tilts):
             sel = np.flatnonzero(ref_flat == rf)
             k = int(k_of[int(rf)]) if k_of is not None else 0
             refs[xp.asarray(sel)] = xp.asarray(remap_pattern(pipeline.reference_images[k], xp.asarray(R1[sel]),
-                                                             pc=np.asarray(pc_ref)[sel[0]], **tilts),
+                                                             pc=np.asarray(pc_ref)[sel[0]], **how),
                                                dtype=refs.dtype)
     return pipeline.match_pairs(refs, patterns)
 

@@ -11,7 +11,6 @@ files, tasks or executors.
 from __future__ import annotations
 
 import dataclasses
-import threading
 import warnings
 from concurrent.futures import ThreadPoolExecutor
 
@@ -66,8 +65,6 @@ class Pipeline:
         self.tile_shape = (h, w)
         self._pool = None
         self._streams = None
-        self._staging = None  # upload()'s pinned buffer
-        self._upload_lock = threading.Lock()
         self._transfer_origins = None
         stage_backend = backend
         if not backend.is_gpu and backend.workers > 1:
@@ -432,36 +429,6 @@ class Pipeline:
             self._streams = tuple(cp.cuda.Stream(non_blocking=True) for _ in range(3))
         return self._streams
 
-    def upload(self, patterns):
-        """(B, H, W) host patterns on the device as :meth:`match_pairs` takes them; callable from
-        any thread, one call at a time (the others wait).
-
-        The patterns go through a pinned staging buffer on the pipeline's transfer stream, and
-        the copy has finished when this returns. A reading thread can so take the copy off the
-        thread that matches: a pageable copy of a remapping batch (256 patterns of 256x256
-        uint16, 33.6 MB) held that thread for 4.9-5.8 ms, the same batch from pinned memory
-        copies in 0.6 ms (H100; BENCHMARKS.md, twenty-seventh session). On the CPU, and for
-        patterns on the device already, the patterns are returned as they are.
-        """
-        cp = self.backend.xp
-        if not self.backend.is_gpu or isinstance(patterns, cp.ndarray):
-            return patterns
-        import cupyx
-
-        patterns = np.ascontiguousarray(patterns)
-        with self._upload_lock, self.backend.use():
-            stream = self.streams()[2]
-            if self._staging is None or self._staging.nbytes < patterns.nbytes:
-                self._staging = None  # the old buffer goes before a larger one is pinned
-                self._staging = cupyx.empty_pinned((patterns.nbytes,), dtype=np.uint8)
-            host = self._staging[:patterns.nbytes].view(patterns.dtype).reshape(patterns.shape)
-            np.copyto(host, patterns)
-            with stream:
-                out = cp.empty(patterns.shape, dtype=patterns.dtype)
-                out.set(host, stream=stream)
-            stream.synchronize()
-        return out
-
     def release_memory(self):
         """Give back what the device keeps between batches: the padded tile buffer, the
         engine's own buffers, cuFFT plans and their work areas, the memory pool's unused blocks
@@ -487,7 +454,6 @@ class Pipeline:
         if self._pool is not None:
             self._pool.shutdown(wait=False)
             self._pool = None
-        self._staging = None  # upload()'s pinned host memory
 
     def bytes_per_pattern(self) -> int:
         """Rough device working memory per pattern in a batch."""

@@ -143,34 +143,6 @@ def test_repeated_streams_reuse_the_memory_pool(cp, sample_dir):
     assert held[-1] == held[1], f"pool grew from {held[1]} to {held[-1]} bytes over repeated calls"
 
 
-def test_upload_from_threads_gives_the_patterns(cp):
-    """Pipeline.upload from reading threads, several at once, batches growing and shrinking,
-    uint16, float32 and a strided view: each result equals what was sent, on the device."""
-    from concurrent.futures import ThreadPoolExecutor
-
-    from ebsdxc.config import load_config
-    from ebsdxc.references import ReferenceSet
-    from ebsdxc.rois import layout_for
-    from ebsdxc.run.pipeline import Pipeline
-
-    config, _ = load_config(None, {"roi": {"layout": "grid", "grid": [2, 2], "size": 16}})
-    rng = np.random.default_rng(1)
-    refs = ReferenceSet(rng.integers(0, 4000, (1, 64, 64)).astype(np.uint16), None, ())
-    pipeline = Pipeline(select_backend("cuda"), config, layout_for(config.roi, (64, 64)), refs)
-    batches = [rng.integers(0, 65535, (b, 64, 64)).astype(np.uint16) for b in (3, 40, 7, 40, 1)]
-    batches += [rng.random((9, 64, 64)).astype(np.float32), rng.random((6, 64, 128)).astype(np.float32)[:, :, ::2]]
-    with ThreadPoolExecutor(3) as pool:
-        got = list(pool.map(pipeline.upload, batches))
-    for want, dev in zip(batches, got):
-        assert isinstance(dev, cp.ndarray) and dev.dtype == want.dtype and dev.shape == want.shape
-        np.testing.assert_array_equal(cp.asnumpy(dev), want)
-    on_device = cp.asarray(batches[1])
-    assert pipeline.upload(on_device) is on_device
-    pipeline.close()
-    cpu = Pipeline(select_backend("cpu"), config, layout_for(config.roi, (64, 64)), refs)
-    assert cpu.upload(batches[0]) is batches[0]
-
-
 def test_references_prepared_on_the_gpu_as_on_the_cpu(cp):
     """The reference ROIs the tile kernel prepares (the run's references and each pattern's own
     in match_pairs) flag what the CPU's array code flags, and give the CPU's shifts: a constant
