@@ -456,8 +456,8 @@ def remap_pattern(image, F, *, pc, sample_tilt: float = 70.0, detector_tilt: flo
     stack = F.reshape(-1, 3, 3)
     out = np.empty((len(stack), *image.shape), dtype=np.float32)
     # Patterns a few at a time: the coordinates of a whole stack are 16 bytes a pixel, and
-    # made at once they spend more time in memory than in arithmetic (400 patterns of 256x256:
-    # 2.6 s against 0.7 s; this 2-core machine, BENCHMARKS.md, twenty-seventh session).
+    # made at once they spend more time in memory than in arithmetic (400 patterns of 256x256
+    # on a 2-core machine: 0.9-4.9 s at once, 0.30-0.33 s four at a time).
     step = max(1, _HOST_REMAP_PIXELS // image.size)
 
     def part(k):
