@@ -290,6 +290,17 @@ class PreparedReferences:
         """Tiles per set."""
         return int(self.energy.shape[1])
 
+    @classmethod
+    def joined(cls, parts, xp=np) -> PreparedReferences:
+        """The sets of ``parts`` (PreparedReferences of one engine, e.g. parts of a batch
+        prepared on several threads) as one, in order."""
+        keys = {p.key for p in parts}
+        if len(keys) != 1:
+            raise ValueError(f"parts must all be prepared for one engine and tile shape, got {len(keys)} kinds: "
+                             f"{sorted(map(str, keys))}")
+        return cls(xp.concatenate([p.payload for p in parts]), xp.concatenate([p.energy for p in parts]),
+                   xp.concatenate([p.status for p in parts]), parts[0].key)
+
 
 class CorrelationEngine(ABC):
     """n-to-mn correlation of prepared (zero-mean, windowed, float32) subregions."""

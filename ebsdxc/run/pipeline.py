@@ -19,7 +19,7 @@ import numpy as np
 from .. import status as st
 from .. import timing
 from ..backend import Backend, is_out_of_memory
-from ..engines import PeakResult, choose_engine, make_engine
+from ..engines import PeakResult, PreparedReferences, choose_engine, make_engine
 from ..engines.fft import fft_shape
 from ..errors import InputError
 from ..preprocess import PatternPreprocessor, prepare_tiles, rois_inside_mask, window_1d, window_2d
@@ -361,7 +361,16 @@ class Pipeline:
         """(engine, prepared): (B, H, W) preprocessed references, one a pattern, prepared as B
         reference sets of :meth:`pairs_engine`, which matches them."""
         engine = self.pairs_engine()
-        return engine, engine.prepare_references(*self._prepared_tiles(self.backend.xp.asarray(references)))
+        refs = self.backend.xp.asarray(references)
+        step = self._sub_batch
+        if self._pool is None or len(refs) <= step:
+            return engine, engine.prepare_references(*self._prepared_tiles(refs))
+        # The CPU's threads prepare parts, as they match parts of a batch: the references'
+        # spectra were a third of a CPU remapping pass, on one thread (BENCHMARKS.md,
+        # twenty-seventh session).
+        parts = self._pool.map(lambda i: engine.prepare_references(*self._prepared_tiles(refs[i:i + step])),
+                               range(0, len(refs), step))
+        return engine, PreparedReferences.joined(list(parts))
 
     def _prepared_tiles(self, images):
         """(tiles (K, n, h, w) float32, energy (K, n), status (K, n)): the ROIs of (K, H, W)

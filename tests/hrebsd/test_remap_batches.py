@@ -47,3 +47,42 @@ def test_one_point_out_of_memory_and_other_errors_stand(pipeline):
 
     with pytest.raises(ValueError, match="not a memory error"):
         _in_halves_when_out_of_memory(bad, 8, pipeline)
+
+
+def test_pairs_prepared_on_threads_match_as_on_one_thread():
+    """Each pattern's own reference, prepared in parts on the CPU's threads and joined, gives
+    what one thread gives, bit for bit; and the known shift (the median: 16 px ROIs of noise resolve no better)."""
+    from scipy.ndimage import gaussian_filter
+
+    config, _ = load_config(None, {"roi": {"layout": "grid", "grid": [2, 2], "size": 16},
+                                   "correlation": {"engine": "fft"}})
+    rng = np.random.default_rng(4)
+    refs = gaussian_filter(rng.random((150, 64, 64)), (0, 1.5, 1.5)).astype(np.float32)
+    patterns = np.roll(refs, (1, -2), axis=(1, 2))
+    ref_set = ReferenceSet(refs[:1], None, ())
+    got = {}
+    for threads in (1, 2):
+        p = Pipeline(select_backend("cpu", threads=threads), config, layout_for(config.roi, (64, 64)), ref_set)
+        assert (p._pool is not None) == (threads > 1) and p._sub_batch < len(refs) // 2  # parts: 64, 64, 22
+        got[threads] = p.match_pairs(refs, patterns)
+        p.close()
+    for k in ("displacement", "peak_height", "status"):
+        np.testing.assert_array_equal(getattr(got[2], k), getattr(got[1], k), err_msg=k)
+    ok = got[2].status == 0
+    assert ok.mean() > 0.7  # the rest: peaks on the border of the search, the same on both
+    np.testing.assert_allclose(np.median(got[2].displacement[ok], axis=0), [-2, 1], atol=0.1)
+
+
+def test_joined_references_keep_the_order_and_refuse_other_engines():
+    from ebsdxc.engines import PreparedReferences
+
+    a = PreparedReferences(np.arange(8.0).reshape(4, 2), np.ones((2, 2)), np.zeros((2, 2), np.uint8), ("fft", (16, 16)))
+    b = PreparedReferences(np.arange(8.0, 10.0).reshape(1, 2), np.full((1, 2), 2.0), np.ones((1, 2), np.uint8),
+                           ("fft", (16, 16)))
+    j = PreparedReferences.joined([a, b])
+    assert j.count == 3 and j.n == 2 and j.key == a.key
+    np.testing.assert_array_equal(j.payload, np.arange(10.0).reshape(5, 2))
+    np.testing.assert_array_equal(j.status[:, 0], [0, 0, 1])
+    other = PreparedReferences(b.payload, b.energy, b.status, ("direct", (16, 16)))
+    with pytest.raises(ValueError, match="one engine"):
+        PreparedReferences.joined([a, other])
