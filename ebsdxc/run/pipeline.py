@@ -273,13 +273,10 @@ class Pipeline:
                     return a
                 with timing.stage("preprocess"):
                     return correct(a)
-            if self._pool is None or B <= self._sub_batch:
-                return self._match_host(prep(patterns), index, refs, refine, layout, engine)
-            parts = list(self._pool.map(
-                lambda i: self._match_host(prep(patterns[i:i + self._sub_batch]),
-                                           None if index is None else index[i:i + self._sub_batch], refs, refine,
-                                           layout, engine),
-                range(0, B, self._sub_batch)))
+            parts = self._in_parts(lambda p: self._match_host(prep(patterns[p]), None if index is None else index[p],
+                                                              refs, refine, layout, engine), B)
+            if len(parts) == 1:
+                return parts[0]
             extra = None
             if refine:
                 extra = {k: np.concatenate([p.extra[k] for p in parts]) for k in parts[0].extra}
@@ -362,15 +359,19 @@ class Pipeline:
         reference sets of :meth:`pairs_engine`, which matches them."""
         engine = self.pairs_engine()
         refs = self.backend.xp.asarray(references)
-        step = self._sub_batch
-        if self._pool is None or len(refs) <= step:
-            return engine, engine.prepare_references(*self._prepared_tiles(refs))
         # The CPU's threads prepare parts, as they match parts of a batch: the references'
         # spectra were a third of a CPU remapping pass, on one thread (BENCHMARKS.md,
         # twenty-seventh session).
-        parts = self._pool.map(lambda i: engine.prepare_references(*self._prepared_tiles(refs[i:i + step])),
-                               range(0, len(refs), step))
-        return engine, PreparedReferences.joined(list(parts))
+        parts = self._in_parts(lambda p: engine.prepare_references(*self._prepared_tiles(refs[p])), len(refs))
+        return engine, parts[0] if len(parts) == 1 else PreparedReferences.joined(parts)
+
+    def _in_parts(self, work, count):
+        """``[work(part)]`` for slices ``part`` covering ``count`` items: one slice of all, or
+        on the CPU's threads, parts of ``_sub_batch`` items in order."""
+        step = self._sub_batch
+        if self._pool is None or count <= step:
+            return [work(slice(0, count))]
+        return list(self._pool.map(lambda i: work(slice(i, i + step)), range(0, count, step)))
 
     def _prepared_tiles(self, images):
         """(tiles (K, n, h, w) float32, energy (K, n), status (K, n)): the ROIs of (K, H, W)
