@@ -53,8 +53,8 @@ PC_MAPS = ("auto", "constant", "file", "plane", "extrapolate")
 PC_MODELS = _PC_MODELS
 SIMULATED_PC = ("model", "refine")
 REMAP_BATCH = 256  # scan points re-correlated together against their remapped references
-# ... and at most this many of their pixels: remapping holds a few float64 arrays of
-# (batch, H, W, 3), about 0.5 GB at 2^24 pixels
+# ... and at most this many of their pixels: remapping holds the float64 source coordinates of
+# every pixel (0.27 GB at 2^24 pixels) and each point's own prepared reference
 REMAP_PIXELS = 1 << 24
 FIT_POINTS = 16384  # points per fit call: large enough to fill a GPU, small enough for any memory
 
