@@ -1,11 +1,12 @@
-"""The remapping pass's batches where memory runs out: halved down to what fits."""
+"""The remapping pass's batches: read ahead, prepared in
+parts on the CPU's threads, and halved down to what fits where memory runs out."""
 
 import numpy as np
 import pytest
 
 from ebsdxc.backend import select_backend
 from ebsdxc.config import load_config
-from ebsdxc.hrebsd import _in_halves_when_out_of_memory
+from ebsdxc.hrebsd import _in_halves_when_out_of_memory, _read_ahead
 from ebsdxc.references import ReferenceSet
 from ebsdxc.rois import layout_for
 from ebsdxc.run.pipeline import Pipeline
@@ -86,3 +87,9 @@ def test_joined_references_keep_the_order_and_refuse_other_engines():
     other = PreparedReferences(b.payload, b.energy, b.status, ("direct", (16, 16)))
     with pytest.raises(ValueError, match="one engine"):
         PreparedReferences.joined([a, other])
+
+
+def test_read_ahead_on_the_cpu_gives_each_batch_in_order():
+    data = {k: np.full((k + 1, 4, 4), k, np.uint16) for k in range(5)}
+    got = list(_read_ahead(data.__getitem__, [3, 0, 4, 1]))
+    assert [g[0, 0, 0] for g in got] == [3, 0, 4, 1] and all(type(g) is np.ndarray for g in got)
