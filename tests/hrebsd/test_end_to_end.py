@@ -357,16 +357,19 @@ def test_gpu_remapping(tmp_path):
 
 @pytest.mark.gpu
 def test_gpu_remapping_on_a_real_pattern(tmp_path):
-    """The real turned pattern on the GPU: the CPU's strain and rotation (the float32 fused
-    engine against the CPU's float64), and the same accuracy."""
+    """The real turned pattern on the GPU: the CPU's strain and rotation, and the same accuracy.
+    The GPU's fused engine refines from its float32 map (3.7e-4 px RMS from the CPU's float64,
+    tests/run/test_gpu_run.py): about 3e-6 in strain at this detector distance (144 px)."""
     R, scan, ref = real_turned(tmp_path)
     config = load_config("hrebsd", REAL_TURNED)[0].replace(strain=StrainConfig(material="Ni"))
     a = read_strain(process(scan, ref=ref, config=config, run=CPU, output=tmp_path / "cpu.h5"))
     b = read_strain(process(scan, ref=ref, config=config, run=RunConfig(device="cuda"), output=tmp_path / "gpu.h5"))
     assert b["remapped"].all()
     np.testing.assert_array_equal(b["fit_status"], a["fit_status"])
-    np.testing.assert_allclose(b["strain"], a["strain"], atol=1e-5)
-    np.testing.assert_allclose(b["rotation"], a["rotation"], atol=1e-5)
+    for k in ("strain", "rotation"):
+        d = b[k].astype(float) - a[k]
+        rms, worst = np.sqrt((d ** 2).mean()), np.abs(d).max()
+        assert rms < 6e-6 and worst < 4e-5, (k, rms, worst)
     e, w = rms_errors(b, R)
     assert e < 4e-5 and w < 4e-5, (e, w)
 
