@@ -490,7 +490,9 @@ def compute_strain(results_path, cfg: StrainConfig, geom: StrainGeometry, *, bac
         ``cfg.remap_threshold_deg`` (through ``pipeline.match_pairs``). Without them remapping
         is off.
     read_points : callable, optional
-        ``read_points(flat)`` -> (k, H, W) patterns of flat scan points, as the pipeline takes them.
+        ``read_points(flat, out=None)`` -> (k, H, W) patterns of flat scan points, as the
+        pipeline takes them. Given ``out``, a host array of the shape and dtype an earlier
+        call returned (on the GPU a pinned buffer), it reads into ``out`` and returns it.
     overwrite : bool
         Replace strain datasets already in the file.
 
@@ -628,7 +630,7 @@ def _remap(out, todo, pipeline, read_points, offset, batch, ref_flat, pc, pc_ref
     tilts = {k: common[k] for k in ("sample_tilt", "detector_tilt")}
     starts = range(0, len(todo), batch)
     batches = [todo[k0:k0 + batch] for k0 in starts]
-    for k0, idx, patterns in zip(starts, batches, _read_ahead(read_points, [offset + b for b in batches])):
+    for k0, idx, patterns in zip(starts, batches, _read_ahead(read_points, [offset + b for b in batches], xp)):
         def part(p, k0=k0, patterns=patterns):
             q = slice(k0 + p.start, k0 + p.stop)
             res = _remapped_match(pipeline, patterns[p], R1[q], None if ref_flat is None else ref_flat[q],
@@ -670,19 +672,89 @@ def _in_halves_when_out_of_memory(work, n, pipeline):
                       stacklevel=2)
 
 
-def _read_ahead(read_points, batches):
+def _read_ahead(read_points, batches, xp=np):
     """``read_points(b)`` for each of ``batches`` in turn, the next one read in a thread while
     the caller works on this one (the remapping pass would otherwise wait for the file, then
-    leave it idle)."""
+    leave it idle).
+
+    With CuPy as ``xp`` each batch comes on the device, read into pinned host memory and
+    copied from there (:class:`_PinnedPair`).
+    """
     from concurrent.futures import ThreadPoolExecutor
 
+    staging = None if xp is np else _PinnedPair(xp)
+
+    def read(k):
+        return read_points(batches[k]) if staging is None else staging.read(k % 2, read_points, batches[k])
+
     with ThreadPoolExecutor(1, thread_name_prefix="ebsdxc-remap-read") as pool:
-        ahead = pool.submit(read_points, batches[0]) if batches else None
+        ahead = pool.submit(read, 0) if batches else None
         for k in range(len(batches)):
             patterns = ahead.result()
+            if staging is not None:
+                patterns = staging.upload(k % 2, patterns)
             if k + 1 < len(batches):
-                ahead = pool.submit(read_points, batches[k + 1])
+                ahead = pool.submit(read, k + 1)
             yield patterns
+
+
+class _PinnedPair:
+    """Two pinned host buffers that batches pass through on their way to the device: the
+    reading thread reads into one while the other's copy is queued.
+
+    A copy from pageable memory held the caller's thread and waited for the device to finish
+    what was queued before it (H100, 256 patterns of 256x256 uint16, 33.6 MB: 4.9-7.8 ms; from
+    pinned memory 0.6 ms; BENCHMARKS.md, twenty-seventh session). Reading into the buffer,
+    not copying a read batch there, keeps the reading thread to the read itself.
+
+    The copy runs on the caller's stream, and the device array comes from the caller's
+    thread and stream, so CuPy's pool hands out a freed block only in that stream's order
+    (an array allocated on another stream could get a block that kernels of the caller's
+    stream still read). A buffer is read into only after the event recorded behind its last
+    copy: the copy may wait in the stream behind earlier work.
+    """
+
+    def __init__(self, cp):
+        self._cp = cp
+        self._device = cp.cuda.Device()
+        self._host = [None, None]
+        self._copied = [None, None]  # the event behind each buffer's last copy
+        self._kind = None  # (dtype, (H, W)) of what read_points gives, from the first batch
+
+    def read(self, slot, read_points, flat):
+        """(reading thread) The patterns of ``flat`` in buffer ``slot``, once its last copy is
+        done: read into it, or (the first batch, whose dtype is not known yet, or a reader
+        that returns its own array) copied there."""
+        import cupyx
+
+        with self._device:
+            if self._copied[slot] is not None:
+                self._copied[slot].synchronize()
+            patterns = None
+            if self._kind is None:
+                patterns = np.asarray(read_points(flat))
+                self._kind = (patterns.dtype, patterns.shape[1:])
+            dtype, frame = self._kind
+            shape = (len(flat), *frame)
+            nbytes = int(np.prod(shape)) * dtype.itemsize
+            if self._host[slot] is None or self._host[slot].nbytes < nbytes:
+                self._host[slot] = None  # the old buffer goes back before a larger one is pinned
+                self._host[slot] = cupyx.empty_pinned((max(nbytes, 1),), dtype=np.uint8)
+        view = self._host[slot][:nbytes].view(dtype).reshape(shape)
+        if patterns is None:
+            patterns = read_points(flat, out=view)
+        if patterns is not view:
+            np.copyto(view, patterns)
+        return view
+
+    def upload(self, slot, view):
+        """(caller's thread) Buffer ``slot``'s ``view`` on the device, copied on the current stream."""
+        cp = self._cp
+        stream = cp.cuda.get_current_stream()
+        out = cp.empty(view.shape, dtype=view.dtype)
+        out.set(view, stream=stream)
+        self._copied[slot] = stream.record()
+        return out
 
 
 def _remapped_match(pipeline, patterns, R1, ref_flat, pc_ref, geom, xp, tilts):

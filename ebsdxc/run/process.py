@@ -319,7 +319,7 @@ def _process(source, ref, ref_index, reference_index, output, config, run, execu
                                    backend=backend, overwrite=True, progress=progress)
                 elif geom is not None:
                     compute_strain(out, config.strain, geom, backend=backend, pipeline=pipeline,
-                                   read_points=lambda flat: read_points(source, pre, flat),
+                                   read_points=lambda flat, out=None: read_points(source, pre, flat, out),
                                    overwrite=True, progress=progress)
             return out
         finally:

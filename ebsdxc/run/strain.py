@@ -146,7 +146,7 @@ def strain(results, *, config: StrainConfig | None = None, scan=None, ref=None, 
             pipeline = Pipeline(backend, pconf, layout, reference, static_background=static_bg)
             try:
                 return compute_strain(results, cfg, geom, backend=backend, pipeline=pipeline,
-                                      read_points=lambda flat: read_points(source, pre, flat),
+                                      read_points=lambda flat, out=None: read_points(source, pre, flat, out),
                                       overwrite=overwrite, progress=progress)
             finally:
                 pipeline.close()

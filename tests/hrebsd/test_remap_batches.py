@@ -1,4 +1,4 @@
-"""The remapping pass's batches: read ahead, prepared in
+"""The remapping pass's batches: read ahead (on the GPU through pinned buffers), prepared in
 parts on the CPU's threads, and halved down to what fits where memory runs out."""
 
 import numpy as np
@@ -87,6 +87,49 @@ def test_joined_references_keep_the_order_and_refuse_other_engines():
     other = PreparedReferences(b.payload, b.energy, b.status, ("direct", (16, 16)))
     with pytest.raises(ValueError, match="one engine"):
         PreparedReferences.joined([a, other])
+
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype,fills", [(np.uint16, True), (np.float32, False)])
+def test_batches_reach_the_device_as_read_while_copies_wait(dtype, fills):
+    """On the GPU the read-ahead hands each batch over on the device, read into one of two
+    pinned buffers. Here every copy waits in the stream behind a slow kernel while the reading
+    thread goes on: a buffer read into before its copy ran would give a batch the contents of
+    the one two along. Batch sizes grow and shrink. The first batch is read without ``out``
+    (its dtype is learnt from it); a reader that returns its own array is copied in."""
+    import cupy as cp
+
+    spin = cp.RawKernel(r'''
+    extern "C" __global__ void spin(long long cycles) {
+        long long t0 = clock64();
+        while (clock64() - t0 < cycles) {}
+    }''', "spin")
+    rng = np.random.default_rng(3)
+    data = [(rng.random((b, 48, 40)) * 60000).astype(dtype) for b in (6, 30, 30, 3, 30, 7, 9, 30)]
+    asked = []
+
+    def read_points(flat, out=None):  # batch k's points are all k here
+        asked.append(out is not None)
+        want = data[int(flat[0])]
+        assert len(flat) == len(want)
+        if out is None or not fills:
+            return want
+        out[...] = want
+        return out
+
+    got = []
+    with cp.cuda.Stream(non_blocking=True) as stream:
+        for patterns in _read_ahead(read_points, [np.full(len(d), k) for k, d in enumerate(data)], cp):
+            assert isinstance(patterns, cp.ndarray)
+            spin((1,), (1,), (np.int64(20_000_000),))  # about 10 ms: the next copies queue behind it
+            got.append(patterns)
+        stream.synchronize()
+    assert asked == [False] + [True] * (len(data) - 1)
+    assert len(got) == len(data)
+    for k, (want, dev) in enumerate(zip(data, got)):
+        assert dev.dtype == want.dtype and dev.shape == want.shape, k
+        np.testing.assert_array_equal(cp.asnumpy(dev), want, err_msg=f"batch {k}")
 
 
 def test_read_ahead_on_the_cpu_gives_each_batch_in_order():

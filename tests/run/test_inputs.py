@@ -37,6 +37,38 @@ def test_one_run_in_order_is_one_read():
     assert src.calls == [(3, 6)]
 
 
+
+def test_points_read_into_a_buffer_given():
+    """``out`` (the remapping pass's pinned buffer) is filled and returned; runs of points in
+    order are read into it in place, the rest read and placed; averaged points are copied in."""
+    pats = np.arange(40 * 3 * 2, dtype=">u2").reshape(40, 3, 2)
+    buffer = np.full((8, 3, 2), 7, dtype="=u2")
+    into = []
+
+    class Watched(ArraySource):
+        def read_into(self, start, stop, out):
+            into.append(np.shares_memory(out, buffer))
+            super().read_into(start, stop, out)
+
+    src = Watched(pats)
+    flat = np.array([3, 4, 5, 20, 21, 9, 8, 30])
+    got = read_points(src, PreprocessConfig(), flat, buffer)
+    assert got is buffer
+    np.testing.assert_array_equal(got, pats[flat])
+    # 3-5, 20-21 and 30 straight into the buffer; 8-9, asked for as 9, 8, through a read of their own
+    assert sorted(into) == [False, True, True, True]
+    with pytest.raises(ValueError, match="out must be"):
+        read_points(src, PreprocessConfig(), flat[:4], buffer)
+    with pytest.raises(ValueError, match="out must be"):
+        read_points(src, PreprocessConfig(), flat, buffer.astype(np.float32))
+    grid = ArraySource(np.random.default_rng(0).integers(1, 500, (4, 5, 6, 7)).astype(np.uint16))
+    pre = PreprocessConfig(average_neighbours=3)
+    want = read_points(grid, pre, [6, 7, 12])
+    out = np.empty_like(want)
+    assert read_points(grid, pre, [6, 7, 12], out) is out
+    np.testing.assert_array_equal(out, want)
+
+
 def _averaged_one_by_one(source, pre, flat):
     # what the correlation pass does for each point: its own rows and halo, averaged
     from ebsdxc.preprocess import average_neighbours
