@@ -16,7 +16,7 @@ import numpy as np
 
 from .errors import InputError
 
-__all__ = ["Backend", "select_backend", "gpu_available", "is_out_of_memory"]
+__all__ = ["Backend", "select_backend", "gpu_available", "is_out_of_memory", "pinned_empty"]
 
 
 def _load_cupy():
@@ -98,6 +98,37 @@ def is_out_of_memory(error: BaseException) -> bool:
     if kind in ("CUDARuntimeError", "CUDADriverError"):
         return "cudaErrorMemoryAllocation" in text or "CUDA_ERROR_OUT_OF_MEMORY" in text
     return False
+
+
+_pinned_warned = False
+
+
+def pinned_empty(shape, dtype) -> np.ndarray:
+    """An empty host array for copies to the GPU: page-locked ("pinned") memory where the
+    system gives it, else ordinary memory, with one warning per process.
+
+    Copies from pinned memory are asynchronous and run at the bus's speed; some systems hand
+    out little of it (WSL2 limits it; a host short of memory refuses it). Copies from ordinary
+    memory are slower and hold the thread that queues them; the results are the same. Errors
+    other than the CUDA runtime's or driver's, and a host out of memory altogether
+    (``MemoryError`` from the ordinary array too), are raised.
+    """
+    global _pinned_warned
+    import cupyx
+
+    try:
+        return cupyx.empty_pinned(shape, dtype=dtype)
+    except Exception as e:
+        if type(e).__name__ not in ("CUDARuntimeError", "CUDADriverError"):
+            raise
+        why = _one_line(e)
+    out = np.empty(shape, dtype=dtype)
+    with _fallback_lock:
+        warn, _pinned_warned = not _pinned_warned, True
+    if warn:
+        warnings.warn(f"pinned host memory refused ({why}); batches go through ordinary memory, whose copies "
+                      "to the GPU are slower (the results are the same)", UserWarning, stacklevel=2)
+    return out
 
 
 def gpu_available() -> bool:

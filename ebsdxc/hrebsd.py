@@ -30,7 +30,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from . import geometry
-from .backend import is_out_of_memory
+from .backend import is_out_of_memory, pinned_empty
 from .crystal import euler_to_matrix
 from .errors import InputError
 from .materials import parse_material, stiffness_tensor
@@ -490,9 +490,10 @@ def compute_strain(results_path, cfg: StrainConfig, geom: StrainGeometry, *, bac
         ``cfg.remap_threshold_deg`` (through ``pipeline.match_pairs``). Without them remapping
         is off.
     read_points : callable, optional
-        ``read_points(flat, out=None)`` -> (k, H, W) patterns of flat scan points, as the
-        pipeline takes them. Given ``out``, a host array of the shape and dtype an earlier
-        call returned (on the GPU a pinned buffer), it reads into ``out`` and returns it.
+        ``read_points(flat)`` -> (k, H, W) patterns of flat scan points, as the pipeline takes
+        them. One that takes ``out=`` too is given, after its first call, a host array of the
+        shape and dtype that call returned (on the GPU a pinned buffer) to read into and
+        return; that saves a copy on the GPU.
     overwrite : bool
         Replace strain datasets already in the file.
 
@@ -682,7 +683,7 @@ def _read_ahead(read_points, batches, xp=np):
     """
     from concurrent.futures import ThreadPoolExecutor
 
-    staging = None if xp is np else _PinnedPair(xp)
+    staging = None if xp is np else _PinnedPair(xp, _takes_out(read_points))
 
     def read(k):
         return read_points(batches[k]) if staging is None else staging.read(k % 2, read_points, batches[k])
@@ -698,9 +699,22 @@ def _read_ahead(read_points, batches, xp=np):
             yield patterns
 
 
+def _takes_out(read_points) -> bool:
+    """Whether ``read_points`` takes an ``out=`` keyword (readers from before it was asked for,
+    and third parties' own, may not)."""
+    import inspect
+
+    try:
+        params = inspect.signature(read_points).parameters.values()
+    except (TypeError, ValueError):  # some builtins and extension callables have no signature
+        return False
+    return any((p.name == "out" and p.kind is not p.POSITIONAL_ONLY) or p.kind is p.VAR_KEYWORD for p in params)
+
+
 class _PinnedPair:
     """Two pinned host buffers that batches pass through on their way to the device: the
-    reading thread reads into one while the other's copy is queued.
+    reading thread reads into one while the other's copy is queued. (Where the system refuses
+    pinned memory they are ordinary memory: :func:`~ebsdxc.backend.pinned_empty`.)
 
     A copy from pageable memory held the caller's thread and waited for the device to finish
     what was queued before it (H100, 256 patterns of 256x256 uint16, 33.6 MB: 4.9-7.8 ms; from
@@ -714,8 +728,9 @@ class _PinnedPair:
     copy: the copy may wait in the stream behind earlier work.
     """
 
-    def __init__(self, cp):
+    def __init__(self, cp, takes_out=True):
         self._cp = cp
+        self._takes_out = takes_out
         self._device = cp.cuda.Device()
         self._host = [None, None]
         self._copied = [None, None]  # the event behind each buffer's last copy
@@ -723,15 +738,13 @@ class _PinnedPair:
 
     def read(self, slot, read_points, flat):
         """(reading thread) The patterns of ``flat`` in buffer ``slot``, once its last copy is
-        done: read into it, or (the first batch, whose dtype is not known yet, or a reader
-        that returns its own array) copied there."""
-        import cupyx
-
+        done: read into it, or (the first batch, whose dtype is not known yet, a reader that
+        takes no ``out``, or one that returns its own array) copied there."""
         with self._device:
             if self._copied[slot] is not None:
                 self._copied[slot].synchronize()
             patterns = None
-            if self._kind is None:
+            if self._kind is None or not self._takes_out:
                 patterns = np.asarray(read_points(flat))
                 self._kind = (patterns.dtype, patterns.shape[1:])
             dtype, frame = self._kind
@@ -739,7 +752,7 @@ class _PinnedPair:
             nbytes = int(np.prod(shape)) * dtype.itemsize
             if self._host[slot] is None or self._host[slot].nbytes < nbytes:
                 self._host[slot] = None  # the old buffer goes back before a larger one is pinned
-                self._host[slot] = cupyx.empty_pinned((max(nbytes, 1),), dtype=np.uint8)
+                self._host[slot] = pinned_empty((max(nbytes, 1),), np.uint8)
         view = self._host[slot][:nbytes].view(dtype).reshape(shape)
         if patterns is None:
             patterns = read_points(flat, out=view)

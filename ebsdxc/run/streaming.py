@@ -23,7 +23,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .. import timing
-from ..backend import is_out_of_memory
+from ..backend import is_out_of_memory, pinned_empty
 from ..engines import PeakResult
 from ..errors import InputError
 from .transfer import copy_to_device
@@ -102,14 +102,13 @@ def read_failure(error, start: int, stop: int, path) -> InputError:
 
 
 def host_buffers(backend, n, shape, dtype):
-    """``n`` host buffers of ``shape``: pinned on the GPU (fast, asynchronous copies)."""
+    """``n`` host buffers of ``shape``: pinned on the GPU where the system gives pinned memory
+    (fast, asynchronous copies; :func:`~ebsdxc.backend.pinned_empty`)."""
     # Native byte order: the reader converts big-endian files while reading, and CuPy
     # takes native arrays only.
     dtype = np.dtype(dtype).newbyteorder("=")
     if backend.is_gpu:
-        import cupyx
-
-        return [cupyx.empty_pinned(shape, dtype=dtype) for _ in range(n)]
+        return [pinned_empty(shape, dtype) for _ in range(n)]
     return [np.empty(shape, dtype=dtype) for _ in range(n)]
 
 

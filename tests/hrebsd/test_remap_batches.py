@@ -1,12 +1,14 @@
 """The remapping pass's batches: read ahead (on the GPU through pinned buffers), prepared in
 parts on the CPU's threads, and halved down to what fits where memory runs out."""
 
+import warnings
+
 import numpy as np
 import pytest
 
 from ebsdxc.backend import select_backend
 from ebsdxc.config import load_config
-from ebsdxc.hrebsd import _in_halves_when_out_of_memory, _read_ahead
+from ebsdxc.hrebsd import _in_halves_when_out_of_memory, _read_ahead, _takes_out
 from ebsdxc.references import ReferenceSet
 from ebsdxc.rois import layout_for
 from ebsdxc.run.pipeline import Pipeline
@@ -91,14 +93,19 @@ def test_joined_references_keep_the_order_and_refuse_other_engines():
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("dtype,fills", [(np.uint16, True), (np.float32, False)])
-def test_batches_reach_the_device_as_read_while_copies_wait(dtype, fills):
+@pytest.mark.parametrize("dtype,reader,pinned", [(np.uint16, "fills", True), (np.float32, "own array", True),
+                                                 (np.uint16, "no out", True), (np.uint16, "fills", False)])
+def test_batches_reach_the_device_as_read_while_copies_wait(dtype, reader, pinned, monkeypatch):
     """On the GPU the read-ahead hands each batch over on the device, read into one of two
     pinned buffers. Here every copy waits in the stream behind a slow kernel while the reading
     thread goes on: a buffer read into before its copy ran would give a batch the contents of
     the one two along. Batch sizes grow and shrink. The first batch is read without ``out``
-    (its dtype is learnt from it); a reader that returns its own array is copied in."""
+    (its dtype is learnt from it); a reader that returns its own array, or takes no ``out``,
+    is copied in. With pinned memory refused (CuPy's pinned allocator hook raising the CUDA
+    runtime's allocation error) the buffers are ordinary memory and the batches the same."""
     import cupy as cp
+
+    from ebsdxc import backend
 
     spin = cp.RawKernel(r'''
     extern "C" __global__ void spin(long long cycles) {
@@ -113,23 +120,55 @@ def test_batches_reach_the_device_as_read_while_copies_wait(dtype, fills):
         asked.append(out is not None)
         want = data[int(flat[0])]
         assert len(flat) == len(want)
-        if out is None or not fills:
+        if out is None or reader == "own array":
             return want
         out[...] = want
         return out
 
+    refused = []
+
+    def refuse(size):
+        refused.append(size)
+        raise cp.cuda.runtime.CUDARuntimeError(2)  # cudaErrorMemoryAllocation
+
     got = []
-    with cp.cuda.Stream(non_blocking=True) as stream:
-        for patterns in _read_ahead(read_points, [np.full(len(d), k) for k, d in enumerate(data)], cp):
-            assert isinstance(patterns, cp.ndarray)
-            spin((1,), (1,), (np.int64(20_000_000),))  # about 10 ms: the next copies queue behind it
-            got.append(patterns)
-        stream.synchronize()
-    assert asked == [False] + [True] * (len(data) - 1)
+    if not pinned:
+        monkeypatch.setattr(backend, "_pinned_warned", False)
+        cp.cuda.set_pinned_memory_allocator(refuse)
+    try:
+        with cp.cuda.Stream(non_blocking=True) as stream, warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            read = read_points if reader != "no out" else (lambda flat: read_points(flat))
+            for patterns in _read_ahead(read, [np.full(len(d), k) for k, d in enumerate(data)], cp):
+                assert isinstance(patterns, cp.ndarray)
+                spin((1,), (1,), (np.int64(20_000_000),))  # about 10 ms: the next copies queue behind it
+                got.append(patterns)
+            stream.synchronize()
+    finally:
+        cp.cuda.set_pinned_memory_allocator(cp.get_default_pinned_memory_pool().malloc)
+    said = [str(w.message) for w in caught if "pinned host memory refused" in str(w.message)]
+    if pinned:
+        assert not refused and not said
+    else:  # asked for each buffer, warned once, and the copies still waited for the device
+        assert len(refused) >= 2 and len(said) == 1 and "cudaErrorMemoryAllocation" in said[0], said
+    assert asked == ([False] * len(data) if reader == "no out" else [False] + [True] * (len(data) - 1))
     assert len(got) == len(data)
     for k, (want, dev) in enumerate(zip(data, got)):
         assert dev.dtype == want.dtype and dev.shape == want.shape, k
         np.testing.assert_array_equal(cp.asnumpy(dev), want, err_msg=f"batch {k}")
+
+
+def test_readers_that_take_out_are_told_apart():
+    import functools
+
+    from ebsdxc.run.inputs import read_points
+
+    assert _takes_out(lambda flat, out=None: flat)
+    assert _takes_out(lambda flat, **kw: flat)
+    assert _takes_out(functools.partial(read_points, None, None))
+    assert not _takes_out(lambda flat: flat)
+    assert not _takes_out(lambda flat, out=None, /: flat)  # positional only: out= would fail
+    assert not _takes_out({}.__getitem__)  # a builtin: no keyword arguments to be given
 
 
 def test_read_ahead_on_the_cpu_gives_each_batch_in_order():

@@ -10,6 +10,8 @@ injected for real (issue 20; the GPU tests run with ``pytest -m gpu``).
   :class:`FailNextDeviceAllocation`); the batch halves and the run completes. With the memory
   pool limited to one byte no batch fits: the run stops with one clear error and resumes to the
   uninterrupted results.
+- Pinned host memory refused (CuPy's pinned allocator hook): the batches go through ordinary
+  memory, with one warning, to the same results.
 - Kernel cache: every file of CuPy's kernel cache (``CUPY_CACHE_DIR``) truncated, bit-flipped,
   emptied or overwritten with garbage; the next process recompiles and rewrites them.
 - No usable GPU: ``CUDA_VISIBLE_DEVICES=""`` hides the device from CUDA itself.
@@ -289,6 +291,39 @@ def test_gpu_out_of_memory_errors_are_recognised(cp):
     assert is_out_of_memory(cufft.CuFFTError(2))  # CUFFT_ALLOC_FAILED
     assert is_out_of_memory(runtime.CUDARuntimeError(2))  # cudaErrorMemoryAllocation
     assert not is_out_of_memory(runtime.CUDARuntimeError(700))  # an illegal address is no OOM
+
+
+# --------------------------------------------------------------------------- pinned host memory
+
+
+@pytest.mark.gpu
+def test_pinned_memory_refused_runs_on_ordinary_memory(tmp_path, sample_dir, cp, monkeypatch):
+    """Some systems hand out little page-locked memory (WSL2 limits it). With every pinned
+    allocation refused (CuPy's pinned allocator hook raising the CUDA runtime's own
+    allocation error), the run's batches go through ordinary memory: one warning, and the
+    results of the run with pinned memory, bit for bit."""
+    from ebsdxc import backend
+
+    whole = read_results(_gpu_run(sample_dir, tmp_path / "whole.h5"))
+    refused = []
+
+    def refuse(size):
+        refused.append(size)
+        raise cp.cuda.runtime.CUDARuntimeError(2)  # cudaErrorMemoryAllocation
+
+    monkeypatch.setattr(backend, "_pinned_warned", False)
+    cp.cuda.set_pinned_memory_allocator(refuse)
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            got = read_results(_gpu_run(sample_dir, tmp_path / "pageable.h5"))
+    finally:
+        cp.cuda.set_pinned_memory_allocator(cp.get_default_pinned_memory_pool().malloc)
+    lines = [str(w.message) for w in caught if "pinned" in str(w.message)]
+    assert refused and len(lines) == 1 and "\n" not in lines[0], lines
+    assert "pinned host memory refused (CUDARuntimeError: cudaErrorMemoryAllocation" in lines[0], lines
+    assert got["attrs"]["complete"] and got["done"].all()
+    _same(got, whole)
 
 
 # --------------------------------------------------------------------------- kernel cache, no GPU
