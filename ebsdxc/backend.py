@@ -128,6 +128,9 @@ def pinned_empty(shape, dtype) -> np.ndarray:
     if warn:
         warnings.warn(f"pinned host memory refused ({why}); batches go through ordinary memory, whose copies "
                       "to the GPU are slower (the results are the same)", UserWarning, stacklevel=2)
+        # CuPy falls back the same way for its own small transfers, with a warning each time
+        # (the byte count in its text defeats the once-per-text filter): this line says it all.
+        warnings.filterwarnings("ignore", message="Using synchronous transfer as pinned memory")
     return out
 
 

@@ -568,6 +568,9 @@ class PatternPreprocessor:
             self._bg = bin_patterns(self._bg, config.binning, xp=xp)
         if self._bg is not None and config.static_operation == "divide":
             self._bg = xp.where(self._bg > 0, self._bg, xp.float32(np.nan))
+        # Finite patterns stay finite through it: the search for NaN before a Fourier filter
+        # (several passes over the batch) can be left out for integer patterns.
+        self._bg_finite = self._bg is None or bool(xp.isfinite(self._bg).all())
         self._filters = {}
         self._masks = {}
 
@@ -643,10 +646,18 @@ class PatternPreprocessor:
 
     def _fourier_filter(self, x, key, sigma):
         # `sigma`: reach of the filter's kernel in px / 3 (the Gaussian std for Gaussian filters).
+        # The padded frame takes a length of small factors: at 512 px a 12 px dynamic background
+        # padded 37 px a side was 586 = 2 x 293, which cuFFT transformed by Bluestein's algorithm
+        # (H200, 512 patterns: 17 ms for the whole correction). The far side takes the extra rows
+        # and columns, reflected further; the kernel's reach stays inside the margins.
+        import scipy.fft
+
         xp, be = self.backend.xp, self.backend
         H, W = x.shape[-2:]
         py, px = min(int(3 * sigma) + 1, H - 1), min(int(3 * sigma) + 1, W - 1)
-        xpad = xp.pad(x, ((0, 0), (py, py), (px, px)), mode="reflect")
+        ay = min(scipy.fft.next_fast_len(H + 2 * py, real=True) - H - py, H - 1)
+        ax = min(scipy.fft.next_fast_len(W + 2 * px, real=True) - W - px, W - 1)
+        xpad = xp.pad(x, ((0, 0), (py, ay), (px, ax)), mode="reflect")
         shape = xpad.shape[-2:]
         spec = be.rfft2(xpad)
         spec *= self._filter(key, shape)
@@ -698,8 +709,12 @@ class PatternPreprocessor:
         fill = xp.where(ok, x, xp.float32(0)).sum(axis=(-2, -1), keepdims=True, dtype=xp.float32) / n_ok
         return xp.where(ok, x, fill).astype(xp.float32, copy=False)
 
-    def correct(self, x):
-        """(B, H', W') converted patterns -> (B, H', W') float32: backgrounds, mask, filters."""
+    def correct(self, x, *, finite=False):
+        """(B, H', W') converted patterns -> (B, H', W') float32: backgrounds, mask, filters.
+
+        ``finite``: the caller knows ``x`` holds no NaN or infinity (converted integer
+        patterns), so no pixel needs the treatment of unusable ones.
+        """
         xp = self.backend.xp
         x = xp.asarray(x).astype(xp.float32, copy=False)
         c = self.config
@@ -707,12 +722,13 @@ class PatternPreprocessor:
             x = x - self._bg if c.static_operation == "subtract" else x / self._bg
         erf = c.bandpass_kind == "erf"
         filters = c.dynamic_background_sigma is not None or c.bandpass is not None or erf
+        search = not (finite and self._bg_finite)
         bad = m = None
         if c.mask is not None:
             m = self._device_mask(tuple(x.shape[-2:]))
-            bad = ~xp.isfinite(x)
-            x = self._fill_off_screen(x, m & ~bad)
-        elif filters:
+            bad = ~xp.isfinite(x) if search else None
+            x = self._fill_off_screen(x, m if bad is None else m & ~bad)
+        elif filters and search:
             # A Fourier filter would spread one NaN over the whole pattern: filter with the
             # pattern's finite mean in its place, and put the NaN back afterwards. (No
             # data-dependent branch: on the GPU it would stall the stream.)
@@ -733,7 +749,8 @@ class PatternPreprocessor:
         if m is not None:
             if filters:
                 x = self._fill_off_screen(x, m)
-            x = xp.where(bad & m, xp.float32(np.nan), x)
+            if bad is not None:
+                x = xp.where(bad & m, xp.float32(np.nan), x)
         elif bad is not None:
             x = xp.where(bad, xp.float32(np.nan), x)
         return x.astype(xp.float32, copy=False)
@@ -743,7 +760,8 @@ class PatternPreprocessor:
 
         :meth:`convert` then :meth:`correct` (no neighbour averaging).
         """
-        return self.correct(self.convert(patterns))
+        finite = np.dtype(getattr(patterns, "dtype", np.float64)).kind in "uib"
+        return self.correct(self.convert(patterns), finite=finite)
 
 
 def window_1d(n, kind="hann") -> np.ndarray:

@@ -319,9 +319,12 @@ def test_pinned_memory_refused_runs_on_ordinary_memory(tmp_path, sample_dir, cp,
             got = read_results(_gpu_run(sample_dir, tmp_path / "pageable.h5"))
     finally:
         cp.cuda.set_pinned_memory_allocator(cp.get_default_pinned_memory_pool().malloc)
-    lines = [str(w.message) for w in caught if "pinned" in str(w.message)]
-    assert refused and len(lines) == 1 and "\n" not in lines[0], lines
-    assert "pinned host memory refused (CUDARuntimeError: cudaErrorMemoryAllocation" in lines[0], lines
+    said = [str(w.message) for w in caught]
+    ours = [k for k, w in enumerate(said) if "pinned host memory refused" in w]
+    assert refused and len(ours) == 1 and "\n" not in said[ours[0]], said
+    assert "pinned host memory refused (CUDARuntimeError: cudaErrorMemoryAllocation" in said[ours[0]], said
+    # CuPy's own fallback for its small transfers warned before ours, and is quiet after it
+    assert not [w for w in said[ours[0]:] if "Using synchronous transfer" in w], said
     assert got["attrs"]["complete"] and got["done"].all()
     _same(got, whole)
 
