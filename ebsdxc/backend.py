@@ -200,6 +200,18 @@ class Backend:
 
         return scipy.fft.irfft2(a, s=s, axes=(-2, -1), workers=self.workers, overwrite_x=overwrite)
 
+    def fft1(self, kind, a, *, n=None, axis=-1, overwrite=False):
+        """One-axis FFT ``kind`` ("rfft", "irfft", "fft", "ifft") of ``a`` along ``axis``;
+        ``overwrite``: ``a`` may be destroyed (cuFFT's inverse real transform does, so CuPy
+        copies it first otherwise)."""
+        if self.is_gpu:
+            import cupyx.scipy.fft as cfft
+
+            return getattr(cfft, kind)(a, n=n, axis=axis, overwrite_x=overwrite)
+        import scipy.fft
+
+        return getattr(scipy.fft, kind)(a, n=n, axis=axis, workers=self.workers, overwrite_x=overwrite)
+
     def synchronize(self):
         if self.is_gpu:
             self.xp.cuda.get_current_stream().synchronize()

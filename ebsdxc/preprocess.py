@@ -27,6 +27,7 @@ Conventions: pixel (row i, column j) has its centre at x = j, y = i (x = column)
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 from dataclasses import dataclass
@@ -239,6 +240,81 @@ class PreprocessConfig:
         if not (_finite_number(self.average_sigma) and self.average_sigma > 0):
             raise ValueError(f"preprocess.average_sigma (neighbour kernel) must be a number > 0 scan points, "
                              f"got {self.average_sigma!r}")
+
+
+# Where a filter's transfer stays below this fraction of its peak past some column of the half
+# spectrum, those columns are left out of its transforms (PatternPreprocessor._band): their
+# part of any pattern is far below float32's rounding.
+BAND_TOLERANCE = 1e-9
+
+
+def _reflect_pad(x, before_y, after_y, before_x, after_x, xp):
+    """``x`` (B, H, W) padded as ``np.pad(..., mode="reflect")`` does (pads below H and W), as
+    float32; on the GPU in one pass, not CuPy's pass a side."""
+    if xp is np:
+        return np.pad(x, ((0, 0), (before_y, after_y), (before_x, after_x)), mode="reflect")
+    B, H, W = x.shape
+    out = xp.empty((B, H + before_y + after_y, W + before_x + after_x), dtype=xp.float32)
+    wide = max(out.size, x.size) >= 2 ** 31
+    _reflect_pad_kernel(wide)(xp.ascontiguousarray(x, dtype=xp.float32), H, W, before_y, before_x, out.shape[1],
+                              out.shape[2], out)
+    return out
+
+
+@functools.cache
+def _reflect_pad_kernel(wide):
+    import cupy as cp
+
+    # 32-bit index arithmetic where the arrays allow it: the divisions are most of the pass
+    index = "long long" if wide else "unsigned int"
+    return cp.ElementwiseKernel(
+        "raw float32 x, int32 H, int32 W, int32 py, int32 px, int32 Hp, int32 Wp", "float32 out",
+        f"""
+        {index} k = i, q = k / Wp, b = q / Hp;
+        int r = (int)(q - b * Hp) - py, c = (int)(k - q * Wp) - px;
+        r = r < 0 ? -r : (r >= H ? 2 * (H - 1) - r : r);
+        c = c < 0 ? -c : (c >= W ? 2 * (W - 1) - c : c);
+        out = x[(b * H + r) * W + c];
+        """, f"ebsdxc_reflect_pad_{'wide' if wide else 'narrow'}")
+
+
+def _divide_by_blur(x, blur, xp):
+    """``x / max(blur, 1e-6 max|blur|)``, the max over each pattern: the dynamic background's
+    division, guarded where the blurred pattern vanishes; on the GPU in two passes."""
+    if xp is np:
+        floor = np.float32(1e-6) * np.abs(blur).max(axis=(-2, -1), keepdims=True)
+        return x / np.maximum(blur, floor)
+    absmax, divide = _blur_kernels()
+    floor = xp.float32(1e-6) * absmax(blur, axis=(-2, -1))
+    # The blur is a crop of the filter's rows: read through its parent's pointer and pitches,
+    # not through CuPy's strided indexing (a division a dimension a value).
+    parent = blur if blur.base is None else blur.base
+    if blur.strides[-1] != blur.itemsize or not parent.flags.c_contiguous:
+        parent = blur = xp.ascontiguousarray(blur)
+    off = (blur.data.ptr - parent.data.ptr) // blur.itemsize
+    B, H, W = x.shape
+    out = xp.empty((B, H, W), dtype=xp.float32)
+    divide(xp.ascontiguousarray(x, dtype=xp.float32).ravel(), parent.ravel(), floor, off,
+           blur.strides[0] // blur.itemsize, blur.strides[1] // blur.itemsize, H, W, out)
+    return out
+
+
+@functools.cache
+def _blur_kernels():
+    import cupy as cp
+
+    absmax = cp.ReductionKernel("float32 v", "float32 m", "abs(v)", "(a != a || a > b) ? a : b", "m = a", "0",
+                                "ebsdxc_absmax")
+    # NaN as cupy.maximum gives it: from either side
+    divide = cp.ElementwiseKernel(
+        "raw float32 x, raw float32 blur, raw float32 floor, int64 off, int64 sb, int64 sr, int32 H, int32 W",
+        "float32 out",
+        """
+        long long q = i / W, b = q / H;
+        float v = blur[off + b * sb + (q - b * H) * sr + (i - q * W)], f = floor[b];
+        out = x[i] / ((v != v || v > f) ? v : f);
+        """, "ebsdxc_divide_by_blur")
+    return absmax, divide
 
 
 def _gaussian_transfer(shape, sigma, xp):
@@ -572,6 +648,7 @@ class PatternPreprocessor:
         # (several passes over the batch) can be left out for integer patterns.
         self._bg_finite = self._bg is None or bool(xp.isfinite(self._bg).all())
         self._filters = {}
+        self._bands = {}  # (key, padded shape) -> half-spectrum columns kept, or None: all
         self._masks = {}
 
     @property
@@ -644,6 +721,17 @@ class PatternPreprocessor:
             self._filters[(key, padded_shape)] = f
         return f
 
+    def _band(self, key, padded_shape):
+        """Columns of the half spectrum that ``key``'s filter keeps (the rest are below
+        :data:`BAND_TOLERANCE` of its peak), or None where that is over half of them."""
+        k = (key, padded_shape)
+        if k not in self._bands:
+            f = np.abs(self.backend.asnumpy(self._filter(key, padded_shape))).max(axis=0)
+            kept = np.flatnonzero(f > BAND_TOLERANCE * f.max())
+            keep = int(kept[-1]) + 1 if kept.size else 1
+            self._bands[k] = keep if keep <= f.size // 2 else None
+        return self._bands[k]
+
     def _fourier_filter(self, x, key, sigma):
         # `sigma`: reach of the filter's kernel in px / 3 (the Gaussian std for Gaussian filters).
         # The padded frame takes a length of small factors: at 512 px a 12 px dynamic background
@@ -652,16 +740,29 @@ class PatternPreprocessor:
         # and columns, reflected further; the kernel's reach stays inside the margins.
         import scipy.fft
 
-        xp, be = self.backend.xp, self.backend
+        be = self.backend
         H, W = x.shape[-2:]
         py, px = min(int(3 * sigma) + 1, H - 1), min(int(3 * sigma) + 1, W - 1)
         ay = min(scipy.fft.next_fast_len(H + 2 * py, real=True) - H - py, H - 1)
         ax = min(scipy.fft.next_fast_len(W + 2 * px, real=True) - W - px, W - 1)
-        xpad = xp.pad(x, ((0, 0), (py, ay), (px, ax)), mode="reflect")
+        xpad = _reflect_pad(x, py, ay, px, ax, be.xp)
         shape = xpad.shape[-2:]
-        spec = be.rfft2(xpad)
-        spec *= self._filter(key, shape)
-        return be.irfft2(spec, s=shape, overwrite=True)[:, py:py + H, px:px + W]
+        f = self._filter(key, shape)
+        keep = self._band(key, shape)
+        if keep is None:
+            spec = be.rfft2(xpad)
+            spec *= f
+            return be.irfft2(spec, s=shape, overwrite=True)[:, py:py + H, px:px + W]
+        # A low-pass (the dynamic background's blur): the columns past the band are zero to
+        # float32's precision, so the column transforms run on the band only and the rows'
+        # inverse on the pattern's rows only (512 px, 12 px: 52 of 301 columns).
+        spec = be.fft1("rfft", xpad)[..., :keep]
+        spec = be.fft1("fft", spec, axis=-2)
+        spec *= f[:, :keep]
+        spec = be.fft1("ifft", spec, axis=-2)[:, py:py + H]
+        rows = be.xp.zeros((*spec.shape[:-1], shape[-1] // 2 + 1), dtype=spec.dtype)
+        rows[..., :keep] = spec
+        return be.fft1("irfft", rows, n=shape[-1], overwrite=True)[..., px:px + W]
 
     def convert(self, patterns):
         """(B, H, W) patterns of any real dtype -> (B, H', W') float32, binned, on the backend."""
@@ -737,10 +838,7 @@ class PatternPreprocessor:
             fill = xp.where(bad, 0, x).sum(axis=(-2, -1), keepdims=True) / n_ok
             x = xp.where(bad, fill, x).astype(xp.float32, copy=False)
         if c.dynamic_background_sigma is not None:
-            blur = self._fourier_filter(x, "dynamic", c.dynamic_background_sigma)
-            # Guard against division by ~0 where the blurred pattern vanishes.
-            floor = xp.float32(1e-6) * xp.abs(blur).max(axis=(-2, -1), keepdims=True)
-            x = x / xp.maximum(blur, floor)
+            x = _divide_by_blur(x, self._fourier_filter(x, "dynamic", c.dynamic_background_sigma), xp)
         if c.bandpass is not None:
             x = self._fourier_filter(x, "bandpass", max(c.bandpass))
         if erf:
