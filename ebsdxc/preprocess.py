@@ -284,37 +284,43 @@ def _divide_by_blur(x, blur, xp):
     if xp is np:
         floor = np.float32(1e-6) * np.abs(blur).max(axis=(-2, -1), keepdims=True)
         return x / np.maximum(blur, floor)
-    absmax, divide = _blur_kernels()
-    floor = xp.float32(1e-6) * absmax(blur, axis=(-2, -1))
+    floor = xp.float32(1e-6) * _absmax_kernel()(blur, axis=(-2, -1))
     # The blur is a crop of the filter's rows: read through its parent's pointer and pitches,
     # not through CuPy's strided indexing (a division a dimension a value).
     parent = blur if blur.base is None else blur.base
-    if blur.strides[-1] != blur.itemsize or not parent.flags.c_contiguous:
+    if blur.strides[-1] != blur.itemsize or parent.dtype != blur.dtype or not parent.flags.c_contiguous:
         parent = blur = xp.ascontiguousarray(blur)
     off = (blur.data.ptr - parent.data.ptr) // blur.itemsize
     B, H, W = x.shape
     out = xp.empty((B, H, W), dtype=xp.float32)
+    divide = _divide_kernel(max(x.size, parent.size) >= 2 ** 31)
     divide(xp.ascontiguousarray(x, dtype=xp.float32).ravel(), parent.ravel(), floor, off,
            blur.strides[0] // blur.itemsize, blur.strides[1] // blur.itemsize, H, W, out)
     return out
 
 
 @functools.cache
-def _blur_kernels():
+def _absmax_kernel():
     import cupy as cp
 
-    absmax = cp.ReductionKernel("float32 v", "float32 m", "abs(v)", "(a != a || a > b) ? a : b", "m = a", "0",
-                                "ebsdxc_absmax")
     # NaN as cupy.maximum gives it: from either side
-    divide = cp.ElementwiseKernel(
+    return cp.ReductionKernel("float32 v", "float32 m", "abs(v)", "(a != a || a > b) ? a : b", "m = a", "0",
+                              "ebsdxc_absmax")
+
+
+@functools.cache
+def _divide_kernel(wide):
+    import cupy as cp
+
+    index = "long long" if wide else "unsigned int"  # 32-bit divisions where the arrays allow them
+    return cp.ElementwiseKernel(
         "raw float32 x, raw float32 blur, raw float32 floor, int64 off, int64 sb, int64 sr, int32 H, int32 W",
         "float32 out",
-        """
-        long long q = i / W, b = q / H;
-        float v = blur[off + b * sb + (q - b * H) * sr + (i - q * W)], f = floor[b];
-        out = x[i] / ((v != v || v > f) ? v : f);
-        """, "ebsdxc_divide_by_blur")
-    return absmax, divide
+        f"""
+        {index} k = i, q = k / W, b = q / H;
+        float v = blur[off + b * sb + (q - b * H) * sr + (k - q * W)], f = floor[b];
+        out = x[k] / ((v != v || v > f) ? v : f);
+        """, f"ebsdxc_divide_by_blur_{'wide' if wide else 'narrow'}")
 
 
 def _gaussian_transfer(shape, sigma, xp):

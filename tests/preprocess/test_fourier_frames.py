@@ -127,7 +127,7 @@ def test_gpu_reflect_pad_and_division_match_numpy_bit_for_bit():
         got = _reflect_pad(cp.asarray(x), *pads, cp)
         want = np.pad(x, ((0, 0), pads[:2], pads[2:]), mode="reflect")
         np.testing.assert_array_equal(got.get(), want, err_msg=str(pads))
-    from ebsdxc.preprocess import _reflect_pad_kernel
+    from ebsdxc.preprocess import _divide_kernel, _reflect_pad_kernel
 
     wide = cp.empty((3, 37 + 9, 50 + 12), cp.float32)  # 64-bit indices, for arrays of 2^31 values and more
     _reflect_pad_kernel(True)(cp.asarray(x), 37, 50, 4, 7, 46, 62, wide)
@@ -142,13 +142,17 @@ def test_gpu_reflect_pad_and_division_match_numpy_bit_for_bit():
         want = _divide_by_blur(x, blur, np)
     got = _divide_by_blur(cp.asarray(x), cp.asarray(blur), cp).get()
     np.testing.assert_array_equal(got, want)
+    assert np.isnan(want[0]).all() and not np.isfinite(want[2]).any()  # NaN's max spreads, as before
+    wide = cp.empty(x.shape, cp.float32)  # 64-bit indices
+    floor = cp.float32(1e-6) * cp.abs(cp.asarray(blur)).max(axis=(-2, -1))
+    _divide_kernel(True)(cp.asarray(x).ravel(), cp.asarray(blur).ravel(), floor, 0, 37 * 50, 50, 37, 50, wide)
+    np.testing.assert_array_equal(wide.get(), want)
     # a crop of wider rows, as the filter gives it: read through its parent's pitches
     rows = cp.asarray(rng.standard_normal((3, 45, 64)).astype(np.float32) * 50 + 20)
     crop = rows[:, 4:41, 6:56]
     with np.errstate(divide="ignore", invalid="ignore"):
         want = _divide_by_blur(x, crop.get(), np)
     np.testing.assert_array_equal(_divide_by_blur(cp.asarray(x), crop, cp).get(), want)
-    assert np.isnan(want[0]).all() and not np.isfinite(want[2]).any()  # NaN's max spreads, as before
 
 
 def test_dynamic_background_of_real_patterns_against_float64(be):
