@@ -3,9 +3,10 @@
 B uint16 patterns on the device (``ebsdxc.run.bench_pipeline.SyntheticScan``'s), a
 recipe's ROIs and correlation, and for each preprocessing: none; a static background (the
 batch's mean) subtracted or divided; the dynamic background (12 px, the shipped ``hrebsd``
-recipe's); a Gaussian band-pass (1, 30) px; the three together. Printed: ``Pipeline.match``
-per batch (preprocessing, tile pass, correlation, peaks) and the preprocessor alone, median
-of CUDA-event timings (best of three rounds of ten).
+recipe's); a Gaussian band-pass (1, 30) px; the three together; a round screen's mask with
+the dynamic background. Printed: ``Pipeline.match`` per batch (preprocessing, tile pass,
+correlation, peaks) and the preprocessor alone, the best of three rounds of ten calls between
+CUDA events.
 
 Usage::
 
@@ -16,6 +17,7 @@ Usage::
 
 from __future__ import annotations
 
+import os
 import sys
 
 import cupy as cp
@@ -30,6 +32,9 @@ from ebsdxc.rois import layout_for
 from ebsdxc.run.bench_pipeline import SyntheticScan
 from ebsdxc.run.pipeline import Pipeline
 
+sys.path.insert(0, os.path.dirname(__file__))
+from common import cuda_time  # noqa: E402
+
 VARIANTS = {
     "none": {},
     "static subtract": {"static_background": "mean"},
@@ -38,23 +43,13 @@ VARIANTS = {
     "bandpass (1, 30) px": {"bandpass": [1.0, 30.0]},
     "divide + dynamic + bandpass": {"static_background": "mean", "static_operation": "divide",
                                     "dynamic_background_sigma": 12.0, "bandpass": [1.0, 30.0]},
+    "circle mask + dynamic 12 px": {"mask": "circle", "dynamic_background_sigma": 12.0},
 }
 
 
-def timed(f, reps=10):
-    """Best of three rounds of ``reps`` calls, ms a call (CUDA events)."""
-    f()
-    cp.cuda.get_current_stream().synchronize()
-    out = []
-    for _ in range(3):
-        s, e = cp.cuda.Event(), cp.cuda.Event()
-        s.record()
-        for _ in range(reps):
-            f()
-        e.record()
-        e.synchronize()
-        out.append(cp.cuda.get_elapsed_time(s, e) / reps)
-    return min(out)
+def timed(f):
+    """Best of three rounds of ten calls, ms a call (CUDA events)."""
+    return min(cuda_time(f, reps=10) for _ in range(3))
 
 
 def main(recipe, size, batch):
