@@ -249,15 +249,14 @@ BAND_TOLERANCE = 1e-9
 
 
 def _reflect_pad(x, before_y, after_y, before_x, after_x, xp):
-    """``x`` (B, H, W) padded as ``np.pad(..., mode="reflect")`` does (pads below H and W), as
-    float32; on the GPU in one pass, not CuPy's pass a side."""
+    """``x`` (B, H, W) padded as ``np.pad(..., mode="reflect")`` does (pads below H and W); on
+    the GPU in one pass, not CuPy's pass a side, as float32 from any real dtype."""
     if xp is np:
         return np.pad(x, ((0, 0), (before_y, after_y), (before_x, after_x)), mode="reflect")
     B, H, W = x.shape
     out = xp.empty((B, H + before_y + after_y, W + before_x + after_x), dtype=xp.float32)
     wide = max(out.size, x.size) >= 2 ** 31
-    _reflect_pad_kernel(wide)(xp.ascontiguousarray(x, dtype=xp.float32), H, W, before_y, before_x, out.shape[1],
-                              out.shape[2], out)
+    _reflect_pad_kernel(wide)(xp.ascontiguousarray(x), H, W, before_y, before_x, out.shape[1], out.shape[2], out)
     return out
 
 
@@ -268,19 +267,20 @@ def _reflect_pad_kernel(wide):
     # 32-bit index arithmetic where the arrays allow it: the divisions are most of the pass
     index = "long long" if wide else "unsigned int"
     return cp.ElementwiseKernel(
-        "raw float32 x, int32 H, int32 W, int32 py, int32 px, int32 Hp, int32 Wp", "float32 out",
+        "raw T x, int32 H, int32 W, int32 py, int32 px, int32 Hp, int32 Wp", "float32 out",
         f"""
         {index} k = i, q = k / Wp, b = q / Hp;
         int r = (int)(q - b * Hp) - py, c = (int)(k - q * Wp) - px;
         r = r < 0 ? -r : (r >= H ? 2 * (H - 1) - r : r);
         c = c < 0 ? -c : (c >= W ? 2 * (W - 1) - c : c);
-        out = x[(b * H + r) * W + c];
+        out = (float)x[(b * H + r) * W + c];
         """, f"ebsdxc_reflect_pad_{'wide' if wide else 'narrow'}")
 
 
 def _divide_by_blur(x, blur, xp):
     """``x / max(blur, 1e-6 max|blur|)``, the max over each pattern: the dynamic background's
-    division, guarded where the blurred pattern vanishes; on the GPU in two passes."""
+    division, guarded where the blurred pattern vanishes; on the GPU in two passes, ``x`` of
+    any real dtype converted as it is read."""
     if xp is np:
         floor = np.float32(1e-6) * np.abs(blur).max(axis=(-2, -1), keepdims=True)
         return x / np.maximum(blur, floor)
@@ -294,7 +294,7 @@ def _divide_by_blur(x, blur, xp):
     B, H, W = x.shape
     out = xp.empty((B, H, W), dtype=xp.float32)
     divide = _divide_kernel(max(x.size, parent.size) >= 2 ** 31)
-    divide(xp.ascontiguousarray(x, dtype=xp.float32).ravel(), parent.ravel(), floor, off,
+    divide(xp.ascontiguousarray(x).ravel(), parent.ravel(), floor, off,
            blur.strides[0] // blur.itemsize, blur.strides[1] // blur.itemsize, H, W, out)
     return out
 
@@ -314,12 +314,12 @@ def _divide_kernel(wide):
 
     index = "long long" if wide else "unsigned int"  # 32-bit divisions where the arrays allow them
     return cp.ElementwiseKernel(
-        "raw float32 x, raw float32 blur, raw float32 floor, int64 off, int64 sb, int64 sr, int32 H, int32 W",
+        "raw T x, raw float32 blur, raw float32 floor, int64 off, int64 sb, int64 sr, int32 H, int32 W",
         "float32 out",
         f"""
         {index} k = i, q = k / W, b = q / H;
         float v = blur[off + b * sb + (q - b * H) * sr + (k - q * W)], f = floor[b];
-        out = x[k] / ((v != v || v > f) ? v : f);
+        out = (float)x[k] / ((v != v || v > f) ? v : f);
         """, f"ebsdxc_divide_by_blur_{'wide' if wide else 'narrow'}")
 
 
@@ -823,12 +823,18 @@ class PatternPreprocessor:
         patterns), so no pixel needs the treatment of unusable ones.
         """
         xp = self.backend.xp
-        x = xp.asarray(x).astype(xp.float32, copy=False)
+        x = xp.asarray(x)
         c = self.config
-        if self._bg is not None:
-            x = x - self._bg if c.static_operation == "subtract" else x / self._bg
         erf = c.bandpass_kind == "erf"
         filters = c.dynamic_background_sigma is not None or c.bandpass is not None or erf
+        # Integer patterns on the GPU meet only Fourier filters here: the pad and the division
+        # convert them as they read them, and no pass converts the batch first (0.64 ms of a
+        # 512 x 512 x 512 batch, H200).
+        if not (finite and filters and xp is not np and x.dtype.kind in "ui" and self._bg is None
+                and c.mask is None):
+            x = x.astype(xp.float32, copy=False)
+        if self._bg is not None:
+            x = x - self._bg if c.static_operation == "subtract" else x / self._bg
         search = not (finite and self._bg_finite)
         bad = m = None
         if c.mask is not None:
@@ -865,6 +871,8 @@ class PatternPreprocessor:
         :meth:`convert` then :meth:`correct` (no neighbour averaging).
         """
         finite = np.dtype(getattr(patterns, "dtype", np.float64)).kind in "uib"
+        if self.config.binning == 1:  # correct() converts, where it must
+            return self.correct(patterns, finite=finite)
         return self.correct(self.convert(patterns), finite=finite)
 
 

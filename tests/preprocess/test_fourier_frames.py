@@ -48,17 +48,21 @@ CONFIGS = {
 }
 
 
+@pytest.mark.parametrize("dtype", [np.uint16, np.uint8, np.int16])
 @pytest.mark.parametrize("name", list(CONFIGS))
-def test_integer_patterns_give_what_the_search_for_bad_pixels_gives(be, name):
+def test_integer_patterns_give_what_the_search_for_bad_pixels_gives(be, name, dtype):
     """Integer patterns cannot hold NaN or infinity, so the search for them before a Fourier
-    filter is left out for them; the results are those of the search, bit for bit. A static
-    background with zeros, divided by, makes NaN of its own: there the search runs, and the
-    NaN stay where the background is zero instead of spreading through the filter."""
+    filter is left out for them (and on the GPU, with only filters to meet, they are converted
+    as the filters read them); the results are those of the converted patterns with the search,
+    bit for bit. A static background with zeros, divided by, makes NaN of its own: there the
+    search runs, and the NaN stay where the background is zero instead of spreading through the
+    filter."""
     config, bg_kind = CONFIGS[name]
     rng = np.random.default_rng(7)
     H, W = 41, 58
-    pats = np.clip(np.round(200 + 3000 * kikuchi_like((H, W), 2)[None] * rng.uniform(0.8, 1.0, (3, 1, 1))),
-                   0, 65535).astype(np.uint16)
+    top = np.iinfo(dtype).max
+    pats = np.clip(np.round(top * (0.05 + 0.9 * kikuchi_like((H, W), 2)[None] * rng.uniform(0.8, 1.0, (3, 1, 1)))),
+                   0, top).astype(dtype)
     bg = None
     if bg_kind is not None:
         bg = (100 + 50 * rng.random((H, W))).astype(np.float32)
