@@ -817,10 +817,11 @@ class PatternPreprocessor:
         return xp.where(ok, x, fill).astype(xp.float32, copy=False)
 
     def correct(self, x, *, finite=False):
-        """(B, H', W') converted patterns -> (B, H', W') float32: backgrounds, mask, filters.
+        """(B, H', W') patterns, converted (or of any real dtype, converted here) -> (B, H', W')
+        float32: backgrounds, mask, filters.
 
-        ``finite``: the caller knows ``x`` holds no NaN or infinity (converted integer
-        patterns), so no pixel needs the treatment of unusable ones.
+        ``finite``: the caller knows ``x`` holds no NaN or infinity (integer patterns), so no
+        pixel needs the treatment of unusable ones.
         """
         xp = self.backend.xp
         x = xp.asarray(x)
