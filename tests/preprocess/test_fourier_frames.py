@@ -1,5 +1,7 @@
-"""The Fourier filters' padded frames, and integer patterns that need no search for unusable
-pixels: the same results as the general path, on NumPy and on CuPy."""
+"""The Fourier filters' padded frames (lengths of small factors), the dynamic background on its
+band of low frequencies against the float64 filter (simulated and real patterns), integer
+patterns that need no search for unusable pixels nor a conversion pass, and the GPU's one-pass
+pad and division against NumPy bit for bit; on NumPy and on CuPy."""
 
 from __future__ import annotations
 
