@@ -170,7 +170,8 @@ async def _close_workers(scheduler, *, timeout: float = 20.0) -> None:
     one starts once the scheduler has let the last one go. Workers without a nanny are
     retired. Each worker is first left to finish the tasks its threads run: after a run
     stopped early (Ctrl-C, a cancelled job), tasks the client let go of run to their end,
-    and a worker closed under them logs a warning for each. Best effort within ``timeout``
+    and a worker closed under them logs a warning for each. Its heartbeat is stopped too,
+    and one on its way let finish (:func:`_until_quiet`). Best effort within ``timeout``
     seconds: what is left is closed the usual way.
     """
     import asyncio
@@ -190,14 +191,15 @@ async def _close_workers(scheduler, *, timeout: float = 20.0) -> None:
         except OSError:  # the nanny closed the connection on its way out: gone
             pass
 
-    async def idle(address):
+    async def quiet(address):
         # Tasks the client let go of (a run stopped early) still run to their end in the
-        # worker's threads; a worker closed before that logs a warning for each.
+        # worker's threads; a worker closed before that logs a warning for each. A heartbeat
+        # on its way when the worker closes logs a traceback.
         from distributed.protocol.pickle import dumps
 
         try:
             async with rpc(address, timeout=max(0.1, deadline - loop.time())) as r:
-                await r.run(function=dumps(_until_idle), kwargs=dumps({"timeout": deadline - loop.time()}))
+                await r.run(function=dumps(_until_quiet), kwargs=dumps({"timeout": deadline - loop.time()}))
         except OSError:  # gone already
             pass
 
@@ -205,7 +207,7 @@ async def _close_workers(scheduler, *, timeout: float = 20.0) -> None:
         for address, info in (await workers()).items():
             if loop.time() >= deadline:
                 return
-            await asyncio.wait_for(idle(address), deadline - loop.time())
+            await asyncio.wait_for(quiet(address), deadline - loop.time())
             if info.get("nanny"):
                 await asyncio.wait_for(terminate(info["nanny"]), deadline - loop.time())
             else:
@@ -217,8 +219,16 @@ async def _close_workers(scheduler, *, timeout: float = 20.0) -> None:
         return
 
 
-async def _until_idle(dask_worker, timeout: float) -> None:
-    """Return once no thread of ``dask_worker`` runs a task, or after ``timeout`` seconds."""
+async def _until_quiet(dask_worker, timeout: float) -> None:
+    """Return once no thread of ``dask_worker`` runs a task and its heartbeat has stopped, or
+    after ``timeout`` seconds.
+
+    The heartbeat is stopped here because a worker's own close only stops its timer: a
+    heartbeat already waiting for the scheduler's answer then has its connection closed under
+    it, and the worker logs "Failed to communicate with scheduler during heartbeat" with a
+    traceback (distributed 2026.8; dask/distributed#7192). So the timer is stopped and a
+    heartbeat on its way is let finish before the nanny is asked to end the worker.
+    """
     import asyncio
 
     loop = asyncio.get_running_loop()
@@ -226,6 +236,19 @@ async def _until_idle(dask_worker, timeout: float) -> None:
     state = getattr(dask_worker, "state", None)  # the worker's state machine (distributed >= 2022.11)
     while state is not None and (state.executing or state.long_running) and loop.time() < deadline:
         await asyncio.sleep(0.05)
+    heartbeat = getattr(dask_worker, "periodic_callbacks", {}).get("heartbeat")
+    if heartbeat is None:
+        return
+    heartbeat.stop()
+    on_its_way = [t for t in asyncio.all_tasks() if _runs_callback(t, heartbeat)]
+    if on_its_way and loop.time() < deadline:
+        await asyncio.wait(on_its_way, timeout=deadline - loop.time())
+
+
+def _runs_callback(task, periodic) -> bool:
+    """Whether ``task`` is a run of tornado's ``periodic`` callback (its ``_run`` coroutine)."""
+    frame = getattr(task.get_coro(), "cr_frame", None)
+    return frame is not None and frame.f_code.co_name == "_run" and frame.f_locals.get("self") is periodic
 
 
 def stop_workers(client, *, timeout: float = 20.0) -> None:
