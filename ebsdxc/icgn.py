@@ -101,17 +101,51 @@ def spline_coefficients(images):
     at the pixels and interpolates smoothly between them. NumPy in, NumPy out; CuPy in, CuPy out.
     """
     xp = _xp(images)
-    a = xp.asarray(images, dtype=xp.float64)
+    if xp is not np:
+        return _spline_coefficients_gpu(images)
+    a = np.asarray(images, dtype=np.float64)
     if a.ndim < 2:
         raise ValueError(f"images must have at least 2 dimensions (H, W), got shape {a.shape}")
-    if xp is np:
-        from scipy.ndimage import spline_filter1d
-    else:
-        from cupyx.scipy.ndimage import spline_filter1d
+    from scipy.ndimage import spline_filter1d
+
     for axis in (-2, -1):
         if a.shape[axis] > 1:
-            a = spline_filter1d(a, order=3, axis=axis, mode="mirror", output=xp.float64)
-    return a.astype(xp.float32)
+            a = spline_filter1d(a, order=3, axis=axis, mode="mirror", output=np.float64)
+    return a.astype(np.float32)
+
+
+def _spline_coefficients_gpu(images):
+    """:func:`spline_coefficients` on the GPU (kernels/spline_prefilter.cu): the columns' pass
+    into float64, the rows' pass into float32; float32 and float64 images are read as they are."""
+    import cupy as cp
+
+    from .kernel_loader import get_function
+
+    a = images if images.dtype in (cp.float32, cp.float64) else images.astype(cp.float32)
+    if a.ndim < 2:
+        raise ValueError(f"images must have at least 2 dimensions (H, W), got shape {a.shape}")
+    shape = a.shape
+    h, w = shape[-2:]
+    a = cp.ascontiguousarray(a).reshape(-1, h, w)
+    n = a.size
+    if n == 0:
+        return cp.empty(shape, dtype=cp.float32)
+    names = ("spline_prefilter<float, double>", "spline_prefilter<double, double>", "spline_prefilter<double, float>")
+    rows = n // w
+
+    def run(src, dst_dtype, along_x):
+        dst = cp.empty(src.shape, dtype=dst_dtype)
+        quads = rows * -(-w // 4) if along_x else (n // (h * w)) * -(-h // 4) * w  # 4 outputs a thread
+        name = f"spline_prefilter<{'float' if src.dtype == cp.float32 else 'double'}, " \
+               f"{'float' if dst_dtype == cp.float32 else 'double'}>"
+        get_function("spline_prefilter.cu", name, name_expressions=names)(
+            (min(-(-quads // 256), 1 << 20),), (256,), (src, dst, np.int64(quads), np.int32(h), np.int32(w),
+                                                         np.int32(along_x)))
+        return dst
+
+    a = run(a, cp.float64, 0) if h > 1 else a.astype(cp.float64)
+    a = run(a, cp.float32, 1) if w > 1 else a.astype(cp.float32)
+    return a.reshape(shape)
 
 
 def _mirror(i, n, xp):
@@ -297,6 +331,8 @@ def fit_warp(uv, uv_moved, valid, *, shape_function: str = "homography", reject:
                          "fit (as_quadratic)")
     uv = xp.asarray(uv, dtype=xp.float64)
     q = xp.asarray(uv_moved, dtype=xp.float64)
+    if xp is not np:
+        return _fit_warp_gpu(uv, q, xp.asarray(valid, dtype=bool), n, float(reject), float(floor))
     used = xp.asarray(valid, dtype=bool) & xp.isfinite(q).all(axis=-1)
     q = xp.where(used[..., None], q, 0.0)
     u, v = uv[:, 0], uv[:, 1]
@@ -333,6 +369,27 @@ def fit_warp(uv, uv_moved, valid, *, shape_function: str = "homography", reject:
         used[xp.arange(B)[drop], worst[drop]] = False
     H = xp.where(enough[:, None, None], H, xp.nan)
     return H, used & enough[:, None]
+
+
+def _fit_warp_gpu(uv, q, valid, n, reject, floor):
+    """:func:`fit_warp` on the GPU, a thread per problem (kernels/warp_fit.cu)."""
+    import cupy as cp
+
+    from .kernel_loader import get_function
+
+    B, m = q.shape[:2]
+    H = cp.empty((B, 3, 3), dtype=cp.float64)
+    used = cp.empty((B, m), dtype=cp.uint8)
+    if B == 0:
+        return H, used.astype(bool)
+    size = 8
+    while size < m:
+        size *= 2
+    fn = get_function("warp_fit.cu", "fit_warp", defines=(("NPARAM", n), ("MAXM", size)))
+    fn((-(-B // 64),), (64,), (cp.ascontiguousarray(uv), cp.ascontiguousarray(q),
+                              cp.ascontiguousarray(cp.broadcast_to(valid, (B, m)), dtype=cp.uint8), np.int32(B),
+                              np.int32(m), np.float64(reject), np.float64(floor), H, used))
+    return H, used.view(bool)
 
 
 # --------------------------------------------------------------------------- templates
@@ -580,21 +637,28 @@ def _sums_host(coef, tpl: Templates, tidx, midx, H):
 def _sums_gpu(coef, tpl: Templates, tidx, midx, H):
     import cupy as cp
 
-    from .kernel_loader import get_function
 
     n = tpl.n_param
     P, N = int(tidx.shape[0]), tpl.n_pixels
-    threads = 256
+    threads = 128  # the kernel's launch bounds
     blocks = max(1, min(64, -(-N // (threads * 8))))
     partial = cp.empty((P, blocks, n + 4), dtype=cp.float64)
-    fn = get_function("icgn.cu", "icgn_sums", defines=(("NPARAM", n),))
     _, h, w = coef.shape
-    fn((blocks, P), (threads,),
-       (cp.ascontiguousarray(coef), np.int32(h), np.int32(w),
-        *(cp.ascontiguousarray(a) for a in (tpl.u, tpl.v, tpl.f, tpl.fu, tpl.fv, tpl.w)),
-        cp.ascontiguousarray(tpl.origin), cp.ascontiguousarray(tpl.scale), np.int32(N),
-        tidx.astype(cp.int32), midx.astype(cp.int32), _kernel_warp(H), partial))
+    _kernel("icgn_sums", n)((blocks, P), (threads,),
+                            (cp.ascontiguousarray(coef), np.int32(h), np.int32(w),
+                             *(cp.ascontiguousarray(a) for a in (tpl.u, tpl.v, tpl.f, tpl.fu, tpl.fv, tpl.w)),
+                             cp.ascontiguousarray(tpl.origin), cp.ascontiguousarray(tpl.scale), np.int32(N),
+                             tidx.astype(cp.int32), midx.astype(cp.int32), _kernel_warp(H),
+                             cp.ones(P, dtype=cp.uint8), partial))
     return partial.sum(axis=1)
+
+
+def _kernel(name, n_param):
+    """``name`` of kernels/icgn.cu for ``n_param`` parameters (the update kernel: 3x3 warps only)."""
+    from .kernel_loader import get_function
+
+    names = ("icgn_sums",) if n_param == 12 else ("icgn_sums", "icgn_update")
+    return get_function("icgn.cu", name, name_expressions=names, defines=(("NPARAM", n_param),))
 
 
 def _kernel_warp(H):
@@ -610,6 +674,108 @@ def _sums(coef, tpl, tidx, midx, H):
     if _xp(coef) is np:
         return _sums_host(coef, tpl, tidx, midx, H)
     return _sums_gpu(coef, tpl, tidx, midx, H)
+
+
+@dataclass
+class _State:
+    """What :func:`register` updates per problem: warps, status, iterations, ZNCC, the fraction
+    off the image, and whether the problem still iterates."""
+
+    H: object
+    status: object
+    iterations: object
+    zncc: object
+    outside: object
+    active: object
+
+
+def _step(templates: Templates, S, tidx, idx, state: _State, shape, tolerance, max_outside):
+    """One IC-GN step of problems ``idx`` from their sums ``S`` (len(idx), n + 4): the
+    Gauss-Newton update, composed into ``state.H``; convergence and failure into the status
+    (kernels/icgn.cu's ``icgn_update`` is this step on the GPU)."""
+    xp = _xp(S)
+    n = templates.n_param
+    quadratic = n == 12
+    t, h = tidx[idx], state.H[idx]
+    sw, df = templates.sum_w[t], templates.delta_f[t]
+    a, c, hinv = templates.a[t], templates.c[t], templates.hessian_inv[t]
+    sfg = S[:, 2 + n]
+    out = S[:, 3 + n] / sw
+    part = out > 0
+    if bool(part.any()):
+        k = xp.nonzero(part)[0]
+        inside = _inside_constants(templates, t[k], h[k], shape, xp)
+        sw, df, a, c, hinv = (x.copy() for x in (sw, df, a, c, hinv))
+        sfg = sfg.copy()
+        sw[k], df[k], a[k], c[k], hinv[k] = (inside[name] for name in ("sum_w", "delta_f", "a", "c",
+                                                                        "hessian_inv"))
+        sfg[k] = sfg[k] - inside["shift"] * S[k, 0]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        gbar = S[:, 0] / sw
+        dg = xp.sqrt(xp.maximum(S[:, 1] - sw * gbar * gbar, 0.0))
+        state.zncc[idx] = sfg / (df * dg)
+        b = a - (df / dg)[:, None] * (S[:, 2:2 + n] - gbar[:, None] * c)
+    state.outside[idx] = out
+    with np.errstate(divide="ignore", invalid="ignore"):  # failed problems carry NaN; flagged below
+        dp = -(hinv @ b[..., None])[..., 0]
+        dH = parameters_to_warp(xp.nan_to_num(dp, nan=0.0), templates.shape_function)
+        Hn = h @ xp.linalg.inv(dH)
+        # back to a warp of the shape function (quadratic: its parameters, read from rows 4 and 5)
+        Hn = _quadratic_matrix(warp_parameters(Hn), xp) if quadratic else Hn / Hn[:, 2:3, 2:3]
+        Hn = xp.where(xp.isfinite(dp).all(axis=1)[:, None, None], Hn, xp.nan)
+    corners = templates.corners[t]
+    move = xp.linalg.norm(warp_points(Hn, corners) - warp_points(h, corners), axis=-1).max(axis=1)
+    move = move * templates.scale[t]
+    bad = ~(xp.isfinite(Hn).all(axis=(1, 2)) & xp.isfinite(move) & (dg > 0) & (df > 0))
+    left = (out > max_outside) & ~bad
+    state.H[idx] = xp.where((bad | left)[:, None, None], h, Hn)
+    state.iterations[idx] += 1
+    done = ~bad & ~left & (move < tolerance)
+    state.status[idx[bad]] = ICGN_FAILED
+    state.status[idx[left]] = ICGN_LEFT_IMAGE
+    state.status[idx[done]] = ICGN_CONVERGED
+    state.active[idx[bad | left | done]] = False
+
+
+def _iterate_gpu(templates: Templates, coef, tidx, midx, state: _State, max_iterations, tolerance, max_outside):
+    """:func:`register`'s iterations on the GPU for 3x3 warps: per iteration the sums kernel and
+    the update kernel over every problem (finished ones skip), and one wait for the device, for
+    how many are left. Problems with pixels off the image take :func:`_step` for that iteration."""
+    import cupy as cp
+
+    n = templates.n_param
+    P, N = int(tidx.shape[0]), templates.n_pixels
+    threads = 128  # the kernel's launch bounds
+    blocks = max(1, min(64, -(-N // (threads * 8))))
+    sums, update = _kernel("icgn_sums", n), _kernel("icgn_update", n)
+    partial = cp.empty((P, blocks, n + 4), dtype=cp.float64)
+    _, h, w = coef.shape
+    coef = cp.ascontiguousarray(coef)
+    pixels = [cp.ascontiguousarray(a) for a in (templates.u, templates.v, templates.f, templates.fu, templates.fv,
+                                                templates.w)]
+    origin, scale = cp.ascontiguousarray(templates.origin), cp.ascontiguousarray(templates.scale)
+    constants = [cp.ascontiguousarray(a, dtype=cp.float64) for a in (templates.sum_w, templates.delta_f, templates.a,
+                                                                      templates.c, templates.hessian_inv,
+                                                                      templates.corners)]
+    t32, m32 = tidx.astype(cp.int32), midx.astype(cp.int32)
+    active = state.active.view(cp.uint8)  # bool and uint8 share their bytes
+    needs_inside = cp.zeros(P, dtype=cp.uint8)
+    counts = cp.zeros(2, dtype=cp.int32)
+    for _ in range(max_iterations):
+        sums((blocks, P), (threads,), (coef, np.int32(h), np.int32(w), *pixels, origin, scale, np.int32(N), t32,
+                                       m32, state.H, active, partial))
+        counts.fill(0)
+        update((-(-P // 128),), (128,), (partial, np.int32(blocks), t32, np.int32(P), *constants, scale,
+                                         np.float64(tolerance), state.H, state.status, state.iterations,
+                                         state.zncc, state.outside, active, needs_inside, counts))
+        left, flagged = (int(v) for v in counts.get())
+        if flagged:
+            idx = cp.nonzero(needs_inside)[0]
+            needs_inside[idx] = 0
+            _step(templates, partial[idx].sum(axis=1), tidx, idx, state, coef.shape[1:], tolerance, max_outside)
+            left += int(state.active[idx].sum())
+        if not left:
+            break
 
 
 @dataclass
@@ -682,50 +848,17 @@ def register(templates: Templates, coefficients, *, template_index, image_index=
     start = xp.isfinite(H).all(axis=(1, 2))
     status[~start] = ICGN_NO_START
     active = start.copy()
-    for _ in range(int(max_iterations)):
-        idx = xp.nonzero(active)[0]
-        if idx.size == 0:
-            break
-        t, h = tidx[idx], H[idx]
-        S = _sums(coefficients, templates, t, midx[idx], h)
-        sw, df = templates.sum_w[t], templates.delta_f[t]
-        a, c, hinv = templates.a[t], templates.c[t], templates.hessian_inv[t]
-        sfg = S[:, 2 + n]
-        out = S[:, 3 + n] / sw
-        part = out > 0
-        if bool(part.any()):
-            k = xp.nonzero(part)[0]
-            inside = _inside_constants(templates, t[k], h[k], coefficients.shape[1:], xp)
-            sw, df, a, c, hinv = (x.copy() for x in (sw, df, a, c, hinv))
-            sfg = sfg.copy()
-            sw[k], df[k], a[k], c[k], hinv[k] = (inside[name] for name in ("sum_w", "delta_f", "a", "c",
-                                                                            "hessian_inv"))
-            sfg[k] = sfg[k] - inside["shift"] * S[k, 0]
-        with np.errstate(divide="ignore", invalid="ignore"):
-            gbar = S[:, 0] / sw
-            dg = xp.sqrt(xp.maximum(S[:, 1] - sw * gbar * gbar, 0.0))
-            zncc[idx] = sfg / (df * dg)
-            b = a - (df / dg)[:, None] * (S[:, 2:2 + n] - gbar[:, None] * c)
-        outside[idx] = out
-        with np.errstate(divide="ignore", invalid="ignore"):  # failed problems carry NaN; flagged below
-            dp = -(hinv @ b[..., None])[..., 0]
-            dH = parameters_to_warp(xp.nan_to_num(dp, nan=0.0), templates.shape_function)
-            Hn = h @ xp.linalg.inv(dH)
-            # back to a warp of the shape function (quadratic: its parameters, read from rows 4 and 5)
-            Hn = _quadratic_matrix(warp_parameters(Hn), xp) if quadratic else Hn / Hn[:, 2:3, 2:3]
-            Hn = xp.where(xp.isfinite(dp).all(axis=1)[:, None, None], Hn, xp.nan)
-        corners = templates.corners[t]
-        move = xp.linalg.norm(warp_points(Hn, corners) - warp_points(h, corners), axis=-1).max(axis=1)
-        move = move * templates.scale[t]
-        bad = ~(xp.isfinite(Hn).all(axis=(1, 2)) & xp.isfinite(move) & (dg > 0) & (df > 0))
-        left = (out > max_outside) & ~bad
-        H[idx] = xp.where((bad | left)[:, None, None], h, Hn)
-        iterations[idx] += 1
-        done = ~bad & ~left & (move < tolerance)
-        status[idx[bad]] = ICGN_FAILED
-        status[idx[left]] = ICGN_LEFT_IMAGE
-        status[idx[done]] = ICGN_CONVERGED
-        active[idx[bad | left | done]] = False
+    state = _State(H, status, iterations, zncc, outside, active)
+    if xp is not np and not quadratic:
+        _iterate_gpu(templates, coefficients, tidx, midx, state, int(max_iterations), float(tolerance),
+                     float(max_outside))
+    else:
+        for _ in range(int(max_iterations)):
+            idx = xp.nonzero(active)[0]
+            if idx.size == 0:
+                break
+            S = _sums(coefficients, templates, tidx[idx], midx[idx], H[idx])
+            _step(templates, S, tidx, idx, state, coefficients.shape[1:], tolerance, max_outside)
     failed = status != ICGN_CONVERGED
     warp = xp.where(failed[:, None, None] & (status != ICGN_MAX_ITERATIONS)[:, None, None], xp.nan, H)
     warp = xp.where(start[:, None, None], warp, xp.nan)

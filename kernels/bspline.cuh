@@ -28,13 +28,24 @@ __device__ __forceinline__ double bspline_sample(const float* __restrict__ c, do
     bspline_weights(x - fx, wx);
     bspline_weights(y - fy, wy);
     const int ix = (int)fx - 1, iy = (int)fy - 1;
-    int cols[4];
+    int cols[4], rows[4];
+    if (ix >= 0 && iy >= 0 && ix + 3 < width && iy + 3 < height) {  // most pixels: no mirroring
 #pragma unroll
-    for (int a = 0; a < 4; ++a) cols[a] = mirror(ix + a, width);
+        for (int a = 0; a < 4; ++a) {
+            cols[a] = ix + a;
+            rows[a] = iy + a;
+        }
+    } else {
+#pragma unroll
+        for (int a = 0; a < 4; ++a) {
+            cols[a] = mirror(ix + a, width);
+            rows[a] = mirror(iy + a, height);
+        }
+    }
     double g = 0.0;
 #pragma unroll
     for (int b = 0; b < 4; ++b) {
-        const float* row = c + (long long)mirror(iy + b, height) * width;
+        const float* row = c + (long long)rows[b] * width;
         double r = 0.0;
 #pragma unroll
         for (int a = 0; a < 4; ++a) r += wx[a] * (double)__ldg(row + cols[a]);

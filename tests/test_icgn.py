@@ -185,3 +185,126 @@ def _on_device(tpl, cp):
 
     host = {f.name: getattr(tpl, f.name) for f in dataclasses.fields(tpl)}
     return dataclasses.replace(tpl, **{k: cp.asarray(v) for k, v in host.items() if isinstance(v, np.ndarray)})
+
+
+def _mixed_problems(shape_function, seed=3):
+    """Problems with every outcome: starts at and near the truth (converge), starts that put part
+    of the template off the image (constants over the pixels left inside), starts far enough off
+    to leave it, an image with no contrast (fails), no start; 2 templates, 7 images."""
+    rng = np.random.default_rng(seed)
+    n = icgn.SHAPE_FUNCTIONS[shape_function]
+    refs = np.stack([_pair(np.zeros(n), shape_function, seed=s)[0] for s in range(2)])
+    imgs, truth = [], []
+    for k in range(6):
+        p = rng.normal(scale=0.01, size=n)
+        p[[2, 5]] = rng.normal(scale=0.05, size=2)
+        _, img, Ht = _pair(p, shape_function, seed=k % 2)
+        imgs.append(img)
+        truth.append(Ht)
+    imgs.append(np.zeros_like(imgs[0]))
+    tidx, midx, H0 = [], [], []
+    for k in range(6):
+        for off in ((0, 0), (0.01, -0.01), (0.2, 0.1), (-0.25, 0.0), (0.7, 0.0)):
+            T = truth[k].copy()
+            T[:2, 2] += off
+            tidx.append(k % 2)
+            midx.append(k)
+            H0.append(T)
+    tidx += [0, 1]
+    midx += [6, 0]
+    H0 += [np.eye(3), np.full((3, 3), np.nan)]
+    return refs, np.stack(imgs), np.array(tidx), np.array(midx), np.stack(H0)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("shape_function", ["homography", "affine"])
+@pytest.mark.parametrize("max_iterations", [50, 2])
+def test_gpu_iterations_match_the_host_problem_by_problem(shape_function, max_iterations):
+    """The GPU's iterations (sums and update kernels, one wait per iteration; problems partly off
+    the image through the host's step) against the NumPy path: every status and iteration count,
+    and the warps, ZNCC and fraction outside."""
+    cp = pytest.importorskip("cupy")
+
+    refs, imgs, tidx, midx, H0 = _mixed_problems(shape_function)
+    coef = icgn.spline_coefficients(imgs)
+    tpl_h = icgn.make_templates(refs, pixels=_disc(40), origin=ORIGIN, scale=S, shape_function=shape_function)
+    want = icgn.register(tpl_h, coef, template_index=tidx, image_index=midx, initial=H0,
+                         max_iterations=max_iterations)
+    got = icgn.register(_on_device(tpl_h, cp), cp.asarray(coef), template_index=cp.asarray(tidx),
+                        image_index=cp.asarray(midx), initial=cp.asarray(H0), max_iterations=max_iterations)
+    got = {k: getattr(got, k).get() for k in ("warp", "iterations", "status", "zncc", "outside")}
+    # every outcome is there, and problems reached the path of constants over the pixels inside
+    codes = set(want.status.tolist())
+    assert {icgn.ICGN_CONVERGED, icgn.ICGN_MAX_ITERATIONS, icgn.ICGN_FAILED, icgn.ICGN_NO_START} <= codes
+    assert max_iterations == 2 or icgn.ICGN_LEFT_IMAGE in codes
+    assert (want.outside > 0).sum() >= 5
+    np.testing.assert_array_equal(got["status"], want.status)
+    np.testing.assert_array_equal(got["iterations"], want.iterations)
+    np.testing.assert_array_equal(np.isnan(got["warp"]), np.isnan(want.warp))
+    np.testing.assert_allclose(got["warp"], want.warp, rtol=0, atol=1e-9)
+    np.testing.assert_allclose(got["zncc"], want.zncc, rtol=1e-6, equal_nan=True)
+    np.testing.assert_allclose(got["outside"], want.outside, rtol=1e-6, atol=1e-7)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("shape", [(3, 1, 7), (2, 5, 1), (1, 1, 1), (2, 17, 23), (4, 64, 96), (1, 301, 257),
+                                   (2, 3, 40, 29)])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.uint16, np.int16])
+def test_gpu_spline_coefficients_match_scipy_in_float64(shape, dtype):
+    """kernels/spline_prefilter.cu (a 29-tap cut of the exact prefilter) against scipy's recursive
+    filter in float64, mirror boundaries, shorter lines than the taps included."""
+    cp = pytest.importorskip("cupy")
+
+    rng = np.random.default_rng(len(shape) * 100 + shape[-1])
+    x = rng.normal(100, 30, size=shape)
+    x = x.astype(dtype) if np.dtype(dtype).kind == "f" else np.rint(x).astype(dtype)
+    want = icgn.spline_coefficients(x)
+    got = icgn.spline_coefficients(cp.asarray(x))
+    assert got.dtype == cp.float32 and got.shape == x.shape
+    # float32 rounding of the result; the taps left out are below 1e-8 of the largest value
+    np.testing.assert_allclose(got.get(), want, rtol=0, atol=1.5e-7 * np.abs(want).max())
+
+
+@pytest.mark.gpu
+def test_gpu_spline_coefficients_of_real_patterns():
+    """kikuchipy's nine real Ni patterns (uint8): the GPU's coefficients are scipy's, in float64."""
+    cp = pytest.importorskip("cupy")
+    from real_patterns import ni_patterns
+    from scipy.ndimage import spline_filter
+
+    p = ni_patterns()
+    want = np.stack([spline_filter(q.astype(np.float64), order=3, mode="mirror", output=np.float64) for q in p])
+    got = icgn.spline_coefficients(cp.asarray(p)).get()
+    np.testing.assert_allclose(got, want, rtol=0, atol=1.5e-7 * np.abs(want).max())
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("shape_function", ["homography", "affine"])
+@pytest.mark.parametrize("m", [25, 49, 9])
+def test_gpu_fit_warp_matches_the_host_fit(shape_function, m):
+    """kernels/warp_fit.cu against the NumPy fit: the same points dropped and the same warps, over
+    problems with no outlier, one, several, NaN matches, and too few matches to fit."""
+    cp = pytest.importorskip("cupy")
+
+    rng = np.random.default_rng(m)
+    n = icgn.SHAPE_FUNCTIONS[shape_function]
+    side = int(round(np.sqrt(m)))
+    g = np.linspace(-0.7, 0.7, side)
+    uv = np.stack(np.meshgrid(g, g), -1).reshape(-1, 2)
+    B = 400
+    p = rng.normal(scale=0.01, size=(B, n))
+    moved = icgn.warp_points(icgn.parameters_to_warp(p, shape_function), uv)
+    moved += rng.normal(scale=2e-4, size=moved.shape)
+    bad = rng.random((B, m)) < 0.08  # gross errors, of a few to a hundred noise levels
+    moved[bad] += rng.normal(scale=0.01, size=(bad.sum(), 2)) * rng.choice([0.3, 3.0], size=(bad.sum(), 1))
+    moved[rng.random((B, m)) < 0.02] = np.nan
+    valid = rng.random((B, m)) > 0.05
+    valid[:8, 2:] = False  # two points left: too few for any warp
+    want_H, want_used = icgn.fit_warp(uv, moved, valid, shape_function=shape_function, floor=1e-3)
+    got_H, got_used = icgn.fit_warp(cp.asarray(uv), cp.asarray(moved), cp.asarray(valid),
+                                    shape_function=shape_function, floor=1e-3)
+    assert (want_used != valid).sum() > B // 4  # the test drops points, NaN ones and outliers
+    np.testing.assert_array_equal(got_used.get(), want_used)
+    np.testing.assert_array_equal(np.isnan(got_H.get()), np.isnan(want_H))
+    assert np.isnan(want_H[:8]).all() and np.isfinite(want_H[8:]).all()
+    np.testing.assert_allclose(got_H.get(), want_H, rtol=0, atol=1e-12)
