@@ -1,0 +1,8 @@
+pip install -q --no-index --no-deps --target /tmp/site $(ls .whl/*.whl | grep -v kikuchipy) 2>&1 | grep -v WARN | tail -2; pip install -q --no-index --no-deps --target /tmp/kp .whl/kikuchipy*.whl 2>&1 | grep -v WARN | tail -1
+export PYTHONPATH=$PWD:/tmp/site:/tmp/kp
+nvidia-smi --query-gpu=name,power.limit --format=csv,noheader; echo "rev $(cat .scratch/rev) + working tree"
+timeout 240 python3 -m pytest -n 8 -m gpu -q -p no:cacheprovider -rfE --tb=short tests/test_icgn.py tests/test_icgn_quadratic.py tests/test_refine.py tests/test_subset_icgn.py tests/test_dic.py tests/test_dic_propagation.py tests/test_dic_tiles.py tests/test_pc_calibration.py tests/run/test_simulated_references.py 2>&1 | grep -v Benchmark | tail -25
+echo "=== new"; python3 .scratch/s30/icgn_prof.py 256 1024 3 2>&1 | grep -v Warning
+python3 .scratch/s30/icgn_prof.py 512 256 3 2>&1 | grep -v Warning
+echo "=== ncu icgn_sums 512 batch 256"
+timeout 200 ncu -k icgn_sums -s 6 -c 1 --section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats --section ComputeWorkloadAnalysis python3 .scratch/s30/icgn_prof.py 512 256 1 2>&1 | grep -v "^==PROF==\|Warning" | tail -90
