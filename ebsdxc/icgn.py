@@ -41,7 +41,11 @@ band-limited content of Kikuchi patterns (Schreier, Braasch & Sutton 2000, who s
 systematic phase error falling with spline order), which is what sub-1e-5 strain needs.
 The template's gradients are the exact derivatives of its own B-spline at the pixels.
 The sums of an iteration run in one fused CUDA kernel on the GPU (``kernels/icgn.cu``) and in
-vectorised NumPy on the CPU, in float64; images and templates are float32.
+vectorised NumPy on the CPU, in float64; images and templates are float32. On the GPU the rest
+of an iteration (the step, its composition, convergence) is a second kernel for 3x3 warps, so
+an iteration waits for the device once; the starting-warp fit (``kernels/warp_fit.cu``) and
+the B-spline coefficients (``kernels/spline_prefilter.cu``) are kernels too. The NumPy code is
+the oracle each of them is tested against.
 
 Pixels whose warped position leaves the image are left out, exactly: for such a problem the
 template's own constants (mean, norm, ``sum w J f~``, ``sum w J``, the Hessian) are recomputed

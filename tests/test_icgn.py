@@ -308,3 +308,39 @@ def test_gpu_fit_warp_matches_the_host_fit(shape_function, m):
     np.testing.assert_array_equal(np.isnan(got_H.get()), np.isnan(want_H))
     assert np.isnan(want_H[:8]).all() and np.isfinite(want_H[8:]).all()
     np.testing.assert_allclose(got_H.get(), want_H, rtol=0, atol=1e-12)
+
+
+@pytest.mark.gpu
+def test_gpu_iterations_on_real_patterns_match_the_host():
+    """kikuchipy's nine real Ni patterns, every pair registered (as tests/test_refine.py does on
+    the CPU): the GPU's iterations give the NumPy path's statuses, and its warps where both
+    converged."""
+    cp = pytest.importorskip("cupy")
+    from real_patterns import ni_patterns
+
+    from ebsdxc.backend import select_backend
+    from ebsdxc.preprocess import PatternPreprocessor, PreprocessConfig
+
+    pre = PatternPreprocessor(PreprocessConfig(dynamic_background_sigma=6.0), select_backend("cpu"))
+    p = np.asarray(pre(ni_patterns().astype(np.float32)))
+    h, w = p.shape[1:]
+    o, s = np.array([(w - 1) / 2, (h - 1) / 2]), max(h, w) / 2
+    yy, xx = np.mgrid[5:h - 5, 5:w - 5]
+    pix = np.stack([xx.ravel(), yy.ravel()], -1)
+    tpl = icgn.make_templates(p, pixels=pix, origin=o, scale=s)
+    coef = icgn.spline_coefficients(p)
+    j, k = (a.ravel() for a in np.meshgrid(np.arange(9), np.arange(9), indexing="ij"))
+    H0 = np.repeat(np.eye(3)[None], 81, 0)
+    kw = dict(tolerance=1e-3, max_iterations=200)
+    want = icgn.register(tpl, coef, template_index=j, image_index=k, initial=H0, **kw)
+    got = icgn.register(_on_device(tpl, cp), cp.asarray(coef), template_index=cp.asarray(j),
+                        image_index=cp.asarray(k), initial=cp.asarray(H0), **kw)
+    np.testing.assert_array_equal(got.status.get(), want.status)
+    both = want.status == icgn.ICGN_CONVERGED
+    assert both.sum() > 70
+    same = both & (got.iterations.get() == want.iterations)
+    assert same.sum() >= both.sum() - 2  # pairs that creep may stop an iteration apart
+    c = tpl.corners[0]
+    gap = np.abs(icgn.warp_points(got.warp.get(), c) - icgn.warp_points(want.warp, c)).max(axis=(1, 2)) * s
+    assert gap[same].max() < 1e-8  # px
+    assert gap[both].max() < 2e-3  # px: an iteration apart moves no corner by more than the tolerance
