@@ -299,6 +299,43 @@ def _divide_by_blur(x, blur, xp):
     return out
 
 
+def _fill_gpu(x, ok, n_ok=None):
+    """(B, H, W) patterns of any real dtype -> float32, every pixel not ``ok`` set to the mean of
+    its pattern's ``ok`` pixels (summed in float64): one reduction, one pass. ``ok``: the (H, W)
+    screen with its pixel count ``n_ok``, or (B, H, W) usable pixels, counted here."""
+    import cupy as cp
+
+    B, H, W = x.shape
+    x = cp.ascontiguousarray(x)
+    ok = cp.ascontiguousarray(ok)
+    n_ok = cp.maximum(ok.sum(axis=(1, 2), dtype=cp.float64), 1.0) if n_ok is None else max(n_ok, 1)
+    fill = (_masked_sum_kernel()(x, ok, axis=(1, 2)) / n_ok).astype(cp.float32)
+    per_pattern = ok.ndim == 3
+    return _fill_kernel(x.size >= 2 ** 31, per_pattern)(x, ok, fill, H * W, size=x.size).reshape(B, H, W)
+
+
+@functools.cache
+def _masked_sum_kernel():
+    import cupy as cp
+
+    return cp.ReductionKernel("T x, bool m", "float64 y", "m ? (double)x : 0.0", "a + b", "y = a", "0",
+                              "ebsdxc_masked_sum")
+
+
+@functools.cache
+def _fill_kernel(wide, per_pattern):
+    import cupy as cp
+
+    index = "long long" if wide else "unsigned int"  # 32-bit divisions where the arrays allow them
+    ok = "m[k]" if per_pattern else "m[k - b * hw_]"
+    return cp.ElementwiseKernel(
+        "raw T x, raw bool m, raw float32 fill, int64 hw", "float32 out",
+        f"""
+        {index} k = i, hw_ = ({index})hw, b = k / hw_;
+        out = {ok} ? (float)x[k] : fill[b];
+        """, f"ebsdxc_fill_{'wide' if wide else 'narrow'}_{'per_pattern' if per_pattern else 'screen'}")
+
+
 @functools.cache
 def _absmax_kernel():
     import cupy as cp
@@ -655,6 +692,7 @@ class PatternPreprocessor:
         self._bg_finite = self._bg is None or bool(xp.isfinite(self._bg).all())
         self._filters = {}
         self._bands = {}  # (key, padded shape) -> half-spectrum columns kept, or None: all
+        self._screen_counts = {}  # mask shape -> pixels on the screen
         self._masks = {}
 
     @property
@@ -812,9 +850,18 @@ class PatternPreprocessor:
     def _fill_off_screen(self, x, ok):
         # Off-screen (and bad) pixels take the mean of the usable on-screen pixels; no sync.
         xp = self.backend.xp
+        if xp is not np:  # one reduction and one pass, any dtype
+            return _fill_gpu(x, ok, self._screen_pixels(ok) if ok.ndim == 2 else None)
         n_ok = xp.maximum(ok.sum(axis=(-2, -1), keepdims=True, dtype=xp.float32), xp.float32(1))
         fill = xp.where(ok, x, xp.float32(0)).sum(axis=(-2, -1), keepdims=True, dtype=xp.float32) / n_ok
         return xp.where(ok, x, fill).astype(xp.float32, copy=False)
+
+    def _screen_pixels(self, mask):
+        # pixels on the screen, counted once per mask (a count on the device would be a sync)
+        key = tuple(mask.shape)
+        if key not in self._screen_counts:
+            self._screen_counts[key] = int(mask.sum())
+        return self._screen_counts[key]
 
     def correct(self, x, *, finite=False):
         """(B, H', W') patterns, converted (or of any real dtype, converted here) -> (B, H', W')
@@ -831,8 +878,9 @@ class PatternPreprocessor:
         # Integer patterns on the GPU meet only Fourier filters here: the pad and the division
         # convert them as they read them, and no pass converts the batch first (0.64 ms of a
         # 512 x 512 x 512 batch, H200).
-        if not (finite and filters and xp is not np and x.dtype.kind in "ui" and self._bg is None
-                and c.mask is None):
+        # So are integer patterns that meet the screen mask first: its fill converts them.
+        if not (finite and xp is not np and x.dtype.kind in "ui" and self._bg is None
+                and (c.mask is not None or filters)):
             x = x.astype(xp.float32, copy=False)
         if self._bg is not None:
             x = x - self._bg if c.static_operation == "subtract" else x / self._bg

@@ -201,3 +201,61 @@ def test_screen_mask_in_stored_pixels(be, f):
     pats = seeded("sm", f).uniform(0, 10, (2,) + raw)
     out = host(pp(be.xp.asarray(pats)))
     np.testing.assert_allclose(out, fill_oracle(bin_oracle(pats, f), m), rtol=2e-6)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [np.uint8, np.uint16, np.int16, np.float32])
+@pytest.mark.parametrize("shape", [(96, 110), (1, 6), (33, 20)])
+def test_gpu_fill_of_the_screen_mask_against_the_oracle(dtype, shape):
+    """The GPU's fill for the screen mask (one float64 reduction, one pass that converts as it
+    fills; both index widths): on-screen pixels converted bit for bit, off-screen ones the mean
+    of the pattern's on-screen pixels."""
+    cp = pytest.importorskip("cupy")
+    from ebsdxc.preprocess import _fill_gpu, _fill_kernel
+
+    rng = seeded("gpu-fill", shape, np.dtype(dtype).name)
+    lo, hi = (-300, 300) if dtype == np.int16 else (0, 250)
+    x = rng.uniform(lo, hi, (4,) + shape)
+    x = x.astype(dtype) if dtype == np.float32 else np.rint(x).astype(dtype)
+    mask = mask_oracle(shape)
+    want = fill_oracle(x, mask)
+    got = _fill_gpu(cp.asarray(x), cp.asarray(mask), int(mask.sum())).get()
+    assert got.dtype == np.float32
+    np.testing.assert_array_equal(got[:, mask], x.astype(np.float32)[:, mask])
+    np.testing.assert_allclose(got, want, rtol=1e-6 if mask.any() else 0)
+    fill = cp.asarray(want[:, ~mask][:, :1].astype(np.float32).ravel() if (~mask).any() else np.zeros(4, np.float32))
+    wide = _fill_kernel(True, False)(cp.asarray(x), cp.asarray(mask), fill, mask.size, size=x.size).get()
+    np.testing.assert_array_equal(wide.reshape(x.shape)[:, mask], x.astype(np.float32)[:, mask])
+    # usable pixels per pattern (the screen less NaN found in float patterns), counted on the device
+    ok = np.broadcast_to(mask, x.shape).copy()
+    ok[1, :, : shape[1] // 2] = False
+    ok[2] = False
+    got = _fill_gpu(cp.asarray(x), cp.asarray(ok)).get()
+    want = np.stack([np.where(o, p, p[o].astype(np.float64).mean() if o.any() else 0.0) for p, o in zip(x, ok)])
+    np.testing.assert_allclose(got, want, rtol=1e-6)
+    np.testing.assert_array_equal(got[ok], x.astype(np.float32)[ok])
+    wide = _fill_kernel(True, True)(cp.asarray(x), cp.asarray(ok), cp.asarray(got[:, 0, 0]), mask.size,
+                                    size=x.size).get()
+    np.testing.assert_array_equal(wide.reshape(x.shape)[ok], x.astype(np.float32)[ok])
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [np.uint8, np.uint16, np.int16])
+@pytest.mark.parametrize("opts", [{}, dict(dynamic_background_sigma=6.0), dict(bandpass=(1.0, 10.0))],
+                         ids=["mask", "dynamic", "gaussian-bp"])
+def test_gpu_integer_patterns_with_a_screen_mask_match_the_cpu(dtype, opts):
+    """Integer patterns meet the screen mask unconverted on the GPU (its fill converts them):
+    the whole preprocessing gives the CPU's result, and one off-screen value per pattern."""
+    cp = pytest.importorskip("cupy")
+    from ebsdxc.backend import select_backend
+
+    shape, R = (96, 110), 44.0
+    scale = 200 if dtype == np.uint8 else 3000
+    pats = np.stack([disk_pattern(shape, R, s)[0] for s in range(3)])
+    pats = np.rint(pats / pats.max() * scale).astype(dtype)
+    cfg = PreprocessConfig(mask="circle", mask_radius=R, **opts)
+    cpu = np.asarray(PatternPreprocessor(cfg, select_backend("cpu"))(pats))
+    gpu = PatternPreprocessor(cfg, select_backend("cuda"))(cp.asarray(pats)).get()
+    np.testing.assert_allclose(gpu, cpu, rtol=0, atol=2e-6 * np.abs(cpu).max())
+    off = ~mask_oracle(shape, radius=R)
+    assert all(np.ptp(g[off]) == 0 for g in gpu)
