@@ -16,7 +16,27 @@ import numpy as np
 
 from .errors import InputError
 
-__all__ = ["Backend", "select_backend", "gpu_available", "is_out_of_memory", "pinned_empty"]
+__all__ = ["Backend", "select_backend", "gpu_available", "is_out_of_memory", "pinned_empty", "array_module",
+           "to_host"]
+
+
+def array_module(*arrays):
+    """NumPy, or CuPy where one of ``arrays`` is a CuPy array: the module that computes on them.
+
+    CuPy is imported only when the caller already holds CuPy arrays, so NumPy callers never
+    pay for its import (or need it installed).
+    """
+    for a in arrays:
+        if type(a).__module__.startswith("cupy"):
+            import cupy
+
+            return cupy
+    return np
+
+
+def to_host(a) -> np.ndarray:
+    """``a`` as a NumPy array: copied from the device if it is a CuPy array."""
+    return a.get() if type(a).__module__.startswith("cupy") else np.asarray(a)
 
 
 def _load_cupy():

@@ -18,6 +18,8 @@ import functools
 
 import numpy as np
 
+from .backend import array_module
+
 __all__ = ["LAUE_GROUPS", "euler_to_matrix", "laue_group", "matrix_to_euler", "misorientation_angle",
            "rotation_angle", "rotation_from_vector", "symmetry_operators"]
 
@@ -119,15 +121,6 @@ def symmetry_operators(laue) -> np.ndarray:
     return _operators(laue_group(laue))
 
 
-def _xp(*arrays):
-    for a in arrays:
-        if type(a).__module__.startswith("cupy"):
-            import cupy
-
-            return cupy
-    return np
-
-
 def euler_to_matrix(euler_deg, *, xp=None):
     """Orientation matrices ``g`` (sample -> crystal) of Bunge Euler angles in degrees.
 
@@ -142,7 +135,7 @@ def euler_to_matrix(euler_deg, *, xp=None):
         ``g = Rz(phi2) Rx(Phi) Rz(phi1)`` (passive rotations), equal to orix's
         ``Rotation.from_euler(np.radians(euler)).to_matrix()``.
     """
-    xp = xp or _xp(euler_deg)
+    xp = xp or array_module(euler_deg)
     e = xp.deg2rad(xp.asarray(euler_deg, dtype=xp.float64))
     if e.shape[-1:] != (3,):
         raise ValueError(f"euler_deg must have a last axis of 3 (phi1, Phi, phi2), got shape {e.shape}")
@@ -160,7 +153,7 @@ def matrix_to_euler(g, *, xp=None):
     Returns ``(..., 3)`` with ``phi1, phi2`` in [0, 360) and ``Phi`` in [0, 180]. Where ``Phi``
     is 0 or 180 only ``phi1 +- phi2`` is defined: ``phi2`` is set to 0.
     """
-    xp = xp or _xp(g)
+    xp = xp or array_module(g)
     g = xp.asarray(g, dtype=xp.float64)
     if g.shape[-2:] != (3, 3):
         raise ValueError(f"g must have shape (..., 3, 3), got {g.shape}")
@@ -180,7 +173,7 @@ def matrix_to_euler(g, *, xp=None):
 def rotation_from_vector(w, *, xp=None):
     """Rotation matrices (..., 3, 3) of rotation vectors ``w`` (..., 3): axis times angle in
     radians (Rodrigues' formula), NumPy or CuPy."""
-    xp = xp or _xp(w)
+    xp = xp or array_module(w)
     w = xp.asarray(w, dtype=xp.float64)
     theta = xp.linalg.norm(w, axis=-1)[..., None, None]
     k = xp.zeros(w.shape[:-1] + (3, 3))
@@ -198,7 +191,7 @@ def rotation_angle(R, *, xp=None):
     From both the trace and the antisymmetric part, so small angles keep full precision
     (``arccos`` of the trace alone loses half the digits near 0).
     """
-    xp = xp or _xp(R)
+    xp = xp or array_module(R)
     R = xp.asarray(R, dtype=xp.float64)
     cos = (R[..., 0, 0] + R[..., 1, 1] + R[..., 2, 2] - 1.0) / 2.0
     ax = xp.stack([R[..., 2, 1] - R[..., 1, 2], R[..., 0, 2] - R[..., 2, 0], R[..., 1, 0] - R[..., 0, 1]], axis=-1)
@@ -222,7 +215,7 @@ def misorientation_angle(g1, g2, laue="m-3m", *, xp=None):
     (...) float64 array
         ``min_S angle(S g2 g1^T)`` over the proper rotations ``S`` of the group, in [0, pi].
     """
-    xp = xp or _xp(g1, g2)
+    xp = xp or array_module(g1, g2)
     g1 = xp.asarray(g1, dtype=xp.float64)
     g2 = xp.asarray(g2, dtype=xp.float64)
     if g1.shape[-2:] != (3, 3) or g2.shape[-2:] != (3, 3):

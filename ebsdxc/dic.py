@@ -41,16 +41,13 @@ import numpy as np
 
 from . import icgn, subset_icgn
 from . import status as st
+from .backend import array_module, to_host
 
 __all__ = ["DicConfig", "SHAPE_FUNCTIONS", "GUESSES", "STARTS", "polygon_mask", "subset_grid", "coarse_shift",
            "binning_factor", "binned_shift", "integer_start", "match_subsets", "SubsetMatch"]
 
 SHAPE_FUNCTIONS = ("affine", "quadratic")
 GUESSES = ("propagate", "search")
-
-
-def _xp(a):
-    return __import__("cupy") if type(a).__module__.startswith("cupy") else np
 
 
 def _whole(v) -> bool:
@@ -244,7 +241,7 @@ def coarse_shift(reference, image, *, coarse_size: int = 512):
     """The rigid shift ``[dx, dy]`` px (float, a whole multiple of the binning) of ``image``
     against ``reference``: the peak of the whole-image normalised cross-correlation of both
     binned to at most ``coarse_size`` px, searched up to half the image."""
-    xp = _xp(image)
+    xp = array_module(image)
     a, k = _bin_to(xp.asarray(reference, dtype=xp.float64), coarse_size, xp)
     b, _ = _bin_to(xp.asarray(image, dtype=xp.float64), coarse_size, xp)
     return binned_shift(a, b, k)
@@ -258,7 +255,7 @@ def binning_factor(shape, coarse_size: int) -> int:
 def binned_shift(a, b, k):
     """:func:`coarse_shift` of images already binned ``k`` times (``a`` the reference's, ``b``
     the frame's, float64, the same shape): ``[dx, dy]`` px of the full images."""
-    xp = _xp(b)
+    xp = array_module(b)
     h, w = a.shape
     win = xp.asarray(np.outer(np.hanning(h), np.hanning(w)))
     a = (a - a.mean()) * win
@@ -284,7 +281,7 @@ def integer_start(reference, image, points, *, subset: int, search: int, shift=(
     """Integer displacement of each subset (N, 2) [dx, dy], and whether its best match lay on the
     edge of the +-``search`` window (N,) bool, by zero-mean normalised cross-correlation around
     ``shift``. Subsets whose window leaves the frame are searched within what the frame holds."""
-    xp = _xp(image)
+    xp = array_module(image)
     ref = xp.asarray(reference, dtype=xp.float32)
     img = xp.asarray(image, dtype=xp.float32)
     h, w = img.shape
@@ -345,10 +342,6 @@ class SubsetMatch:
 STARTS = {0: "not started", 1: "integer search", 2: "a neighbour's warp (reliability-guided)"}
 
 
-def _host(a):
-    return np.asarray(a.get() if hasattr(a, "get") else a)
-
-
 class _Matcher:
     """One reference and one frame: IC-GN of any set of subsets from given starting warps.
 
@@ -357,7 +350,7 @@ class _Matcher:
     back to the host, only for the sizes of the sets they make."""
 
     def __init__(self, ref, img, pts, config, shift, coef, ref_coef, batch):
-        xp = _xp(img)
+        xp = array_module(img)
         self.xp, self.ref, self.img, self.c = xp, ref, img, config
         self.pts_host = pts
         self.pts = xp.asarray(pts)
@@ -433,7 +426,7 @@ class _Matcher:
     def search(self, idx):
         """Integer search (+- search px about the rigid shift), then IC-GN; returns the ok points."""
         xp = self.xp
-        hidx = _host(idx)
+        hidx = to_host(idx)
         if hidx.size == 0:
             return xp.zeros(0, np.int64)
         start, edge = integer_start(self.ref, self.img, self.pts_host[hidx], subset=self.c.subset,
@@ -451,7 +444,7 @@ class _Matcher:
         xp = self.xp
         uv = icgn.warp_points(self.warp, xp.zeros((1, 2)))[:, 0] * self.scale
         uv[self.status != st.OK] = np.nan
-        return _host(uv)
+        return to_host(uv)
 
 
 def _transport(W, delta, shape_function):
@@ -514,7 +507,7 @@ def _propagate(m: _Matcher, ok, grid_shape, spacing):
     zncc = xp.full(N + 1, -np.inf, np.float32)
     todo = xp.array(ok, dtype=bool)  # a copy: the caller keeps its mask
     while True:
-        seeds = _seed_points(_host(todo & ~done).reshape(ny, nx) & ~seeded.reshape(ny, nx), spacing)
+        seeds = _seed_points(to_host(todo & ~done).reshape(ny, nx) & ~seeded.reshape(ny, nx), spacing)
         if seeds.size == 0:
             if spacing == 1:
                 break
@@ -559,7 +552,7 @@ def _propagate(m: _Matcher, ok, grid_shape, spacing):
             if spacing == 1:
                 break
             spacing = 1
-    return _host(done)
+    return to_host(done)
 
 
 def match_subsets(reference, image, points, *, config: DicConfig, valid=None, shift=None,
@@ -574,7 +567,7 @@ def match_subsets(reference, image, points, *, config: DicConfig, valid=None, sh
     row-major; with ``config.guess = "propagate"`` (and a grid) the starts propagate from
     seeds to neighbours, else every point is searched.
     """
-    xp = _xp(image)
+    xp = array_module(image)
     c = config
     pts = np.asarray(points, dtype=np.float64)
     if pts.ndim == 3 and grid_shape is None:
@@ -602,4 +595,4 @@ def match_subsets(reference, image, points, *, config: DicConfig, valid=None, sh
         m.search(np.flatnonzero(ok & on_frame))
     m.status[xp.asarray(~ok)] = st.OUTSIDE_MASK
     disp = m.displacement()
-    return SubsetMatch(disp, _host(m.zncc), _host(m.iterations), _host(m.status), _host(m.started))
+    return SubsetMatch(disp, to_host(m.zncc), to_host(m.iterations), to_host(m.status), to_host(m.started))

@@ -17,11 +17,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from .backend import array_module
+
 __all__ = ["fit_gradients", "green_lagrange", "small_strain", "gauge_length", "transfer"]
-
-
-def _xp(a):
-    return __import__("cupy") if type(a).__module__.startswith("cupy") else np
 
 
 def _box_sums(a, window, xp):
@@ -54,7 +52,7 @@ def fit_gradients(displacement, *, step, window: int = 5, min_points: int = 6):
     min_points : int
         Fewest valid points (>= 3) a window needs.
     """
-    xp = _xp(displacement)
+    xp = array_module(displacement)
     d = xp.asarray(displacement, dtype=xp.float64)
     if d.ndim < 3 or d.shape[-1] != 2:
         raise ValueError(f"displacement must have shape (..., ny, nx, 2), got {d.shape}")
@@ -103,14 +101,14 @@ def fit_gradients(displacement, *, step, window: int = 5, min_points: int = 6):
 
 def green_lagrange(grad):
     """``E = (F^T F - I) / 2`` with ``F = I + grad`` (..., 2, 2)."""
-    xp = _xp(grad)
+    xp = array_module(grad)
     F = xp.asarray(grad) + xp.eye(2)
     return (xp.swapaxes(F, -1, -2) @ F - xp.eye(2)) / 2
 
 
 def small_strain(grad):
     """``(grad + grad^T) / 2`` (..., 2, 2)."""
-    xp = _xp(grad)
+    xp = array_module(grad)
     g = xp.asarray(grad)
     return (g + xp.swapaxes(g, -1, -2)) / 2
 

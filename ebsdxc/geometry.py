@@ -29,10 +29,11 @@ Sample frame and tilts
 
 from __future__ import annotations
 
-import importlib
 from dataclasses import dataclass
 
 import numpy as np
+
+from .backend import array_module
 
 __all__ = [
     "canonical_convention",
@@ -43,13 +44,6 @@ __all__ = [
 PC_CONVENTIONS = ("bruker", "tsl", "oxford", "emsoft", "emsoft4")
 # kikuchipy's aliases; "emsoft" is EMsoft 5 and later, whose xpc points right
 _ALIASES = {"edax": "tsl", "amatek": "tsl", "aztec": "oxford", "emsoft5": "emsoft"}
-
-
-def _xp(*arrays):
-    # CuPy is only imported when the caller already holds CuPy arrays
-    if any(type(a).__module__.startswith("cupy") for a in arrays):
-        return importlib.import_module("cupy")
-    return np
 
 
 def canonical_convention(name) -> str:
@@ -170,7 +164,7 @@ def pixel_directions(xy, shape, pc, *, sample_tilt: float = 70.0, detector_tilt:
         float64 ``(..., 3)``, NumPy or CuPy as the inputs. Equal (to rounding) to kikuchipy's
         direction cosines of the same pixels.
     """
-    xp = _xp(xy, pc)
+    xp = array_module(xy, pc)
     xy = xp.asarray(xy, dtype=xp.float64)
     if xy.shape[-1:] != (2,):
         raise ValueError(f"xy must have shape (..., 2) [x, y], got {xy.shape}")
@@ -195,7 +189,7 @@ def project(vectors, shape, pc, *, sample_tilt: float = 70.0, detector_tilt: flo
         float64 ``(..., 2)`` pixel ``[x, y]``, possibly off the detector; NaN for directions
         that do not point towards the detector plane.
     """
-    xp = _xp(vectors, pc)
+    xp = array_module(vectors, pc)
     v = xp.asarray(vectors, dtype=xp.float64)
     if v.shape[-1:] != (3,):
         raise ValueError(f"vectors must have shape (..., 3), got {v.shape}")
@@ -411,7 +405,7 @@ class Detector:
 
     def _per_pc(self, pc, points):
         pc = self.pc if pc is None else pc
-        xp = _xp(points, pc)
+        xp = array_module(points, pc)
         pc = _pc_array(pc, xp)
         return pc.reshape(pc.shape[:-1] + (1,) * (xp.ndim(points) - 1) + (3,))
 

@@ -61,6 +61,7 @@ import numpy as np
 
 from . import crystal
 from ._resources import data_dir
+from .backend import array_module
 from .io.source import GRID_KINDS, ScanGrid
 from .materials import Material, lattice_length
 
@@ -79,15 +80,6 @@ UNMEASURED = ((0, 0), (1, 1), (2, 0), (2, 1))
 DEFAULT_HCP_SLIP_FILE = "slip_systems_hcp_ti.csv"
 
 _WEIGHTINGS = ("length", "energy")
-
-
-def _xp(*arrays):
-    for a in arrays:
-        if type(a).__module__.startswith("cupy"):
-            import cupy
-
-            return cupy
-    return np
 
 
 # ----------------------------------------------------------------------------- rotations
@@ -192,7 +184,7 @@ def lattice_curvature(rotation, *, step, grid_kind: str = "square", grain_id=Non
         ``kappa``; column ``j = 2`` (``d/dz``) is NaN, and the whole tensor where a point has
         too few usable neighbours.
     """
-    xp = xp or _xp(rotation)
+    xp = xp or array_module(rotation)
     rot = xp.asarray(rotation, dtype=xp.float64)
     if rot.ndim != 4 or rot.shape[-2:] != (3, 3):
         raise ValueError(f"rotation must have shape (rows, cols, 3, 3), got {tuple(rot.shape)}")
@@ -261,7 +253,7 @@ def nye_from_curvature(kappa, xp=None):
     Written so that NaN in the unmeasured ``d/dz`` column of ``kappa`` reaches only the
     components that need it (``alpha_33 = -kappa_11 - kappa_22`` stays finite).
     """
-    xp = xp or _xp(kappa)
+    xp = xp or array_module(kappa)
     k = xp.asarray(kappa, dtype=xp.float64)
     alpha = xp.swapaxes(k, -1, -2).copy()
     d = [k[..., 0, 0], k[..., 1, 1], k[..., 2, 2]]
@@ -325,7 +317,7 @@ class DislocationTypes:
         ``orientation`` (..., 3, 3) (sample to crystal) puts them in the sample frame
         (``b_s = g^T b``); without it they are in the crystal frame. Shape (..., T, 3, 3).
         """
-        xp = xp or _xp(orientation)
+        xp = xp or array_module(orientation)
         b = xp.asarray(self.burgers)
         line = xp.asarray(self.line)
         if orientation is not None:
@@ -765,7 +757,7 @@ def gnd_density(nye, orientation, *, dislocations, weighting: str = "length", po
     -------
     GndResult
     """
-    xp = xp or _xp(nye, orientation)
+    xp = xp or array_module(nye, orientation)
     types = dislocation_types(dislocations) if isinstance(dislocations, Material) else dislocations
     if not isinstance(types, DislocationTypes):
         raise ValueError("dislocations must be DislocationTypes or a Material")

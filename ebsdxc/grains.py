@@ -34,6 +34,7 @@ import os
 
 import numpy as np
 
+from .backend import array_module, to_host
 from .crystal import euler_to_matrix, laue_group, misorientation_angle
 from .errors import InputError
 from .io import ScanGrid
@@ -55,20 +56,6 @@ _QUALITY_QUANTILE = 0.9
 # --------------------------------------------------------------------------- helpers
 
 
-def _xp(*arrays):
-    # CuPy is only imported when the caller already holds CuPy arrays
-    for a in arrays:
-        if type(a).__module__.startswith("cupy"):
-            import cupy
-
-            return cupy
-    return np
-
-
-def _host(a):
-    return a.get() if type(a).__module__.startswith("cupy") else np.asarray(a)
-
-
 def _grid(rows, cols, kind, step=None) -> ScanGrid:
     for name, v in (("rows", rows), ("cols", cols)):
         if not isinstance(v, (int, np.integer)) or isinstance(v, bool):
@@ -78,14 +65,14 @@ def _grid(rows, cols, kind, step=None) -> ScanGrid:
 
 def _map(name, a, rows, cols, dtype=None):
     """A (rows, cols) host array from a map argument, ValueError naming it otherwise."""
-    a = _host(a)
+    a = to_host(a)
     if a.shape != (rows, cols):
         raise ValueError(f"{name} must have shape ({rows}, {cols}) like the scan, got {a.shape}")
     return a if dtype is None else a.astype(dtype, copy=False)
 
 
 def _grain_map(grain_id):
-    g = _host(grain_id)
+    g = to_host(grain_id)
     if g.ndim != 2 or not np.issubdtype(g.dtype, np.integer):
         raise ValueError(f"grain_id must be a (rows, cols) integer map, got {g.dtype} of shape {g.shape}")
     return g.astype(np.int64)
@@ -175,7 +162,7 @@ def neighbour_pairs(rows: int, cols: int, *, kind: str = "square") -> np.ndarray
 
 def _orientation_field(orientations):
     """(rows, cols, flat g (N, 3, 3) on its device, finite (N,) host bool)."""
-    xp = _xp(orientations)
+    xp = array_module(orientations)
     o = xp.asarray(orientations, dtype=xp.float64)
     if o.ndim == 3 and o.shape[-1] == 3:
         o = euler_to_matrix(o, xp=xp)
@@ -184,7 +171,7 @@ def _orientation_field(orientations):
                          f"angles in degrees, got shape {o.shape}")
     rows, cols = o.shape[:2]
     g = o.reshape(rows * cols, 3, 3)
-    finite = _host(xp.isfinite(g).all(axis=(1, 2)))
+    finite = to_host(xp.isfinite(g).all(axis=(1, 2)))
     # non-finite points get the identity, so that no NaN reaches the symmetry reduction
     g = xp.where(xp.asarray(finite)[:, None, None], g, xp.eye(3))
     return rows, cols, g, finite
@@ -228,7 +215,7 @@ def _pair_angles(g, pairs, groups, xp) -> np.ndarray:
             part = sel[a:a + _PAIR_CHUNK]
             i = xp.asarray(pairs[part, 0])
             j = xp.asarray(pairs[part, 1])
-            out[part] = _host(misorientation_angle(g[i], g[j], laue, xp=xp))
+            out[part] = to_host(misorientation_angle(g[i], g[j], laue, xp=xp))
     return out
 
 
@@ -241,7 +228,7 @@ def _indexed_points(orientations, laue, phase, valid, kind):
     ph = None if phase is None else _map("phase", phase, rows, cols).reshape(-1)
     groups, ok = _phase_groups(laue, ph, ok)
     pairs = neighbour_pairs(rows, cols, kind=kind)
-    angles = _pair_angles(g, pairs, groups, _xp(g))
+    angles = _pair_angles(g, pairs, groups, array_module(g))
     return rows, cols, g, ok, pairs, angles
 
 
@@ -361,7 +348,7 @@ def kernel_average_misorientation(orientations, grain_id, *, laue="m-3m", phase=
     count = np.bincount(ends, minlength=n)
     with np.errstate(invalid="ignore", divide="ignore"):
         kam = np.where(count > 0, total / np.maximum(count, 1), np.nan).reshape(rows, cols)
-    xp = _xp(g)
+    xp = array_module(g)
     return kam if xp is np else xp.asarray(kam)
 
 
@@ -386,7 +373,7 @@ def pattern_similarity(a, b, xp=None, *, mask=None):
         NCC in [-1, 1] of ``a[k]`` and ``b[k]`` (float64 for float64 input, else float32),
         NaN where either pattern is constant.
     """
-    xp = xp or _xp(a, b)
+    xp = xp or array_module(a, b)
     a = xp.asarray(a)
     b = xp.asarray(b)
     if a.shape != b.shape or a.ndim != 3:
@@ -459,7 +446,7 @@ def segment_by_similarity(similarity, *, rows: int, cols: int, kind: str = "squa
                          f"got {min_similarity!r}")
     min_grain_size = _check_min_size(min_grain_size)
     pairs = neighbour_pairs(rows, cols, kind=kind)
-    s = _host(similarity).astype(np.float64, copy=False)
+    s = to_host(similarity).astype(np.float64, copy=False)
     if s.shape != (len(pairs),):
         raise ValueError(f"similarity must have one value per neighbour pair, ({len(pairs)},) for a "
                          f"{rows} x {cols} {kind} grid, got shape {s.shape}")
@@ -505,7 +492,7 @@ def mean_neighbour_similarity(similarity, grain_id, *, kind: str = "square") -> 
     gid = _grain_map(grain_id)
     rows, cols = gid.shape
     pairs = neighbour_pairs(rows, cols, kind=kind)
-    s = _host(similarity).astype(np.float64, copy=False)
+    s = to_host(similarity).astype(np.float64, copy=False)
     if s.shape != (len(pairs),):
         raise ValueError(f"similarity must have one value per neighbour pair, ({len(pairs)},) for a "
                          f"{rows} x {cols} {kind} grid, got shape {s.shape}")

@@ -59,6 +59,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .backend import array_module
+
 __all__ = ["SHAPE_FUNCTIONS", "Templates", "IcgnResult", "spline_coefficients", "make_templates",
            "register", "warp_points", "parameters_to_warp", "warp_parameters", "as_quadratic", "fit_warp",
            "translation_warp",
@@ -84,10 +86,6 @@ ICGN_DESCRIPTIONS = {
 _CHUNK_PIXELS = 1 << 22  # host path: problems x pixels per vectorised chunk (a few 100 MB of temporaries)
 
 
-def _xp(a):
-    return __import__("cupy") if type(a).__module__.startswith("cupy") else np
-
-
 def _n_param(shape_function: str) -> int:
     try:
         return SHAPE_FUNCTIONS[shape_function]
@@ -104,7 +102,7 @@ def spline_coefficients(images):
     Sampling the returned coefficients with the cubic B-spline basis reproduces the images
     at the pixels and interpolates smoothly between them. NumPy in, NumPy out; CuPy in, CuPy out.
     """
-    xp = _xp(images)
+    xp = array_module(images)
     if xp is not np:
         return _spline_coefficients_gpu(images)
     a = np.asarray(images, dtype=np.float64)
@@ -220,7 +218,7 @@ def _quadratic_matrix(p, xp):
 def warp_parameters(H):
     """Parameter vectors ``(..., n)`` of warps: ``(..., 3, 3)`` as a homography (8), ``(..., 6, 6)``
     as quadratic (12); the inverse of :func:`parameters_to_warp`."""
-    xp = _xp(H)
+    xp = array_module(H)
     H = xp.asarray(H, dtype=xp.float64)
     if H.shape[-1] == 6:
         r, s = H[..., 3, :], H[..., 4, :]
@@ -234,7 +232,7 @@ def warp_parameters(H):
 def as_quadratic(H):
     """Affine warps ``(..., 3, 3)`` as quadratic ones ``(..., 6, 6)`` (a start for quadratic IC-GN);
     quadratic warps are returned as they are."""
-    xp = _xp(H)
+    xp = array_module(H)
     H = xp.asarray(H, dtype=xp.float64)
     if H.shape[-1] == 6:
         return H
@@ -245,7 +243,7 @@ def as_quadratic(H):
 def parameters_to_warp(p, shape_function: str = "homography"):
     """Warp matrices ``(..., 3, 3)`` (``(..., 6, 6)`` for ``"quadratic"``) of parameter vectors
     ``(..., n)`` (see the module docstring)."""
-    xp = _xp(p)
+    xp = array_module(p)
     n = _n_param(shape_function)
     p = xp.asarray(p, dtype=xp.float64)
     if p.shape[-1] != n:
@@ -273,7 +271,7 @@ def _monomials(u, v, xp):
 def warp_points(H, uv):
     """Apply warps ``(..., 3, 3)`` or quadratic ``(..., 6, 6)`` to normalised points ``(..., m, 2)``
     -> ``(..., m, 2)``."""
-    xp = _xp(H)
+    xp = array_module(H)
     uv = xp.asarray(uv, dtype=xp.float64)
     if H.shape[-1] == 6:
         xi = _monomials(uv[..., 0], uv[..., 1], xp)
@@ -285,7 +283,7 @@ def warp_points(H, uv):
 def translation_warp(shift_uv, shape_function: str = "homography"):
     """Warps ``(..., 3, 3)`` (``(..., 6, 6)`` for ``"quadratic"``) that shift by ``(..., 2)``
     normalised units."""
-    xp = _xp(shift_uv)
+    xp = array_module(shift_uv)
     s = xp.asarray(shift_uv, dtype=xp.float64)
     H = xp.broadcast_to(xp.eye(3), s.shape[:-1] + (3, 3)).copy()
     H[..., 0, 2] = s[..., 0]
@@ -328,7 +326,7 @@ def fit_warp(uv, uv_moved, valid, *, shape_function: str = "homography", reject:
         NaN where fewer points than a warp needs (4 for a homography, 3 affine) were valid.
     used : (B, m) bool
     """
-    xp = _xp(uv_moved)
+    xp = array_module(uv_moved)
     n = _n_param(shape_function)
     if n == 12:
         raise ValueError("fit_warp fits homographies and affine warps; start quadratic IC-GN from an affine "
@@ -496,7 +494,7 @@ def make_templates(images, *, pixels, weights=None, image_index=None, origin, sc
     -------
     Templates
     """
-    xp = _xp(images)
+    xp = array_module(images)
     n = _n_param(shape_function)
     images = xp.asarray(images)
     if images.ndim != 3:
@@ -675,7 +673,7 @@ def _kernel_warp(H):
 
 
 def _sums(coef, tpl, tidx, midx, H):
-    if _xp(coef) is np:
+    if array_module(coef) is np:
         return _sums_host(coef, tpl, tidx, midx, H)
     return _sums_gpu(coef, tpl, tidx, midx, H)
 
@@ -697,7 +695,7 @@ def _step(templates: Templates, S, tidx, idx, state: _State, shape, tolerance, m
     """One IC-GN step of problems ``idx`` from their sums ``S`` (len(idx), n + 4): the
     Gauss-Newton update, composed into ``state.H``; convergence and failure into the status
     (kernels/icgn.cu's ``icgn_update`` is this step on the GPU)."""
-    xp = _xp(S)
+    xp = array_module(S)
     n = templates.n_param
     quadratic = n == 12
     t, h = tidx[idx], state.H[idx]
@@ -825,7 +823,7 @@ def register(templates: Templates, coefficients, *, template_index, image_index=
     -------
     IcgnResult
     """
-    xp = _xp(coefficients)
+    xp = array_module(coefficients)
     if int(max_iterations) != max_iterations or max_iterations < 1:
         raise ValueError(f"max_iterations must be a whole number >= 1, got {max_iterations}")
     if not tolerance > 0:

@@ -34,26 +34,16 @@ a generator so that the evaluations can be batched; it is checked against
 
 from __future__ import annotations
 
-import importlib
 from dataclasses import dataclass
 
 import numpy as np
 
+from .backend import array_module, to_host
 from .crystal import rotation_from_vector
 from .geometry import check_shape, extrapolate_pc, fit_pc_plane
 from .simulate import simulate_patterns
 
 __all__ = ["PC_MODELS", "PCModel", "PCRefinement", "fit_pc_model", "nelder_mead_batch", "pattern_ncc", "refine_pc"]
-
-
-def _xp(*arrays):
-    if any(type(a).__module__.startswith("cupy") for a in arrays):
-        return importlib.import_module("cupy")
-    return np
-
-
-def _asnumpy(a) -> np.ndarray:
-    return a.get() if type(a).__module__.startswith("cupy") else np.asarray(a)
 
 
 @dataclass(frozen=True, eq=False)
@@ -85,7 +75,7 @@ def pattern_ncc(a, b, *, mask=None):
 
     NumPy or CuPy as the inputs; float64 ``(...)``. NaN where a pattern is constant.
     """
-    xp = _xp(a, b)
+    xp = array_module(a, b)
     a = xp.asarray(a, dtype=xp.float64)
     b = xp.asarray(b, dtype=xp.float64)
     if mask is not None:
@@ -107,7 +97,7 @@ def _normalised(patterns, mask, xp):
     x = x.astype(xp.float64)
     x -= x.mean(axis=1, keepdims=True)
     norm = xp.sqrt((x * x).sum(axis=1, keepdims=True))
-    return (x / xp.where(norm > 0, norm, 1.0)).astype(xp.float32), _asnumpy(norm[:, 0] > 0)
+    return (x / xp.where(norm > 0, norm, 1.0)).astype(xp.float32), to_host(norm[:, 0] > 0)
 
 
 # --------------------------------------------------------------------------- Nelder-Mead
@@ -259,7 +249,7 @@ def refine_pc(patterns, master, *, pc0, orientations0, sample_tilt: float = 70.0
     -------
     PCRefinement
     """
-    xp = _xp(patterns)
+    xp = array_module(patterns)
     patterns = xp.asarray(patterns)
     if patterns.ndim != 3:
         raise ValueError(f"patterns must have shape (B, H, W), got {patterns.shape}")
@@ -269,7 +259,7 @@ def refine_pc(patterns, master, *, pc0, orientations0, sample_tilt: float = 70.0
     pc0 = np.broadcast_to(pc0, (B, 3)).copy() if pc0.shape == (3,) else pc0
     if pc0.shape != (B, 3) or not np.all(np.isfinite(pc0)) or np.any(pc0[:, 2] <= 0):
         raise ValueError(f"pc0 must be finite Bruker PCs (3,) or ({B}, 3) with PCz > 0, got shape {pc0.shape}")
-    g0 = np.asarray(_asnumpy(orientations0), dtype=np.float64)
+    g0 = np.asarray(to_host(orientations0), dtype=np.float64)
     g0 = np.broadcast_to(g0, (B, 3, 3)).copy() if g0.shape == (3, 3) else g0
     if g0.shape != (B, 3, 3) or not np.all(np.isfinite(g0)):
         raise ValueError(f"orientations0 must be finite (3, 3) or ({B}, 3, 3) rotation matrices, got shape {g0.shape}")
@@ -280,7 +270,7 @@ def refine_pc(patterns, master, *, pc0, orientations0, sample_tilt: float = 70.0
     if int(max_iterations) < 1:
         raise ValueError(f"max_iterations must be at least 1, got {max_iterations!r}")
     if mask is not None:
-        mask = np.asarray(_asnumpy(mask), dtype=bool)
+        mask = np.asarray(to_host(mask), dtype=bool)
         if mask.shape != shape or mask.sum() < 16:
             raise ValueError(f"mask must be a ({H}, {W}) boolean array with at least 16 pixels set")
     dmask = None if mask is None else xp.asarray(mask)
@@ -315,7 +305,7 @@ def refine_pc(patterns, master, *, pc0, orientations0, sample_tilt: float = 70.0
                 sims = prepare(sims)
             right, _ = _normalised(sims, dmask, xp)
             ncc = (left[xp.asarray(owner[ok])] * right).sum(axis=1)
-            out[ok] = 1.0 - _asnumpy(ncc).astype(np.float64)
+            out[ok] = 1.0 - to_host(ncc).astype(np.float64)
         return out
 
     start = cost(np.arange(B), np.zeros((B, n_par)))

@@ -32,15 +32,12 @@ import numpy as np
 
 from . import icgn
 from . import status as st
+from .backend import array_module
 
 __all__ = ["REFINE_METHODS", "RefineConfig", "WholePatternRefiner", "RefineRecord", "POINT_DATASETS"]
 
 REFINE_METHODS = ("none", "icgn")
 REFINE_REGIONS = ("pattern", "rois")
-
-
-def _xp(a):
-    return __import__("cupy") if type(a).__module__.startswith("cupy") else np
 
 
 def _real(v) -> bool:
@@ -143,7 +140,7 @@ class WholePatternRefiner:
 
     def __init__(self, reference_images, centres, config: RefineConfig, *, mask=None, min_peak_height=0.3,
                  roi_size=None):
-        xp = _xp(reference_images)
+        xp = array_module(reference_images)
         self.xp = xp
         self.config = config
         refs = xp.asarray(reference_images, dtype=xp.float32)

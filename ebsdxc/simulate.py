@@ -74,6 +74,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .backend import array_module
 from .crystal import euler_to_matrix, matrix_to_euler, misorientation_angle, rotation_from_vector
 from .geometry import check_shape, detector_axes, pc_pixels, pixel_directions, project
 from .gnd import MAP_AXES
@@ -353,13 +354,6 @@ def simulate_pattern(master, *, shape, pc, orientation, F=None, sample_tilt: flo
     return pattern
 
 
-def _array_module(*arrays):
-    # CuPy is imported only when the caller already holds CuPy arrays
-    if any(type(a).__module__.startswith("cupy") for a in arrays):
-        return importlib.import_module("cupy")
-    return np
-
-
 def _master_on(master, xp):
     """The (2, n, n) Lambert array of a MasterPattern or an array, on ``xp``'s device.
 
@@ -431,7 +425,7 @@ def simulate_patterns(master, *, shape, pc, orientations, F=None, sample_tilt: f
         float32 ``(B, H, W)`` intensities in the master pattern's units, NumPy or CuPy as
         ``orientations``.
     """
-    xp = _array_module(orientations)
+    xp = array_module(orientations)
     H, W = check_shape(shape)
     g = xp.asarray(orientations, dtype=xp.float64)
     if g.ndim != 3 or g.shape[1:] != (3, 3):

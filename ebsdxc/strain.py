@@ -51,6 +51,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from . import geometry
+from .backend import array_module, to_host
 
 __all__ = ["FitOptions", "StrainFit", "fit_strain", "rotation_log", "remap_pattern", "polar_decomposition",
            "traction_free", "FIT_OK", "FIT_TOO_FEW_ROIS", "FIT_NOT_PROCESSED", "FIT_FAILED", "FIT_DESCRIPTIONS"]
@@ -125,10 +126,6 @@ class StrainFit:
     status: object
 
 
-def _xp(a):
-    return __import__("cupy") if type(a).__module__.startswith("cupy") else np
-
-
 def _cross(a, b, xp):
     return xp.stack([a[..., 1] * b[..., 2] - a[..., 2] * b[..., 1],
                      a[..., 2] * b[..., 0] - a[..., 0] * b[..., 2],
@@ -163,7 +160,7 @@ def _traceless(p, xp):
 
 def rotation_log(R, xp=None):
     """Antisymmetric rotation tensors ``w = log(R)`` (radians) of rotation matrices (..., 3, 3)."""
-    xp = xp or _xp(R)
+    xp = xp or array_module(R)
     c = xp.clip((xp.trace(R, axis1=-2, axis2=-1) - 1) / 2, -1.0, 1.0)
     theta = xp.arccos(c)
     s = xp.sin(theta)
@@ -199,7 +196,7 @@ def traction_free(F, stiffness, orientation):
     orientation (sample to crystal). This is the condition :func:`fit_strain` applies; it
     makes simulated deformations consistent with a free surface.
     """
-    xp = _xp(F)
+    xp = array_module(F)
     F = xp.asarray(F, dtype=xp.float64)
     g = xp.broadcast_to(xp.asarray(orientation, dtype=xp.float64), F.shape)
     return _traction_free_scale(F, stiffness, g, xp)[0][..., None, None] * F
@@ -244,7 +241,7 @@ def fit_strain(displacement, peak_height, roi_status, *, centres, shape, pc, pc_
     StrainFit
     """
     options = options or FitOptions()
-    xp = _xp(displacement)
+    xp = array_module(displacement)
     f8 = xp.float64
     q = xp.asarray(displacement, dtype=f8)
     if q.ndim != 3 or q.shape[-1] != 2:
@@ -363,7 +360,7 @@ def source_coordinates(F, shape, pc, *, sample_tilt: float = 70.0, detector_tilt
     F = xp.asarray(F, dtype=xp.float64)
     axes = xp.asarray(geometry.detector_axes(sample_tilt, detector_tilt))
     M = axes.T @ xp.linalg.inv(F) @ axes
-    x_pc, y_pc, L = (float(v) for v in geometry.pc_pixels(np.asarray(_host(pc), dtype=np.float64), (H, W)))
+    x_pc, y_pc, L = (float(v) for v in geometry.pc_pixels(np.asarray(to_host(pc), dtype=np.float64), (H, W)))
     coords = xp.empty((2, *F.shape[:-2], H, W), dtype=xp.float64)
     if xp is not np:
         _source_kernel()(xp.ascontiguousarray(M.reshape(-1, 9)), np.float64(x_pc), np.float64(y_pc), np.float64(L),
@@ -382,10 +379,6 @@ def source_coordinates(F, shape, pc, *, sample_tilt: float = 70.0, detector_tilt
     nearest = np.rint(coords)
     np.copyto(coords, nearest, where=np.abs(coords - nearest) < 1e-6)
     return coords
-
-
-def _host(a):
-    return a.get() if hasattr(a, "get") else a
 
 
 # One thread per source pixel: M d, the projection, the clip (NaN stays NaN, as np.clip keeps
@@ -441,7 +434,7 @@ def remap_pattern(image, F, *, pc, sample_tilt: float = 70.0, detector_tilt: flo
     -------
     (H, W) or (B, H, W) float32 array on the input's backend.
     """
-    xp = _xp(image)
+    xp = array_module(image)
     tilts = {"sample_tilt": sample_tilt, "detector_tilt": detector_tilt}
     if xp is not np:
         from cupyx.scipy.ndimage import map_coordinates
