@@ -639,6 +639,7 @@ def _sums_host(coef, tpl: Templates, tidx, midx, H):
 def _sums_gpu(coef, tpl: Templates, tidx, midx, H):
     import cupy as cp
 
+    from .kernel_loader import NULL_POINTER
 
     n = tpl.n_param
     P, N = int(tidx.shape[0]), tpl.n_pixels
@@ -651,7 +652,7 @@ def _sums_gpu(coef, tpl: Templates, tidx, midx, H):
                              *(cp.ascontiguousarray(a) for a in (tpl.u, tpl.v, tpl.f, tpl.fu, tpl.fv, tpl.w)),
                              cp.ascontiguousarray(tpl.origin), cp.ascontiguousarray(tpl.scale), np.int32(N),
                              tidx.astype(cp.int32), midx.astype(cp.int32), _kernel_warp(H),
-                             cp.ones(P, dtype=cp.uint8), partial))
+                             NULL_POINTER, partial))  # no active flags: every problem
     return partial.sum(axis=1)
 
 
