@@ -55,6 +55,7 @@ that loses more than ``max_outside`` of its template's weight fails.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import numpy as np
@@ -83,6 +84,7 @@ ICGN_DESCRIPTIONS = {
     ICGN_NO_START: "no starting warp (too few valid subregion matches to start from)",
 }
 
+_MAX_GRID_Y = 65535  # CUDA's limit on a grid's rows: the sums kernel takes problems in parts of this many
 _CHUNK_PIXELS = 1 << 22  # host path: problems x pixels per vectorised chunk (a few 100 MB of temporaries)
 
 
@@ -647,12 +649,15 @@ def _sums_gpu(coef, tpl: Templates, tidx, midx, H):
     blocks = max(1, min(64, -(-N // (threads * 8))))
     partial = cp.empty((P, blocks, n + 4), dtype=cp.float64)
     _, h, w = coef.shape
-    _kernel("icgn_sums", n)((blocks, P), (threads,),
-                            (cp.ascontiguousarray(coef), np.int32(h), np.int32(w),
-                             *(cp.ascontiguousarray(a) for a in (tpl.u, tpl.v, tpl.f, tpl.fu, tpl.fv, tpl.w)),
-                             cp.ascontiguousarray(tpl.origin), cp.ascontiguousarray(tpl.scale), np.int32(N),
-                             tidx.astype(cp.int32), midx.astype(cp.int32), _kernel_warp(H),
-                             NULL_POINTER, partial))  # no active flags: every problem
+    coef = cp.ascontiguousarray(coef)
+    pixels = [cp.ascontiguousarray(a) for a in (tpl.u, tpl.v, tpl.f, tpl.fu, tpl.fv, tpl.w)]
+    t32, m32, warp = tidx.astype(cp.int32), midx.astype(cp.int32), _kernel_warp(H)
+    for s in range(0, P, _MAX_GRID_Y):  # the problems are the grid's rows
+        e = min(P, s + _MAX_GRID_Y)
+        _kernel("icgn_sums", n)((blocks, e - s), (threads,),
+                                (coef, np.int32(h), np.int32(w), *pixels, cp.ascontiguousarray(tpl.origin),
+                                 cp.ascontiguousarray(tpl.scale), np.int32(N), t32[s:e], m32[s:e], warp[s:e],
+                                 NULL_POINTER, partial[s:e]))  # no active flags: every problem
     return partial.sum(axis=1)
 
 
@@ -853,8 +858,11 @@ def register(templates: Templates, coefficients, *, template_index, image_index=
     active = start.copy()
     state = _State(H, status, iterations, zncc, outside, active)
     if xp is not np and not quadratic:
-        _iterate_gpu(templates, coefficients, tidx, midx, state, int(max_iterations), float(tolerance),
-                     float(max_outside))
+        for s in range(0, P, _MAX_GRID_Y):  # the sums kernel's problems are its grid's rows
+            part = slice(s, s + _MAX_GRID_Y)
+            _iterate_gpu(templates, coefficients, tidx[part], midx[part],
+                         _State(*(getattr(state, f.name)[part] for f in dataclasses.fields(state))),
+                         int(max_iterations), float(tolerance), float(max_outside))
     else:
         for _ in range(int(max_iterations)):
             idx = xp.nonzero(active)[0]

@@ -344,3 +344,23 @@ def test_gpu_iterations_on_real_patterns_match_the_host():
     gap = np.abs(icgn.warp_points(got.warp.get(), c) - icgn.warp_points(want.warp, c)).max(axis=(1, 2)) * s
     assert gap[same].max() < 1e-8  # px
     assert gap[both].max() < 2e-3  # px: an iteration apart moves no corner by more than the tolerance
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("shape_function", ["homography", "quadratic"])
+def test_gpu_register_takes_more_problems_than_a_grid_has_rows(shape_function):
+    """The sums kernel's problems are its grid's rows (at most 65,535): 66,000 problems run in
+    parts, and every one gives the NumPy result of the same problem."""
+    cp = pytest.importorskip("cupy")
+
+    ref, img, _ = _pair([0.004, -0.003, 0.2, 0.002, 0.003, -0.1, 0.0, 0.0])  # affine: both shapes reach it
+    tpl = icgn.make_templates(ref[None], pixels=_disc(12), origin=ORIGIN, scale=S, shape_function=shape_function)
+    coef = icgn.spline_coefficients(img[None])
+    start = icgn.translation_warp(np.array([0.19, -0.09]), shape_function)[None]
+    want = icgn.register(tpl, coef, template_index=[0], initial=start)
+    P = 66_000
+    got = icgn.register(_on_device(tpl, cp), cp.asarray(coef), template_index=cp.zeros(P, dtype=cp.int64),
+                        image_index=cp.zeros(P, dtype=cp.int64), initial=cp.asarray(np.repeat(start, P, 0)))
+    assert want.status[0] == icgn.ICGN_CONVERGED
+    assert (got.status.get() == want.status[0]).all() and (got.iterations.get() == want.iterations[0]).all()
+    np.testing.assert_allclose(got.warp.get(), np.repeat(want.warp, P, 0), rtol=0, atol=1e-9)
