@@ -638,26 +638,39 @@ def _sums_host(coef, tpl: Templates, tidx, midx, H):
     return out
 
 
+def _sums_kernel(coef, tpl: Templates):
+    """The sums kernel with ``coef`` and ``tpl`` bound -> (launch, blocks): ``launch(tidx32,
+    midx32, warp, active, partial)`` runs it over ``len(tidx32)`` problems (at most
+    ``_MAX_GRID_Y``: they are the grid's rows), ``blocks`` partial sums each."""
+    import cupy as cp
+
+    N = tpl.n_pixels
+    threads = 128  # the kernel's launch bounds
+    blocks = max(1, min(64, -(-N // (threads * 8))))
+    _, h, w = coef.shape
+    head = (cp.ascontiguousarray(coef), np.int32(h), np.int32(w),
+            *(cp.ascontiguousarray(a) for a in (tpl.u, tpl.v, tpl.f, tpl.fu, tpl.fv, tpl.w)),
+            cp.ascontiguousarray(tpl.origin), cp.ascontiguousarray(tpl.scale), np.int32(N))
+    fn = _kernel("icgn_sums", tpl.n_param)
+
+    def launch(tidx32, midx32, warp, active, partial):
+        fn((blocks, int(tidx32.shape[0])), (threads,), (*head, tidx32, midx32, warp, active, partial))
+
+    return launch, blocks
+
+
 def _sums_gpu(coef, tpl: Templates, tidx, midx, H):
     import cupy as cp
 
     from .kernel_loader import NULL_POINTER
 
-    n = tpl.n_param
-    P, N = int(tidx.shape[0]), tpl.n_pixels
-    threads = 128  # the kernel's launch bounds
-    blocks = max(1, min(64, -(-N // (threads * 8))))
-    partial = cp.empty((P, blocks, n + 4), dtype=cp.float64)
-    _, h, w = coef.shape
-    coef = cp.ascontiguousarray(coef)
-    pixels = [cp.ascontiguousarray(a) for a in (tpl.u, tpl.v, tpl.f, tpl.fu, tpl.fv, tpl.w)]
+    P = int(tidx.shape[0])
+    launch, blocks = _sums_kernel(coef, tpl)
+    partial = cp.empty((P, blocks, tpl.n_param + 4), dtype=cp.float64)
     t32, m32, warp = tidx.astype(cp.int32), midx.astype(cp.int32), _kernel_warp(H)
-    for s in range(0, P, _MAX_GRID_Y):  # the problems are the grid's rows
-        e = min(P, s + _MAX_GRID_Y)
-        _kernel("icgn_sums", n)((blocks, e - s), (threads,),
-                                (coef, np.int32(h), np.int32(w), *pixels, cp.ascontiguousarray(tpl.origin),
-                                 cp.ascontiguousarray(tpl.scale), np.int32(N), t32[s:e], m32[s:e], warp[s:e],
-                                 NULL_POINTER, partial[s:e]))  # no active flags: every problem
+    for s in range(0, P, _MAX_GRID_Y):
+        part = slice(s, s + _MAX_GRID_Y)
+        launch(t32[part], m32[part], warp[part], NULL_POINTER, partial[part])  # no active flags: every problem
     return partial.sum(axis=1)
 
 
@@ -752,16 +765,11 @@ def _iterate_gpu(templates: Templates, coef, tidx, midx, state: _State, max_iter
     import cupy as cp
 
     n = templates.n_param
-    P, N = int(tidx.shape[0]), templates.n_pixels
-    threads = 128  # the kernel's launch bounds
-    blocks = max(1, min(64, -(-N // (threads * 8))))
-    sums, update = _kernel("icgn_sums", n), _kernel("icgn_update", n)
+    P = int(tidx.shape[0])
+    sums, blocks = _sums_kernel(coef, templates)
+    update = _kernel("icgn_update", n)
     partial = cp.empty((P, blocks, n + 4), dtype=cp.float64)
-    _, h, w = coef.shape
-    coef = cp.ascontiguousarray(coef)
-    pixels = [cp.ascontiguousarray(a) for a in (templates.u, templates.v, templates.f, templates.fu, templates.fv,
-                                                templates.w)]
-    origin, scale = cp.ascontiguousarray(templates.origin), cp.ascontiguousarray(templates.scale)
+    scale = cp.ascontiguousarray(templates.scale)
     constants = [cp.ascontiguousarray(a, dtype=cp.float64) for a in (templates.sum_w, templates.delta_f, templates.a,
                                                                       templates.c, templates.hessian_inv,
                                                                       templates.corners)]
@@ -770,8 +778,7 @@ def _iterate_gpu(templates: Templates, coef, tidx, midx, state: _State, max_iter
     needs_inside = cp.zeros(P, dtype=cp.uint8)
     counts = cp.zeros(2, dtype=cp.int32)
     for _ in range(max_iterations):
-        sums((blocks, P), (threads,), (coef, np.int32(h), np.int32(w), *pixels, origin, scale, np.int32(N), t32,
-                                       m32, state.H, active, partial))
+        sums(t32, m32, state.H, active, partial)
         counts.fill(0)
         update((-(-P // 128),), (128,), (partial, np.int32(blocks), t32, np.int32(P), *constants, scale,
                                          np.float64(tolerance), state.H, state.status, state.iterations,
