@@ -55,6 +55,7 @@ that loses more than ``max_outside`` of its template's weight fails.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 from dataclasses import dataclass
 
@@ -325,7 +326,8 @@ def fit_warp(uv, uv_moved, valid, *, shape_function: str = "homography", reject:
     Returns
     -------
     H : (B, 3, 3) float64
-        NaN where fewer points than a warp needs (4 for a homography, 3 affine) were valid.
+        NaN where fewer points than a warp needs (4 for a homography, 3 affine) were valid,
+        or where the used points do not determine one (all on one line).
     used : (B, m) bool
     """
     xp = array_module(uv_moved)
@@ -359,7 +361,7 @@ def fit_warp(uv, uv_moved, valid, *, shape_function: str = "homography", reject:
         w = xp.concatenate([used, used], axis=1).astype(xp.float64)
         Aw = A * w[..., None]
         N = xp.swapaxes(Aw, 1, 2) @ A + (~enough)[:, None, None] * xp.eye(n)
-        p = xp.linalg.solve(N, (xp.swapaxes(Aw, 1, 2) @ b[..., None]))[..., 0]
+        p = _solve_each(N, xp.swapaxes(Aw, 1, 2) @ b[..., None])[..., 0]
         H = parameters_to_warp(p, shape_function)
         res = xp.linalg.norm(warp_points(H, uv) - q, axis=-1)
         med = _masked_median(res, used, xp)
@@ -371,8 +373,23 @@ def fit_warp(uv, uv_moved, valid, *, shape_function: str = "homography", reject:
         if not bool(drop.any()):
             break
         used[xp.arange(B)[drop], worst[drop]] = False
-    H = xp.where(enough[:, None, None], H, xp.nan)
-    return H, used & enough[:, None]
+    ok = enough & xp.isfinite(H).all(axis=(1, 2))  # singular systems solve to NaN: no warp
+    H = xp.where(ok[:, None, None], H, xp.nan)
+    return H, used & ok[:, None]
+
+
+def _solve_each(N, rhs):
+    """``numpy.linalg.solve`` of a stack, with NaN for the systems that are singular (all used
+    points on one line, say) in place of an error for the whole stack: as the GPU fit's
+    elimination gives."""
+    try:
+        return np.linalg.solve(N, rhs)
+    except np.linalg.LinAlgError:
+        out = np.full(np.broadcast_shapes(N.shape[:-1], rhs.shape[:-1]) + rhs.shape[-1:], np.nan)
+        for i in range(N.shape[0]):
+            with contextlib.suppress(np.linalg.LinAlgError):
+                out[i] = np.linalg.solve(N[i], rhs[i])
+        return out
 
 
 def _fit_warp_gpu(uv, q, valid, n, reject, floor):

@@ -7,10 +7,12 @@ defines) and memoised for the life of the process.
 On disk: CuPy writes every compiled binary to its kernel cache (``~/.cupy/kernel_cache``
 or ``$CUPY_CACHE_DIR``) as the md5 of the binary followed by the binary, and reads an
 entry back only when the md5 matches, so a truncated, bit-flipped or garbage entry is
-compiled again and rewritten (tests/run/test_gpu_faults.py damages every entry). CuPy does
-not read the cache for modules compiled with ``name_expressions`` (it needs NVRTC's
-mangled names), so these modules are compiled by NVRTC once in every process; CuPy's own
-elementwise and reduction kernels come from the cache.
+compiled again and rewritten (tests/run/test_gpu_faults.py damages every entry). From CuPy
+14.2 the entries of modules compiled with ``name_expressions`` (all of ours) keep NVRTC's
+mangled names too, so a second process reads them back: a first ``ebsdxc process`` of the
+``hrebsd`` recipe with ``--refine icgn`` built our 7 modules in 5.7 s and CuPy's own kernels in
+about 30 s more, the next process in 0.03 s (H200, 2026-11-28, BENCHMARKS.md). Older CuPy
+compiles these modules by NVRTC once in every process.
 """
 
 from __future__ import annotations

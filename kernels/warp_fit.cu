@@ -129,7 +129,10 @@ extern "C" __global__ void fit_warp(const double* __restrict__ uv, const double*
         used[worst] = false;
         --count;
     }
+    // A singular system (every used point on one line) leaves NaN in the solution: no warp.
+    bool ok = enough;
+    for (int k = 0; k < 9; ++k) ok = ok && isfinite(H[k]);
     double* h = warp + 9LL * p;
-    for (int k = 0; k < 9; ++k) h[k] = enough ? H[k] : FIT_NAN;
-    for (int k = 0; k < m; ++k) used_out[(long long)m * p + k] = used[k] && enough;
+    for (int k = 0; k < 9; ++k) h[k] = ok ? H[k] : FIT_NAN;
+    for (int k = 0; k < m; ++k) used_out[(long long)m * p + k] = used[k] && ok;
 }

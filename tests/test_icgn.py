@@ -133,6 +133,45 @@ def test_fit_warp_recovers_a_homography_and_drops_outliers():
     assert np.isnan(H[2]).all() and not used[2].any()
 
 
+def _collinear_case(shape_function):
+    """A 5x5 grid of points, moved by a known warp; problem 1 uses only the middle row (all
+    on one line: no warp of either shape function is determined by them)."""
+    g = np.linspace(-0.7, 0.7, 5)
+    uv = np.stack(np.meshgrid(g, g), -1).reshape(-1, 2)
+    p = np.array([0.01, -0.02, 0.03, 0.015, -0.01, -0.02, 0.02, -0.01])[:icgn.SHAPE_FUNCTIONS[shape_function]]
+    Ht = icgn.parameters_to_warp(p, shape_function)
+    moved = icgn.warp_points(Ht, uv)[None].repeat(3, 0)
+    valid = np.ones((3, 25), bool)
+    valid[1] = False
+    valid[1, 10:15] = True
+    return uv, moved, valid, Ht
+
+
+@pytest.mark.parametrize("shape_function", ["homography", "affine"])
+def test_fit_warp_gives_nan_for_collinear_points(shape_function):
+    """Points all on one line leave the warp undetermined: that problem's warp is NaN (IC-GN then
+    reports no start), and the others of the batch are fitted, instead of one error for all."""
+    uv, moved, valid, Ht = _collinear_case(shape_function)
+    H, used = icgn.fit_warp(uv, moved, valid, shape_function=shape_function, floor=1e-3)
+    assert np.isnan(H[1]).all() and not used[1].any()
+    for k in (0, 2):
+        np.testing.assert_allclose(H[k], Ht, atol=1e-10)
+        assert used[k].all()
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("shape_function", ["homography", "affine"])
+def test_gpu_fit_warp_gives_nan_for_collinear_points(shape_function):
+    cp = pytest.importorskip("cupy")
+    uv, moved, valid, Ht = _collinear_case(shape_function)
+    H, used = icgn.fit_warp(cp.asarray(uv), cp.asarray(moved), cp.asarray(valid), shape_function=shape_function,
+                            floor=1e-3)
+    H = H.get()
+    assert np.isnan(H[1]).all()
+    np.testing.assert_allclose(H[[0, 2]], np.stack([Ht, Ht]), atol=1e-10)
+    assert used.get()[[0, 2]].all() and not used.get()[1].any()
+
+
 def test_bad_arguments_name_the_parameter():
     ref, _, _ = _pair(np.zeros(8))
     with pytest.raises(ValueError, match="shape_function"):
