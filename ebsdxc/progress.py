@@ -60,13 +60,25 @@ class RecordingProgress(Progress):
         self.messages = []
         self._t0 = None
         self.elapsed = 0.0
+        self._first = None  # (elapsed, count) at the first update
 
     def start(self, total, *, done=0, desc=""):
-        self.total, self.count, self._t0 = total, done, time.perf_counter()
+        self.total, self.count, self._t0, self._first = total, done, time.perf_counter(), None
 
     def update(self, n):
         self.count += n
         self.elapsed = time.perf_counter() - self._t0
+        if self._first is None:
+            self._first = (self.elapsed, self.count)
+
+    @property
+    def steady_rate(self) -> float | None:
+        """Items/s from the first update to the last: the rate once the first batch is through,
+        without the start of a pipeline (the first batch read before anything overlaps), which
+        weighs on a short run and not on a long one. None before two updates."""
+        if self._first is None or self.elapsed <= self._first[0]:
+            return None
+        return (self.count - self._first[1]) / (self.elapsed - self._first[0])
 
     def message(self, text):
         self.messages.append(text)

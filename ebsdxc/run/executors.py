@@ -1,9 +1,10 @@
 """Executors: what runs a run's tasks (inline, a thread pool; Dask lives in :mod:`ebsdxc.cluster`).
 
 The run hands an executor its :class:`~ebsdxc.run.tasks.Job` and tasks and receives
-results through ``emit``, always in the calling thread (only that thread writes the
-results file); it never asks which executor it has. An executor says how it wants the work
-cut (``rows_per_task``: ``None`` for one task streaming the whole scan).
+results through ``emit``, always in the calling thread, in order (the run passes them on to
+its one writer thread, :mod:`ebsdxc.run.write_behind`); it never asks which executor it has.
+An executor says how it wants the work cut (``rows_per_task``: ``None`` for one task streaming
+the whole scan).
 """
 
 from __future__ import annotations

@@ -43,6 +43,7 @@ from .simulated_references import POINT_DATASETS as SIMULATED_DATASETS
 from .simulated_references import SimulatedReferences, point_geometry, simulated_geometry_maps, start_orientations
 from .streaming import start_device_readers
 from .tasks import Job
+from .write_behind import WriteBehind
 
 __all__ = ["process", "SIMULATED"]
 
@@ -443,13 +444,14 @@ def _run(job, executor, source, ref, ref_param, out, config, resume, overwrite, 
         try:
             tasks = plan_tasks(done, executor.plan_rows(source.grid.cols))
 
-            def emit(start, disp, height, status, extra=None):
+            def write(start, disp, height, status, extra=None):
                 with timing.stage("write"):
                     writer.write(start, disp, height, status, extra)
                 progress.update(len(disp))
 
             try:
-                executor.run_tasks(job, tasks, emit)
+                with WriteBehind(write) as behind:  # the device computes the next batch meanwhile
+                    executor.run_tasks(job, tasks, behind.put)
             finally:
                 sizes = executor.batch_sizes(job)
                 if sizes:

@@ -45,14 +45,20 @@ FIELDS = ("displacement", "peak_height", "status", "done")
 class RecordingExecutor(Executor):
     """Tasks inline, as the default executor runs them, keeping the batch sizes they used."""
 
-    def __init__(self):
+    def __init__(self, on_emit=None):
         self.contexts = TaskContexts()
         self.sizes = ()
+        self.on_emit = on_emit  # called in the run's thread after each batch, between two batches
 
     def run_tasks(self, job, tasks, emit) -> None:
+        def emitted(*batch):
+            emit(*batch)
+            if self.on_emit is not None:
+                self.on_emit()
+
         try:
             for task in tasks:
-                run_task(job, task, emit, contexts=self.contexts)
+                run_task(job, task, emitted, contexts=self.contexts)
         finally:
             self.sizes = self.contexts.batch_sizes(job)
 
@@ -92,7 +98,6 @@ HOST_SCRIPT = textwrap.dedent('''
     import json, resource, sys, warnings
 
     from ebsdxc.config import ProcessConfig, RoiConfig, RunConfig
-    from ebsdxc.progress import Progress
     from ebsdxc.run import process
     from test_gpu_faults import RecordingExecutor
 
@@ -102,13 +107,14 @@ HOST_SCRIPT = textwrap.dedent('''
                 if line.startswith(key):
                     return int(line.split()[1]) * 1024
 
-    class LimitAfterFirstBatch(Progress):
-        """After the first batch is written: address space = what the process holds + margin."""
+    class LimitAfterFirstBatch:
+        """After the first batch (in the run's thread, before the next one is made): address
+        space = what the process holds + margin."""
 
         def __init__(self, margin):
             self.margin, self.at = margin, None
 
-        def update(self, n):
+        def __call__(self):
             if self.at is None:
                 self.at = vm("VmSize")
                 if self.margin is not None:
@@ -117,13 +123,13 @@ HOST_SCRIPT = textwrap.dedent('''
     scan = sys.argv[1]
     cfg = ProcessConfig(roi=RoiConfig(grid=(3, 3), size=40))
     run = RunConfig(device="cpu", batch=48, threads=1)  # one thread: a batch's arrays are allocated at once
-    free, tight = LimitAfterFirstBatch(None), RecordingExecutor()
-    process(scan, ref_index=0, config=cfg, run=run, output="free.h5", progress=free)
+    free = LimitAfterFirstBatch(None)
+    process(scan, ref_index=0, config=cfg, run=run, output="free.h5", executor=RecordingExecutor(free))
     batch_bytes = vm("VmPeak") - free.at  # what a batch of 48 allocates beyond the steady state
-    hook = LimitAfterFirstBatch(int(0.6 * batch_bytes))
+    tight = RecordingExecutor(LimitAfterFirstBatch(int(0.6 * batch_bytes)))
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        process(scan, ref_index=0, config=cfg, run=run, output="tight.h5", progress=hook, executor=tight)
+        process(scan, ref_index=0, config=cfg, run=run, output="tight.h5", executor=tight)
     print(json.dumps({"batch_bytes": batch_bytes, "sizes": tight.sizes,
                       "warnings": [str(w.message) for w in caught if "memory" in str(w.message)]}))
 ''')
