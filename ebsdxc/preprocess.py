@@ -35,6 +35,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from . import status as st
+from .lowrank_blur import MAX_RANK, LowRankBlur, lowpass_factors
 
 __all__ = ["PreprocessConfig", "PatternPreprocessor", "window_1d", "window_2d", "prepare_tiles",
            "erf_bandpass_transfer", "bin_patterns", "circular_mask", "rois_inside_mask",
@@ -246,6 +247,9 @@ class PreprocessConfig:
 # spectrum, those columns are left out of its transforms (PatternPreprocessor._band): their
 # part of any pattern is far below float32's rounding.
 BAND_TOLERANCE = 1e-9
+#: On the GPU, a dynamic background whose one-axis operators have at most this rank is blurred
+#: by matrix products (:mod:`ebsdxc.lowrank_blur`), else by the band's FFTs.
+LOWPASS_MAX_RANK = MAX_RANK
 
 
 def _reflect_pad(x, before_y, after_y, before_x, after_x, xp):
@@ -692,6 +696,7 @@ class PatternPreprocessor:
         self._bg_finite = self._bg is None or bool(xp.isfinite(self._bg).all())
         self._filters = {}
         self._bands = {}  # (key, padded shape) -> half-spectrum columns kept, or None: all
+        self._low_rank = {}  # (shape, pads, sigma) -> LowRankBlur, or None: the FFTs
         self._screen_counts = {}  # mask shape -> pixels on the screen
         self._masks = {}
 
@@ -789,10 +794,14 @@ class PatternPreprocessor:
         py, px = min(int(3 * sigma) + 1, H - 1), min(int(3 * sigma) + 1, W - 1)
         ay = min(scipy.fft.next_fast_len(H + 2 * py, real=True) - H - py, H - 1)
         ax = min(scipy.fft.next_fast_len(W + 2 * px, real=True) - W - px, W - 1)
-        xpad = _reflect_pad(x, py, ay, px, ax, be.xp)
-        shape = xpad.shape[-2:]
-        f = self._filter(key, shape)
+        shape = (H + py + ay, W + px + ax)
         keep = self._band(key, shape)
+        if keep is not None and key == "dynamic" and be.xp is not np:
+            blur = self._low_rank_blur((H, W), ((py, ay), (px, ax)), sigma)
+            if blur is not None:
+                return blur(x)
+        xpad = _reflect_pad(x, py, ay, px, ax, be.xp)
+        f = self._filter(key, shape)
         if keep is None:
             spec = be.rfft2(xpad)
             spec *= f
@@ -807,6 +816,18 @@ class PatternPreprocessor:
         rows = be.xp.zeros((*spec.shape[:-1], shape[-1] // 2 + 1), dtype=spec.dtype)
         rows[..., :keep] = spec
         return be.fft1("irfft", rows, n=shape[-1], overwrite=True)[..., px:px + W]
+
+    def _low_rank_blur(self, shape, pads, sigma):
+        # On the GPU the dynamic background's blur as matrix products where each axis's operator
+        # is of low rank (ebsdxc.lowrank_blur): 512 px, 12 px: rank 103.
+        k = (shape, pads, sigma)
+        if k not in self._low_rank:
+            fy = lowpass_factors(shape[0], *pads[0], sigma, BAND_TOLERANCE)
+            fx = lowpass_factors(shape[1], *pads[1], sigma, BAND_TOLERANCE)
+            ok = (fy is not None and fx is not None and max(len(fy[0]), len(fx[0])) <= LOWPASS_MAX_RANK
+                  and len(fy[0]) < shape[0] and len(fx[0]) < shape[1])
+            self._low_rank[k] = LowRankBlur(fy, fx) if ok else None
+        return self._low_rank[k]
 
     def convert(self, patterns):
         """(B, H, W) patterns of any real dtype -> (B, H', W') float32, binned, on the backend."""
