@@ -5,8 +5,8 @@ spectrum by a Gaussian and crops it back. Along one axis that is a fixed ``n x n
 with only the ``K`` frequencies above a tolerance kept (the band), its rank is ``2K - 1``: 103
 at 512 px for a 12 px blur, 61 at 256 px. So the blur is ``Gy (Fy X Fx^T) Gx^T`` with ``F``
 ``(r, n)`` (the pad folded in) and ``G`` ``(n, r)`` (:func:`lowpass_factors`): four products
-of ``n^2 r`` multiply-adds at most, which on the GPU take less time than the band's FFTs
-(BENCHMARKS.md, session 32).
+of ``n^2 r`` multiply-adds at most, which on the GPU take less time than the band's FFTs where
+the rank is low (H200, 512 patterns of 512x512: 2.6 against 4.3 ms; BENCHMARKS.md, session 32).
 
 The products are our own kernel (``kernels/lowrank_blur.cu``), not cuBLAS: cuBLAS picks its
 kernels, and so its rounding, by a product's sizes, so a pattern's blur would depend on its
@@ -23,8 +23,10 @@ from .kernel_loader import NULL_POINTER, get_function
 
 __all__ = ["lowpass_factors", "with_mean_slot", "LowRankBlur", "MAX_RANK"]
 
-#: Above this rank of an axis's operator the FFTs stay cheaper (1024 px, 12 px: 193; BENCHMARKS.md).
-MAX_RANK = 160
+#: Above this rank of an axis's operator the FFTs stay cheaper: with the mean's slot, up to 128
+#: columns fill one tile of the products; past it, two (H200: 512 px, 8 px, rank 147: 5.2 ms
+#: against the FFTs' 4.6 ms for 512 patterns; 1024 px, 20 px, rank 119: 2.6 against 3.7 ms).
+MAX_RANK = 127
 
 _TYPES = {np.dtype(np.float32): "float", np.dtype(np.uint16): "unsigned short", np.dtype(np.int16): "short",
           np.dtype(np.uint8): "unsigned char", np.dtype(np.int32): "int", np.dtype(np.uint32): "unsigned int"}

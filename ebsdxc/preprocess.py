@@ -20,7 +20,9 @@ kept for the normalised peak height.
 
 Blurs and band-passes run in the Fourier domain on reflect-padded patterns: on the
 GPU one FFT pair per pattern is cheaper than a wide spatial kernel, and the padding
-stops the circular wrap from mixing opposite pattern edges.
+stops the circular wrap from mixing opposite pattern edges. On the GPU the dynamic
+background's blur, a low-pass whose operator along each axis is of low rank, is the same
+operator applied as four matrix products (:mod:`ebsdxc.lowrank_blur`).
 
 Conventions: pixel (row i, column j) has its centre at x = j, y = i (x = column).
 """
