@@ -30,7 +30,7 @@ MAX_RANK = 127
 
 _TYPES = {np.dtype(np.float32): "float", np.dtype(np.uint16): "unsigned short", np.dtype(np.int16): "short",
           np.dtype(np.uint8): "unsigned char", np.dtype(np.int32): "int", np.dtype(np.uint32): "unsigned int"}
-_PRODUCTS = tuple(f"batched_products<{t}>" for t in _TYPES.values())
+_PRODUCTS = tuple(f"batched_products<{t}, {bn}>" for t in _TYPES.values() for bn in (64, 128))
 _MEANS = tuple(f"pattern_means<{t}>" for t in _TYPES.values())
 _TILE = 128
 _MAX_GRID_Z = 65535
@@ -148,8 +148,9 @@ def _products(a, sa, lda, shift, b, sb, ldb, M, N, K, batch, a_type):
 
     out = cp.empty((batch, M, N), dtype=cp.float32)
     if batch:
-        grid = (-(-N // _TILE), -(-M // _TILE), batch)
-        get_function("lowrank_blur.cu", f"batched_products<{a_type}>", name_expressions=_PRODUCTS)(
+        bn = 64 if N <= 64 else 128
+        grid = (-(-N // bn), -(-M // _TILE), batch)
+        get_function("lowrank_blur.cu", f"batched_products<{a_type}, {bn}>", name_expressions=_PRODUCTS)(
             grid, (256,), (a, np.int64(sa), np.int32(lda), NULL_POINTER if shift is None else shift, b,
                            np.int64(sb), np.int32(ldb), out, np.int64(M * N), np.int32(N), np.int32(M),
                            np.int32(N), np.int32(K)))

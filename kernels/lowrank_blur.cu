@@ -28,18 +28,21 @@ __global__ void __launch_bounds__(256) pattern_means(const T* __restrict__ x, co
 
 // C[b] = (A[b] - shift[b]) B[b], row-major, for b = blockIdx.z; a batch stride of 0 shares an
 // operand between patterns; shift (one value per pattern) may be null. M x K times K x N.
-// Tiles of 128 x 128 outputs over steps of 8 in k, 256 threads of 8 x 8 outputs each (rows
-// ty*4 + {0..3} and 64 + ty*4 + {0..3}, columns likewise: float4 reads of shared memory
-// without bank conflicts). Out-of-range elements load as zeros, so any M, N, K.
+// Tiles of 128 x BN outputs (BN 128, or 64 for the narrow products of small patterns: 256 px,
+// rank 61, 1.26 -> 1.03 ms for the blur of 1024) over steps of 8 in k, 256 threads of 8 x BN/16
+// outputs each (rows ty*4 + {0..3} and 64 + ty*4 + {0..3}, columns in fours likewise: float4
+// reads of shared memory without bank conflicts). Out-of-range elements load as zeros, so any
+// M, N, K. (Steps of 16 with the next step's elements loaded into registers were slower: BENCHMARKS.md.)
 #define BM 128
-#define BN 128
 #define BK 8
-template <typename TA>
+template <typename TA, int BN>
 __global__ void __launch_bounds__(256) batched_products(const TA* __restrict__ A, const long long sA, const int lda,
                                                         const float* __restrict__ shift,
                                                         const float* __restrict__ Bm, const long long sB,
                                                         const int ldb, float* __restrict__ C, const long long sC,
                                                         const int ldc, const int M, const int N, const int K) {
+    constexpr int TN = BN / 16;  // columns a thread
+    constexpr int LB = BN / 32;  // elements of B's tile a thread loads
     __shared__ __align__(16) float As[BK][BM];
     __shared__ __align__(16) float Bs[BK][BN];
     const int b = blockIdx.z;
@@ -49,14 +52,14 @@ __global__ void __launch_bounds__(256) batched_products(const TA* __restrict__ A
     const float s = shift != nullptr ? shift[b] : 0.0f;
     const int m0 = blockIdx.y * BM, n0 = blockIdx.x * BN;
     const int t = threadIdx.x, tx = t % 16, ty = t / 16;
-    // loads: A's tile, row t / 2 and k (t % 2) * 4 + {0..3}; B's tile, k t / 32 and columns (t % 32) * 4 + {0..3}
+    // loads: A's tile, row t / 2 and k (t % 2) * 4 + {0..3}; B's tile, k t / 32 and columns (t % 32) * LB + {0..LB-1}
     const int ar = t / 2, ak = (t % 2) * 4;
-    const int bk = t / 32, bc = (t % 32) * 4;
-    float acc[8][8];
+    const int bk = t / 32, bc = (t % 32) * LB;
+    float acc[8][TN];
 #pragma unroll
     for (int i = 0; i < 8; ++i)
 #pragma unroll
-        for (int j = 0; j < 8; ++j) acc[i][j] = 0.0f;
+        for (int j = 0; j < TN; ++j) acc[i][j] = 0.0f;
     for (int k0 = 0; k0 < K; k0 += BK) {
         const int row = m0 + ar;
 #pragma unroll
@@ -66,22 +69,22 @@ __global__ void __launch_bounds__(256) batched_products(const TA* __restrict__ A
         }
         const int kk = k0 + bk;
 #pragma unroll
-        for (int q = 0; q < 4; ++q) {
+        for (int q = 0; q < LB; ++q) {
             const int col = n0 + bc + q;
             Bs[bk][bc + q] = (kk < K && col < N) ? bm[(long long)kk * ldb + col] : 0.0f;
         }
         __syncthreads();
 #pragma unroll
         for (int k = 0; k < BK; ++k) {
-            float av[8], bv[8];
+            float av[8], bv[TN];
             *(float4*)&av[0] = *(const float4*)&As[k][ty * 4];
             *(float4*)&av[4] = *(const float4*)&As[k][64 + ty * 4];
-            *(float4*)&bv[0] = *(const float4*)&Bs[k][tx * 4];
-            *(float4*)&bv[4] = *(const float4*)&Bs[k][64 + tx * 4];
+#pragma unroll
+            for (int q = 0; q < TN; q += 4) *(float4*)&bv[q] = *(const float4*)&Bs[k][q * 16 + tx * 4];
 #pragma unroll
             for (int i = 0; i < 8; ++i)
 #pragma unroll
-                for (int j = 0; j < 8; ++j) acc[i][j] = fmaf(av[i], bv[j], acc[i][j]);
+                for (int j = 0; j < TN; ++j) acc[i][j] = fmaf(av[i], bv[j], acc[i][j]);
         }
         __syncthreads();
     }
@@ -90,8 +93,8 @@ __global__ void __launch_bounds__(256) batched_products(const TA* __restrict__ A
         const int row = m0 + (i < 4 ? ty * 4 + i : 64 + ty * 4 + i - 4);
         if (row >= M) continue;
 #pragma unroll
-        for (int j = 0; j < 8; ++j) {
-            const int col = n0 + (j < 4 ? tx * 4 + j : 64 + tx * 4 + j - 4);
+        for (int j = 0; j < TN; ++j) {
+            const int col = n0 + (j / 4) * 64 + tx * 4 + j % 4;
             if (col < N) c[(long long)row * ldc + col] = acc[i][j];
         }
     }

@@ -62,10 +62,12 @@ _DTYPES = [np.float32, np.uint16, np.int16, np.uint8, np.int32, np.uint32]
 @pytest.mark.gpu
 @pytest.mark.parametrize("dtype", _DTYPES)
 @pytest.mark.parametrize("M,N,K,shared", [(130, 97, 19, "b"), (1, 1, 1, "b"), (256, 128, 8, "a"),
-                                          (300, 513, 129, "b"), (104, 104, 512, "a")])
+                                          (300, 513, 129, "b"), (104, 104, 512, "a"), (200, 62, 100, "b"),
+                                          (129, 64, 65, "a"), (77, 65, 7, "b")])
 def test_gpu_batched_products_against_float64(dtype, M, N, K, shared):
-    """The blur's product kernel: (A[b] - shift[b]) @ B[b] for any M, N, K (tiles of 128 x 128
-    over steps of 8 in k), one operand shared by every pattern (batch stride 0), against float64."""
+    """The blur's product kernel: (A[b] - shift[b]) @ B[b] for any M, N, K (tiles of 128 x 128,
+    or 128 x 64 up to 64 columns, over steps of 8 in k), one operand shared by every pattern
+    (batch stride 0), against float64."""
     import cupy as cp
 
     from ebsdxc.lowrank_blur import _products
