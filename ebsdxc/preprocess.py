@@ -249,9 +249,6 @@ class PreprocessConfig:
 # spectrum, those columns are left out of its transforms (PatternPreprocessor._band): their
 # part of any pattern is far below float32's rounding.
 BAND_TOLERANCE = 1e-9
-#: On the GPU, a dynamic background whose one-axis operators have at most this rank is blurred
-#: by matrix products (:mod:`ebsdxc.lowrank_blur`), else by the band's FFTs.
-LOWPASS_MAX_RANK = MAX_RANK
 
 
 def _reflect_pad(x, before_y, after_y, before_x, after_x, xp):
@@ -821,12 +818,12 @@ class PatternPreprocessor:
 
     def _low_rank_blur(self, shape, pads, sigma):
         # On the GPU the dynamic background's blur as matrix products where each axis's operator
-        # is of low rank (ebsdxc.lowrank_blur): 512 px, 12 px: rank 103.
+        # is of low rank (ebsdxc.lowrank_blur; 512 px, 12 px: rank 103), else None: the FFTs.
         k = (shape, pads, sigma)
         if k not in self._low_rank:
             fy = lowpass_factors(shape[0], *pads[0], sigma, BAND_TOLERANCE)
             fx = lowpass_factors(shape[1], *pads[1], sigma, BAND_TOLERANCE)
-            ok = (fy is not None and fx is not None and max(len(fy[0]), len(fx[0])) <= LOWPASS_MAX_RANK
+            ok = (fy is not None and fx is not None and max(len(fy[0]), len(fx[0])) <= MAX_RANK
                   and len(fy[0]) < shape[0] and len(fx[0]) < shape[1])
             self._low_rank[k] = LowRankBlur(fy, fx) if ok else None
         return self._low_rank[k]
