@@ -41,6 +41,16 @@ Rejection of ROIs (the rule)
    and more than ``min_rois`` ROIs are in use, drop that one ROI and go to 2.
 A point with fewer than ``min_rois`` (at least 4: eight unknowns, two equations per ROI)
 usable ROIs is flagged ``TOO_FEW_ROIS`` and not fitted (NaN).
+
+ROIs that do not fix ``F``
+--------------------------
+The equations map the detector plane to itself by a homography, which ROI centres all on one
+line, or all but one on one line, do not fix however many they are (a row of ROIs left by a
+mask, say). Such a point's least-squares system is singular: the fit is flagged ``FAILED``
+(NaN), not solved. The test is the reciprocal condition number of the normal equations with
+their diagonal scaled to one: at most 2e-9 for such layouts, 1e-2 and more for a 5 x 5 grid, two
+of its rows, its four corners or five ROIs at random (240 x 320 px); :data:`MIN_RCOND` lies
+between.
 """
 
 from __future__ import annotations
@@ -54,7 +64,8 @@ from . import geometry
 from .backend import array_module, to_host
 
 __all__ = ["FitOptions", "StrainFit", "fit_strain", "rotation_log", "remap_pattern", "polar_decomposition",
-           "traction_free", "FIT_OK", "FIT_TOO_FEW_ROIS", "FIT_NOT_PROCESSED", "FIT_FAILED", "FIT_DESCRIPTIONS"]
+           "traction_free", "FIT_OK", "FIT_TOO_FEW_ROIS", "FIT_NOT_PROCESSED", "FIT_FAILED", "FIT_DESCRIPTIONS",
+           "MIN_RCOND"]
 
 FIT_OK = 0
 FIT_TOO_FEW_ROIS = 1
@@ -64,7 +75,7 @@ FIT_DESCRIPTIONS = {
     FIT_OK: "ok",
     FIT_TOO_FEW_ROIS: "fewer valid ROIs than min_rois: not fitted",
     FIT_NOT_PROCESSED: "scan point not processed or without a pattern (no displacements)",
-    FIT_FAILED: "fit failed (degenerate ROI geometry or non-finite values)",
+    FIT_FAILED: "fit failed (usable ROIs all, or all but one, on one line: F not fixed; or non-finite values)",
 }
 
 _RAYLEIGH_MEDIAN = 1.1774100225154747  # sqrt(2 ln 2): median length of a unit 2-D Gaussian error
@@ -146,6 +157,20 @@ def _design(e, r0, xp):
     cols = [o[..., i, j] for i, j in _OFF]
     cols += [o[..., 0, 0] - o[..., 2, 2], o[..., 1, 1] - o[..., 2, 2]]
     return xp.stack(cols, axis=-1)
+
+
+#: Below this reciprocal condition number (diagonal scaled to one) the normal equations do not
+#: fix F: the usable ROIs lie on one line, or all but one do (module docstring).
+MIN_RCOND = 1e-6
+
+
+def _rcond(N, xp):
+    """Reciprocal condition number of each of the (B, 8, 8) normal matrices ``N``, their rows
+    and columns scaled to a unit diagonal first (so that units and weights do not count)."""
+    d = xp.sqrt(xp.diagonal(N, axis1=1, axis2=2))
+    d = xp.where(d > 0, d, 1.0)
+    ev = xp.linalg.eigvalsh(N / d[:, :, None] / d[:, None, :])
+    return ev[:, 0] / xp.maximum(ev[:, -1], 1e-300)
 
 
 def _traceless(p, xp):
@@ -278,7 +303,11 @@ def fit_strain(displacement, peak_height, roi_status, *, centres, shape, pc, pc_
         Aw = A * w[..., None]
         AwT = xp.swapaxes(Aw, 1, 2)  # batched matmul (BLAS / cuBLAS), not einsum: 10x faster here
         N = AwT @ A + (~enough)[:, None, None] * xp.eye(8, dtype=f8)
+        # ROIs that do not fix F: not solved (NumPy would raise for the whole batch), flagged below
+        singular = enough & ~(_rcond(N, xp) >= MIN_RCOND)
+        N = xp.where(singular[:, None, None], xp.eye(8, dtype=f8), N)
         p = xp.linalg.solve(N, AwT @ b[..., None])[..., 0]
+        p = xp.where(singular[:, None], 0.0, p)  # F = I keeps its residuals finite until it is flagged
         Fh = eye + _traceless(p, xp)
         pred = geometry.project(r0 @ xp.swapaxes(Fh, 1, 2), shape, pc[:, None, :], **tilts)
         res = xp.linalg.norm(pred - xy1, axis=-1)
@@ -287,7 +316,7 @@ def fit_strain(displacement, peak_height, roi_status, *, centres, shape, pc, pc_
         thr = xp.maximum(options.outlier_sigma * sigma, options.residual_floor_px)
         worst = xp.argmax(xp.where(used, res, -1.0), axis=1)
         worst_res = xp.take_along_axis(res, worst[:, None], axis=1)[:, 0]
-        drop = enough & (worst_res > thr) & (used.sum(axis=1) > options.min_rois)
+        drop = enough & ~singular & (worst_res > thr) & (used.sum(axis=1) > options.min_rois)
         if not bool(drop.any()):
             break
         used[xp.arange(B)[drop], worst[drop]] = False
@@ -312,7 +341,7 @@ def fit_strain(displacement, peak_height, roi_status, *, centres, shape, pc, pc_
     status = xp.full(B, FIT_OK, dtype=xp.uint8)
     # status 4 = NOT_PROCESSED, 5 = MISSING_PATTERN, 7 = NO_REFERENCE: no measurement to fit, not a failed fit
     processed = xp.isfinite(q).any(axis=(1, 2)) | ((st != 4) & (st != 5) & (st != 7)).any(axis=1)
-    finite = xp.isfinite(F).all(axis=(1, 2)) & xp.isfinite(scale) & (scale > 0)
+    finite = xp.isfinite(F).all(axis=(1, 2)) & xp.isfinite(scale) & (scale > 0) & ~singular
     status[~finite] = FIT_FAILED
     status[~enough] = FIT_TOO_FEW_ROIS
     status[~processed] = FIT_NOT_PROCESSED

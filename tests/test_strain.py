@@ -156,6 +156,42 @@ def test_low_peaks_bad_status_and_too_few_rois():
     assert ok4.status[0] == strain.FIT_OK
 
 
+# ROI layouts (indices into the 5 x 5 grid) that do not fix F, and some that do
+_NOT_FIXED = {"one row": list(range(10, 15)), "one column": [2, 7, 12, 17, 22], "a diagonal": [0, 6, 12, 18, 24],
+              "a row and one more": list(range(10, 15)) + [0], "a row and its neighbour": list(range(10, 15)) + [17],
+              "four, three on a line": [10, 11, 12, 0]}
+_FIXED = {"two rows": list(range(5, 15)), "four corners": [0, 4, 20, 24], "five at random": [1, 8, 13, 19, 21]}
+
+
+def _layout_batch(xp=np):
+    """One point per layout of _NOT_FIXED and _FIXED, the other ROIs off the mask, 0.05 px noise."""
+    rng = np.random.default_rng(8)
+    layouts = [*_NOT_FIXED.values(), *_FIXED.values()]
+    F = random_F(rng, n=len(layouts))
+    pc = np.broadcast_to(PC_REF, (len(layouts), 3)).copy()
+    c, q, h, s = exact_case(F, pc)
+    for i, rois in enumerate(layouts):
+        s[i] = 6
+        s[i, rois] = 0
+    q = q + rng.normal(scale=0.05, size=q.shape)
+    return F, pc, c, xp.asarray(q), xp.asarray(h), xp.asarray(s)
+
+
+def test_rois_that_do_not_fix_F_are_not_fitted():
+    """ROI centres all (or all but one) on one line do not fix F however many they are (a row of
+    ROIs left by a mask): such a point is flagged FAILED, NaN, where it was fitted as OK with
+    strain off by 1 (or NumPy raised for the whole batch); the other points of the batch are
+    fitted as ever."""
+    F, pc, c, q, h, s = _layout_batch()
+    r = fit(c, q, h, s, pc)
+    k = len(_NOT_FIXED)
+    assert (r.status[:k] == strain.FIT_FAILED).all() and np.isnan(r.strain[:k]).all()
+    assert (r.n_used[:k] == 0).all() and not r.used[:k].any()
+    assert (r.status[k:] == strain.FIT_OK).all()
+    V = strain.polar_decomposition(F[k:])[0]
+    assert np.abs(r.strain[k:] - (V - np.eye(3))).max() < 3e-3  # 0.05 px of noise on 4 to 10 ROIs
+
+
 def test_fit_options_are_checked():
     with pytest.raises(ValueError, match="min_rois"):
         strain.FitOptions(min_rois=3)
@@ -312,6 +348,19 @@ def test_gpu_fit_equals_numpy(n_points):
     for k in ("n_used", "used", "status"):
         np.testing.assert_array_equal(cp.asnumpy(getattr(got, k)), getattr(want, k), err_msg=k)
     assert not want.used[0, 4] and want.status[-1] == strain.FIT_TOO_FEW_ROIS
+
+
+@pytest.mark.gpu
+def test_gpu_rois_that_do_not_fix_F_are_not_fitted():
+    import cupy as cp
+
+    F, pc, c, q, h, s = _layout_batch(cp)
+    r = fit(c, q, h, s, pc)
+    want = fit(c, q.get(), h.get(), s.get(), pc)
+    np.testing.assert_array_equal(cp.asnumpy(r.status), want.status)
+    k = len(_NOT_FIXED)
+    assert (want.status[:k] == strain.FIT_FAILED).all() and bool(cp.isnan(r.strain[:k]).all())
+    np.testing.assert_allclose(cp.asnumpy(r.strain[k:]), want.strain[k:], atol=1e-12)
 
 
 @pytest.mark.gpu
