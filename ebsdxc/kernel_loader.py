@@ -11,8 +11,9 @@ compiled again and rewritten (tests/run/test_gpu_faults.py damages every entry).
 14.2 the entries of modules compiled with ``name_expressions`` (all of ours) keep NVRTC's
 mangled names too, so a second process reads them back: a first ``ebsdxc process`` of the
 ``hrebsd`` recipe with ``--refine icgn`` built our 7 modules in 5.7 s and CuPy's own kernels in
-about 30 s more, the next process in 0.03 s (H200, 2026-11-28, BENCHMARKS.md). Older CuPy
-compiles these modules by NVRTC once in every process.
+about 30 s more, the next process in 0.03 s (H200, 2026-11-28, BENCHMARKS.md; the dynamic
+background's products, added since, build in 2.5 s more). Older CuPy compiles these modules by
+NVRTC once in every process.
 """
 
 from __future__ import annotations
