@@ -65,10 +65,13 @@ class WriteBehind:
 
     def close(self) -> None:
         """Wait for every batch handed over; raise the writer's error if a write failed."""
+        self._drain()
+        self._raise_error()
+
+    def _drain(self):
         if self._thread.is_alive():
             self._queue.put(_STOP)
             self._thread.join()
-        self._raise_error()
 
     def _raise_error(self):
         if self._error is not None:
@@ -82,9 +85,7 @@ class WriteBehind:
             self.close()
             return
         # The run failed: what it handed over is still written; its own error is the one raised.
-        if self._thread.is_alive():
-            self._queue.put(_STOP)
-            self._thread.join()
+        self._drain()
 
 
 def _copied(a):
